@@ -1,0 +1,139 @@
+"""Float evaluation of whole tensors with NumPy: ``rule(attrs, inputs) -> outputs``.
+
+The dtype of the inputs is kept, so the same table serves float32 runs and float64 oracles.
+Opaque operators are evaluated when their ``kind`` is in :data:`OPAQUE_FLOAT`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from tvm_pet.errors import UnsupportedOperator
+from tvm_pet.ir.node import Attrs
+from tvm_pet.ir.ops import Op
+
+Arrays = Sequence[np.ndarray]
+
+
+def _windows(x: np.ndarray, kernel, strides, dilations, pads) -> np.ndarray:
+    """Sliding windows over the spatial axes: [N, C, *out, *kernel] (a view where possible)."""
+    nsp = len(kernel)
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[nsp + i]) for i in range(nsp)])
+    span = [d * (k - 1) + 1 for k, d in zip(kernel, dilations)]
+    win = sliding_window_view(xp, span, axis=tuple(range(2, 2 + nsp)))
+    index = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides) \
+        + tuple(slice(None, None, d) for d in dilations)
+    return win[index]
+
+
+def conv(attrs: Attrs, args: Arrays) -> tuple[np.ndarray]:
+    x, w = args
+    nsp = x.ndim - 2
+    g = attrs["groups"]
+    win = _windows(x, w.shape[2:], attrs["strides"], attrs["dilations"], attrs["pads"])
+    n, c = x.shape[:2]
+    out_sp = win.shape[2:2 + nsp]
+    win = win.reshape((n, g, c // g) + out_sp + (math.prod(w.shape[2:]),))
+    wg = w.reshape((g, w.shape[0] // g, c // g, math.prod(w.shape[2:])))
+    sp = "xyz"[:nsp]
+    out = np.einsum(f"ngc{sp}k,gock->ngo{sp}", win, wg, optimize=True)
+    return (out.reshape((n, w.shape[0]) + out_sp).astype(x.dtype, copy=False),)
+
+
+def avgpool(attrs: Attrs, args: Arrays) -> tuple[np.ndarray]:
+    (x,) = args
+    kernel, strides, pads = attrs["kernel"], attrs["strides"], attrs["pads"]
+    ones = (1,) * len(kernel)
+    nsp = len(kernel)
+    total = _windows(x, kernel, strides, ones, pads).sum(axis=tuple(range(-nsp, 0)))
+    if attrs["count_include_pad"]:
+        count = float(math.prod(kernel))
+    else:
+        mask = np.ones((1, 1) + x.shape[2:], x.dtype)
+        count = _windows(mask, kernel, strides, ones, pads).sum(axis=tuple(range(-nsp, 0)))
+    return ((total / count).astype(x.dtype, copy=False),)
+
+
+def _split(attrs: Attrs, args: Arrays) -> tuple[np.ndarray, ...]:
+    cuts = np.cumsum(attrs["sizes"])[:-1]
+    return tuple(np.split(args[0], cuts, axis=attrs["axis"]))
+
+
+def _slice(attrs: Attrs, args: Arrays) -> tuple[np.ndarray]:
+    index = tuple(slice(b, b + (k - 1) * s + 1, s)
+                  for b, s, k in zip(attrs["starts"], attrs["steps"], attrs["sizes"]))
+    return (args[0][index],)
+
+
+def _pad(attrs: Attrs, args: Arrays) -> tuple[np.ndarray]:
+    (x,) = args
+    p = attrs["pads"]
+    return (np.pad(x, [(p[d], p[x.ndim + d]) for d in range(x.ndim)]),)
+
+
+def _reshape_transpose(attrs: Attrs, args: Arrays) -> tuple[np.ndarray]:
+    moved = args[0].reshape(attrs["split_shape"]).transpose(attrs["perm"])
+    return (moved.reshape(attrs["shape"]),)
+
+
+def _update(attrs: Attrs, args: Arrays) -> tuple[np.ndarray]:
+    base, patch = args
+    out = base.copy()
+    index = tuple(slice(b, b + (k - 1) * s + 1, s)
+                  for b, s, k in zip(attrs["starts"], attrs["steps"], patch.shape))
+    out[index] = patch
+    return (out,)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[x.dtype])(x) if x.size else x
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+#: Float implementations of the non-linear operators tvm_pet can run (by ``kind``).
+OPAQUE_FLOAT: dict[str, Callable[[Attrs, Arrays], np.ndarray]] = {
+    "Relu": lambda p, a: np.maximum(a[0], 0),
+    "Sigmoid": lambda p, a: 1 / (1 + np.exp(-a[0])),
+    "Tanh": lambda p, a: np.tanh(a[0]),
+    "Erf": lambda p, a: _erf(a[0]),
+    "Exp": lambda p, a: np.exp(a[0]),
+    "Identity": lambda p, a: a[0],
+    "Softmax": lambda p, a: _softmax(a[0], p.get("axis", -1)),
+    "Gelu": lambda p, a: 0.5 * a[0] * (1 + _erf(a[0] / np.sqrt(2).astype(a[0].dtype))),
+}
+
+
+def _opaque(attrs: Attrs, args: Arrays) -> tuple[np.ndarray, ...]:
+    kind = attrs["kind"]
+    if kind not in OPAQUE_FLOAT:
+        raise UnsupportedOperator(f"no float evaluation for operator {kind!r}; "
+                                  f"tvm_pet evaluates {sorted(OPAQUE_FLOAT)}")
+    out = OPAQUE_FLOAT[kind](attrs["params"], args)
+    return (np.asarray(out, dtype=args[0].dtype),)
+
+
+FLOAT_RULES: dict[Op, Callable[[Attrs, Arrays], tuple[np.ndarray, ...]]] = {
+    Op.ADD: lambda a, x: (x[0] + x[1],),
+    Op.MUL: lambda a, x: (x[0] * x[1],),
+    Op.CONV: conv,
+    Op.MATMUL: lambda a, x: (np.matmul(x[0], x[1]),),
+    Op.BATCHNORM: lambda a, x: (x[0] * x[1].reshape((-1,) + (1,) * (x[0].ndim - 2))
+                                + x[2].reshape((-1,) + (1,) * (x[0].ndim - 2)),),
+    Op.AVGPOOL: avgpool,
+    Op.CONCAT: lambda a, x: (np.concatenate(x, axis=a["axis"]),),
+    Op.SPLIT: _split,
+    Op.SLICE: _slice,
+    Op.PAD: _pad,
+    Op.TRANSPOSE: lambda a, x: (np.transpose(x[0], a["perm"]),),
+    Op.RESHAPE: lambda a, x: (x[0].reshape(a["shape"]),),
+    Op.RESHAPE_TRANSPOSE: _reshape_transpose,
+    Op.UPDATE: _update,
+    Op.OPAQUE: _opaque,
+}

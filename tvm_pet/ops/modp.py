@@ -1,0 +1,111 @@
+"""Exact arithmetic modulo the prime p = 2^31 - 1, derived from :mod:`~tvm_pet.ops.gather`.
+
+Residues are int64 in ``[0, p)``. A product of two residues needs 62 bits and fits an int64, so
+every product is reduced before it is summed; a sum of up to 2^32 reduced terms still fits, and
+reductions are chunked far below that. Nothing can overflow, whatever the reduction size.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tvm_pet.errors import UnsupportedOperator
+from tvm_pet.ir.node import Attrs, Program, Shape
+from tvm_pet.ir.ops import Op
+from tvm_pet.ops.gather import GATHER_RULES, Gather, reduction_size, unravel
+
+P = 2**31 - 1
+#: Gathered elements per chunk (per test), to bound memory.
+CHUNK = 1 << 20
+#: Terms summed between two reductions; each term < 2^31, so a sum stays below 2^62.
+MAX_SUM = 1 << 30
+
+
+def inverse(values: np.ndarray) -> np.ndarray:
+    """Multiplicative inverses mod p of positive ints (by Fermat, one pow per distinct value)."""
+    uniq, where = np.unique(values, return_inverse=True)
+    inv = np.array([pow(int(u) % P, P - 2, P) for u in uniq], dtype=np.int64)
+    return inv[where].reshape(values.shape)
+
+
+def mulmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise a*b mod p for residues (the product fits in 62 bits)."""
+    return (a * b) % P
+
+
+def sum_mod(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Sum of residues along an axis, reduced mod p, exact for any length."""
+    n = x.shape[axis]
+    if n <= MAX_SUM:
+        return x.sum(axis=axis) % P
+    parts = [np.take(x, range(i, min(n, i + MAX_SUM)), axis=axis).sum(axis=axis) % P
+             for i in range(0, n, MAX_SUM)]
+    return np.sum(parts, axis=0) % P
+
+
+def gather_values(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``values[..., idx]`` with ``-1`` indices reading zero."""
+    out = values[..., np.maximum(idx, 0)]
+    return np.where(idx >= 0, out, 0)
+
+
+def apply_gather(g: Gather, inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """Evaluate a :class:`Gather` mod p; ``inputs[i]`` is ``[T, size_i]`` (T independent tests)."""
+    total = None
+    for term in g.terms:
+        prod = None
+        for i, idx in term:
+            vals = gather_values(inputs[i], idx)
+            prod = vals if prod is None else mulmod(prod, vals)
+        s = sum_mod(prod)
+        total = s if total is None else (total + s) % P
+    if g.divisor is not None:
+        total = mulmod(total, inverse(g.divisor))
+    return total
+
+
+def eval_node_at(op: Op, attrs: Attrs, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
+                 j: int, flat: np.ndarray, inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """Output ``j`` of a node, mod p, at the flat positions ``flat``; inputs are ``[T, size]``."""
+    if op not in GATHER_RULES:
+        raise UnsupportedOperator(f"{op.value} is not multi-linear and has no exact evaluation")
+    per = max(1, CHUNK // max(1, reduction_size(op, attrs, in_shapes)))
+    parts = []
+    for start in range(0, len(flat), per):
+        coords = unravel(flat[start:start + per], out_shapes[j])
+        parts.append(apply_gather(GATHER_RULES[op](attrs, in_shapes, out_shapes, j, coords), inputs))
+    if not parts:
+        return np.zeros((inputs[0].shape[0], 0), np.int64)
+    return np.concatenate(parts, axis=-1)
+
+
+def evaluate_modp(program: Program, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Exact evaluation of a multi-linear program mod p on whole tensors.
+
+    Args:
+        program: a program without OPAQUE nodes.
+        env: int64 residues for every input and weight, each shaped like the tensor, or with one
+            extra leading axis of independent tests.
+
+    Returns:
+        The outputs by name, shaped like ``env`` (with the test axis if it was given).
+    """
+    shapes = program.shapes
+    first = next(iter(env.values())) if env else None
+    batched = first is not None and first.ndim == len(shapes[next(iter(env))]) + 1
+    flat_env = {k: (np.asarray(v, np.int64) % P).reshape((v.shape[0] if batched else 1, -1))
+                for k, v in env.items()}
+    values = dict(flat_env)
+    for node in program.nodes:
+        ins = [shapes[i] for i in node.inputs]
+        outs = [shapes[o] for o in node.outputs]
+        args = [values[i] for i in node.inputs]
+        for j, name in enumerate(node.outputs):
+            size = int(np.prod(outs[j]))
+            values[name] = eval_node_at(node.op, node.attrs, ins, outs, j, np.arange(size), args)
+    result = {}
+    for o in program.outputs:
+        v = values[o].reshape((-1,) + shapes[o])
+        result[o] = v if batched else v[0]
+    return result

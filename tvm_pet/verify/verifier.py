@@ -1,0 +1,272 @@
+"""PET's verifier (paper 5.1-5.2): where does a candidate program differ from the original?
+
+For each output, the boxes of both programs (per-axis label classes, :mod:`tvm_pet.ops.labels`)
+are intersected. Inside one intersected box every index map of both programs is affine and the
+summation domain is fixed, so by Theorem 1 the two programs agree on the whole box iff they agree
+at ``v0`` and at ``v0 + step_i * e_i`` for every axis ``i``. Each such position is compared with
+``t`` random tests over Z_p, p = 2^31 - 1 (Theorem 2): all runtime inputs and weights are random
+residues, and a missed difference has probability at most ``(n / p) ** t`` for polynomials of
+degree ``n``. Only the elements those positions need are computed (:func:`evaluate_points`).
+
+Weights are variables, identified by content: two weights are the same variable iff they have
+equal shapes and values (so a candidate with one weight element changed differs wherever that
+weight is read).
+
+>>> import numpy as np
+>>> from tvm_pet.ir import ProgramBuilder
+>>> b = ProgramBuilder(); x = b.input("x", (4, 6)); w = b.weight("w", np.ones((6, 5)))
+>>> p0 = b.build([b.matmul(x, w, out="y")])
+>>> verify(p0, p0).equivalent
+True
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tvm_pet.errors import UnsupportedOperator, VerificationError
+from tvm_pet.ir.node import Program, Shape, weight_key
+from tvm_pet.ir.ops import Op
+from tvm_pet.ops.gather import GATHER_RULES, ravel
+from tvm_pet.ops.labels import LABEL_RULES, combine, trivial
+from tvm_pet.ops.modp import P, apply_gather
+from tvm_pet.verify.boxes import Box, axis_progressions, merge_boxes
+from tvm_pet.verify.interpreter import run
+
+#: Default number of random tests per position (Theorem 2).
+DEFAULT_TESTS = 4
+#: Refuse to test more boxes than this for one output (the candidate is then reported unverifiable).
+MAX_BOXES = 200_000
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputDiff:
+    """The verdict for one output: the boxes where the candidate differs from the original."""
+
+    name: str
+    shape: Shape
+    equivalent: bool
+    boxes: tuple[Box, ...]
+    tested_boxes: int = 0
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "equivalent": self.equivalent,
+                "differing_boxes": [b.to_json() for b in self.boxes],
+                "tested_boxes": self.tested_boxes}
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyResult:
+    """The verifier's answer for a pair of programs."""
+
+    outputs: tuple[OutputDiff, ...]
+    tests: int
+    degree: int
+    positions: int
+
+    @property
+    def equivalent(self) -> bool:
+        return all(o.equivalent for o in self.outputs)
+
+    @property
+    def prime(self) -> int:
+        return P
+
+    @property
+    def error_bound(self) -> float:
+        """Chance that some difference was missed, bounded by (degree / p) ** tests."""
+        return float((self.degree / P) ** self.tests)
+
+    @property
+    def differing_boxes(self) -> int:
+        return sum(len(o.boxes) for o in self.outputs)
+
+    def output(self, name: str) -> OutputDiff:
+        return next(o for o in self.outputs if o.name == name)
+
+    def to_json(self) -> dict:
+        """The ``tvm-pet verify --json`` object."""
+        return {"equivalent": self.equivalent, "prime": P, "tests": self.tests,
+                "error_bound": self.error_bound, "degree": self.degree,
+                "positions_checked": self.positions,
+                "outputs": [o.to_json() for o in self.outputs]}
+
+
+def check_comparable(original: Program, candidate: Program) -> None:
+    """Raise :class:`VerificationError` unless both programs have the same signature."""
+    a = {t.name: t.shape for t in original.inputs}
+    b = {t.name: t.shape for t in candidate.inputs}
+    if a != b:
+        raise VerificationError(f"inputs differ: original has {_sig(a)}, candidate has {_sig(b)}")
+    oa = {o: original.shapes[o] for o in original.outputs}
+    ob = {o: candidate.shapes[o] for o in candidate.outputs}
+    if oa != ob:
+        raise VerificationError(f"outputs differ: original has {_sig(oa)}, candidate has {_sig(ob)}")
+    for p, which in ((original, "original"), (candidate, "candidate")):
+        bad = next((n for n in p.nodes if n.op not in GATHER_RULES), None)
+        if bad is not None:
+            raise UnsupportedOperator(
+                f"the {which} program is not multi-linear: `{bad.describe()}` uses "
+                f"{bad.attrs.get('kind', bad.op.value)!r}; the verifier compares multi-linear "
+                f"programs only (split the model at non-linear operators first)")
+
+
+def _sig(m: Mapping[str, Shape]) -> str:
+    return ", ".join(f"{k}{list(v)}" for k, v in sorted(m.items())) or "nothing"
+
+
+def labels_of(program: Program) -> dict[str, list[np.ndarray]]:
+    """Per-axis box labels of every output of a multi-linear program."""
+    env = {t.name: trivial(t.shape) for t in program.inputs}
+    env.update({k: trivial(v.shape) for k, v in program.weights.items()})
+    return run(program, LABEL_RULES, env)
+
+
+def degree_of(program: Program) -> int:
+    """The largest polynomial degree of any output, in the inputs and weights."""
+    deg = {name: 1 for name in list(program.input_names) + list(program.weights)}
+    shapes = program.shapes
+    for node in program.nodes:
+        ins = [shapes[i] for i in node.inputs]
+        outs = [shapes[o] for o in node.outputs]
+        for j, name in enumerate(node.outputs):
+            g = GATHER_RULES[node.op](node.attrs, ins, outs, j, np.zeros((1, len(outs[j])), np.int64))
+            deg[name] = max(sum(deg[node.inputs[i]] for i, _ in term) for term in g.terms)
+    return max(deg[o] for o in program.outputs)
+
+
+def random_env(programs: Sequence[Program], tests: int, seed: int) -> dict[str, np.ndarray]:
+    """Random residues ``[tests, size]`` for every input (by name) and weight (by content)."""
+    rng = np.random.default_rng(seed)
+    by_key: dict[str, np.ndarray] = {}
+    env: dict[tuple[int, str], np.ndarray] = {}
+    for k, p in enumerate(programs):
+        for t in p.inputs:
+            if ("in", t.name) not in by_key:
+                by_key[("in", t.name)] = rng.integers(0, P, (tests, math.prod(t.shape)), np.int64)
+            env[(k, t.name)] = by_key[("in", t.name)]
+        for name, value in p.weights.items():
+            key = ("w", weight_key(value))
+            if key not in by_key:
+                by_key[key] = rng.integers(0, P, (tests, value.size), np.int64)
+            env[(k, name)] = by_key[key]
+    return env  # type: ignore[return-value]
+
+
+def evaluate_points(program: Program, env: Mapping[str, np.ndarray],
+                    requests: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Exact values mod p of some output positions, computing only the elements they need.
+
+    Args:
+        program: a multi-linear program.
+        env: residues ``[T, size]`` for every input and weight.
+        requests: flat output positions wanted, per output name.
+
+    Returns:
+        ``[T, len(positions)]`` residues per requested output.
+    """
+    shapes = program.shapes
+    need: dict[str, np.ndarray] = {}
+    for name, flat in requests.items():
+        mask = need.setdefault(name, np.zeros(math.prod(shapes[name]), bool))
+        mask[flat] = True
+    plans = []
+    for node in reversed(program.nodes):
+        if not any(o in need for o in node.outputs):
+            continue
+        ins = [shapes[i] for i in node.inputs]
+        outs = [shapes[o] for o in node.outputs]
+        for j, name in enumerate(node.outputs):
+            if name not in need:
+                continue
+            flat = np.flatnonzero(need[name])
+            from tvm_pet.ops.modp import CHUNK
+            from tvm_pet.ops.gather import reduction_size, unravel
+            per = max(1, CHUNK // max(1, reduction_size(node.op, node.attrs, ins)))
+            for start in range(0, len(flat), per):
+                part = flat[start:start + per]
+                g = GATHER_RULES[node.op](node.attrs, ins, outs, j, unravel(part, outs[j]))
+                for term in g.terms:
+                    for i, idx in term:
+                        src = node.inputs[i]
+                        mask = need.setdefault(src, np.zeros(math.prod(shapes[src]), bool))
+                        mask[idx[idx >= 0]] = True
+                plans.append((node, j, part, g))
+    tests = next(iter(env.values())).shape[0]
+    values = {k: v for k, v in env.items()}
+    for node, j, part, g in reversed(plans):
+        name = node.outputs[j]
+        if name not in values:
+            values[name] = np.zeros((tests, math.prod(shapes[name])), np.int64)
+        values[name][:, part] = apply_gather(g, [values[i] for i in node.inputs])
+    return {name: values[name][:, flat] for name, flat in requests.items()}
+
+
+def _test_positions(boxes: Sequence[Box], shape: Shape) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The Theorem-1 positions of every box: flat positions (unique) and, per box, their indices."""
+    points, owners = [], []
+    for k, box in enumerate(boxes):
+        v0 = np.asarray(box.lo, np.int64)
+        pts = [v0]
+        for d, c in enumerate(box.counts):
+            if c > 1:
+                v = v0.copy()
+                v[d] += box.step[d]
+                pts.append(v)
+        points.append(np.stack(pts))
+        owners.append(np.full(len(pts), k))
+    flat = ravel(np.concatenate(points), shape)
+    uniq, where = np.unique(flat, return_inverse=True)
+    return uniq, np.split(where, np.cumsum([len(o) for o in owners])[:-1])
+
+
+def verify(original: Program, candidate: Program, tests: int = DEFAULT_TESTS,
+           seed: int = 0) -> VerifyResult:
+    """Find where ``candidate`` differs from ``original``.
+
+    Args:
+        original: the reference program P0 (multi-linear).
+        candidate: the program P1 to check; same input and output names and shapes.
+        tests: random tests per position (Theorem 2); the miss probability is (n/p)^tests.
+        seed: seed of the random residues.
+
+    Returns:
+        A :class:`VerifyResult`: per output, whether it is equivalent and the boxes that differ.
+
+    Raises:
+        VerificationError: the programs' inputs or outputs differ.
+        UnsupportedOperator: a program has a non-linear (opaque) operator.
+    """
+    if tests < 1:
+        raise VerificationError(f"tests must be at least 1, got {tests}")
+    check_comparable(original, candidate)
+    la, lb = labels_of(original), labels_of(candidate)
+    envs = random_env([original, candidate], tests, seed)
+    env_a = {n: envs[(0, n)] for n in list(original.input_names) + list(original.weights)}
+    env_b = {n: envs[(1, n)] for n in list(candidate.input_names) + list(candidate.weights)}
+    boxes: dict[str, list[Box]] = {}
+    requests: dict[str, np.ndarray] = {}
+    owners: dict[str, list[np.ndarray]] = {}
+    for name in original.outputs:
+        shape = original.shapes[name]
+        per_axis = [axis_progressions(combine(a, b)) for a, b in zip(la[name], lb[name])]
+        count = math.prod(len(p) for p in per_axis)
+        if count > MAX_BOXES:
+            raise VerificationError(f"output {name!r} splits into {count} boxes (limit "
+                                    f"{MAX_BOXES}); the candidate is too irregular to verify")
+        import itertools
+        boxes[name] = [Box.from_progressions(aps) for aps in itertools.product(*per_axis)]
+        requests[name], owners[name] = _test_positions(boxes[name], shape)
+    va = evaluate_points(original, env_a, requests)
+    vb = evaluate_points(candidate, env_b, requests)
+    outputs = []
+    for name in original.outputs:
+        differs = np.any(va[name] != vb[name], axis=0)
+        bad = [box for box, idx in zip(boxes[name], owners[name]) if differs[idx].any()]
+        outputs.append(OutputDiff(name, original.shapes[name], not bad, tuple(merge_boxes(bad)),
+                                  len(boxes[name])))
+    degree = max(degree_of(original), degree_of(candidate))
+    return VerifyResult(tuple(outputs), tests, degree, sum(len(r) for r in requests.values()))
