@@ -50,7 +50,7 @@ def avgpool(attrs: Attrs, args: Arrays) -> tuple[np.ndarray]:
     nsp = len(kernel)
     total = _windows(x, kernel, strides, ones, pads).sum(axis=tuple(range(-nsp, 0)))
     if attrs["count_include_pad"]:
-        count = float(math.prod(kernel))
+        count = math.prod(kernel)
     else:
         mask = np.ones((1, 1) + x.shape[2:], x.dtype)
         count = _windows(mask, kernel, strides, ones, pads).sum(axis=tuple(range(-nsp, 0)))

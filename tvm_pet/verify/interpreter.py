@@ -43,7 +43,7 @@ def run(program: Program, rules: Mapping[Op, Rule], env: Mapping[str, Any],
         for name, value in zip(node.outputs, outs):
             values[name] = value
         if not keep:
-            for i in node.inputs:
+            for i in set(node.inputs):
                 if last_use[i] == k and i not in program.outputs and i not in env:
                     del values[i]
     return values if keep else {o: values[o] for o in program.outputs}

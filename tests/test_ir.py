@@ -1,0 +1,86 @@
+"""IR: frozen nodes, shape rules, check_program, rule tables covering every operator."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tvm_pet.errors import ProgramError, ShapeError
+from tvm_pet.ir import Attrs, Node, Op, Program, ProgramBuilder, TensorSpec, check_program
+from tvm_pet.ir.shapes import ARITY, SHAPE_RULES
+from tvm_pet.ops.float_eval import FLOAT_RULES
+from tvm_pet.ops.gather import GATHER_RULES
+from tvm_pet.ops.labels import LABEL_RULES
+from tvm_pet.ops.restrict import RESTRICT_RULES
+
+
+def test_every_table_covers_every_operator():
+    multilinear = set(Op) - {Op.OPAQUE}
+    assert set(SHAPE_RULES) == set(ARITY) == set(FLOAT_RULES) == set(Op)
+    assert set(GATHER_RULES) == set(LABEL_RULES) == set(RESTRICT_RULES) == multilinear
+
+
+def test_nodes_and_attrs_are_frozen():
+    node = Node(Op.TRANSPOSE, ("x",), ("y",), {"perm": [1, 0]})
+    assert node.attrs["perm"] == (1, 0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        node.op = Op.ADD
+    with pytest.raises(AttributeError):
+        node.attrs.perm = (0, 1)
+    assert hash(node) == hash(Node(Op.TRANSPOSE, ("x",), ("y",), Attrs({"perm": (1, 0)})))
+
+
+def test_weights_are_read_only():
+    b = ProgramBuilder()
+    x = b.input("x", (2, 3))
+    p = b.build([b.matmul(x, b.weight("w", np.ones((3, 4))))])
+    with pytest.raises(ValueError):
+        p.weights["w"][0, 0] = 5
+
+
+def test_shape_error_names_the_node():
+    b = ProgramBuilder()
+    x = b.input("x", (1, 3, 8, 8))
+    w = b.weight("w", np.ones((4, 5, 3, 3)))
+    with pytest.raises(ShapeError, match="Conv"):
+        b.conv(x, w)
+
+
+def test_check_program_catches_order_and_double_definition():
+    spec = (TensorSpec("x", (2, 2)),)
+    bad_order = (Node(Op.ADD, ("y", "x"), ("z",)), Node(Op.ADD, ("x", "x"), ("y",)))
+    with pytest.raises(ProgramError, match="topological"):
+        Program(spec, {}, bad_order, ("z",))
+    twice = (Node(Op.ADD, ("x", "x"), ("y",)), Node(Op.ADD, ("x", "x"), ("y",)))
+    with pytest.raises(ProgramError, match="defined twice"):
+        Program(spec, {}, twice, ("y",))
+    with pytest.raises(ProgramError, match="never defined"):
+        Program(spec, {}, (), ("nope",))
+    with pytest.raises(ShapeError, match="zero-size"):
+        Program((TensorSpec("x", (0, 2)),), {}, (), ("x",))
+
+
+def test_check_program_accepts_a_good_program():
+    b = ProgramBuilder()
+    x = b.input("x", (1, 4, 6, 6))
+    parts = b.split(x, 1, (1, 3))
+    y = b.concat([parts[1], parts[0]], 1)
+    p = b.build([b.reshape_transpose(y, (1, 4, 3, 2, 6), (0, 1, 3, 2, 4), (1, 4, 6, 6))])
+    assert check_program(p) is p
+    assert p.shapes[p.outputs[0]] == (1, 4, 6, 6)
+    assert "Split" in p.describe()
+
+
+@pytest.mark.parametrize("op,shapes,attrs", [
+    (Op.MATMUL, [(2, 3), (4, 5)], {}),
+    (Op.CONCAT, [(2, 3), (2, 4)], {"axis": 0}),
+    (Op.SPLIT, [(2, 3)], {"axis": 1, "sizes": (1, 1)}),
+    (Op.SLICE, [(4,)], {"starts": (3,), "steps": (1,), "sizes": (2,)}),
+    (Op.RESHAPE, [(2, 3)], {"shape": (4, 2)}),
+    (Op.TRANSPOSE, [(2, 3)], {"perm": (0, 0)}),
+    (Op.PAD, [(2, 3)], {"pads": (0, -1, 0, 0)}),
+    (Op.UPDATE, [(4, 4), (2, 2)], {"starts": (3, 0), "steps": (1, 1)}),
+    (Op.BATCHNORM, [(1, 3, 2), (2,), (3,)], {}),
+])
+def test_shape_rules_reject_bad_shapes(op, shapes, attrs):
+    with pytest.raises(ShapeError):
+        SHAPE_RULES[op](Attrs(attrs), shapes)
