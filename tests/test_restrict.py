@@ -1,6 +1,5 @@
 """The corrector's restriction rules: any region of any tensor equals the whole result, sliced."""
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from tvm_pet.ir import ProgramBuilder

@@ -15,7 +15,6 @@ always sound (smaller boxes), never needed for soundness to be coarser.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -198,8 +197,6 @@ def reshape_labels(x: Labels, shape: Sequence[int]) -> Labels:
         flat = np.zeros(1, np.int64)
         for i in gi:
             flat = merge_axes(flat, x[i])
-        flat = combine(flat) if len(flat) == math.prod(shape[j] for j in gj) else \
-            np.zeros(math.prod(shape[j] for j in gj), np.int64)
         for j, part in zip(gj, split_axis(flat, [shape[j] for j in gj])):
             out[j] = part
     return out

@@ -10,7 +10,7 @@ program only where the candidate differs, slicing just the input elements it nee
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from tvm_pet.ir.node import Attrs, Shape
 from tvm_pet.ir.ops import Op

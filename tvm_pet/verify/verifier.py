@@ -22,6 +22,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -29,10 +30,9 @@ import numpy as np
 
 from tvm_pet.errors import UnsupportedOperator, VerificationError
 from tvm_pet.ir.node import Program, Shape, weight_key
-from tvm_pet.ir.ops import Op
-from tvm_pet.ops.gather import GATHER_RULES, ravel
+from tvm_pet.ops.gather import GATHER_RULES, ravel, reduction_size, unravel
 from tvm_pet.ops.labels import LABEL_RULES, combine, trivial
-from tvm_pet.ops.modp import P, apply_gather
+from tvm_pet.ops.modp import CHUNK, P, apply_gather
 from tvm_pet.verify.boxes import Box, axis_progressions, merge_boxes
 from tvm_pet.verify.interpreter import run
 
@@ -183,8 +183,6 @@ def evaluate_points(program: Program, env: Mapping[str, np.ndarray],
             if name not in need:
                 continue
             flat = np.flatnonzero(need[name])
-            from tvm_pet.ops.modp import CHUNK
-            from tvm_pet.ops.gather import reduction_size, unravel
             per = max(1, CHUNK // max(1, reduction_size(node.op, node.attrs, ins)))
             for start in range(0, len(flat), per):
                 part = flat[start:start + per]
@@ -257,7 +255,6 @@ def verify(original: Program, candidate: Program, tests: int = DEFAULT_TESTS,
         if count > MAX_BOXES:
             raise VerificationError(f"output {name!r} splits into {count} boxes (limit "
                                     f"{MAX_BOXES}); the candidate is too irregular to verify")
-        import itertools
         boxes[name] = [Box.from_progressions(aps) for aps in itertools.product(*per_axis)]
         requests[name], owners[name] = _test_positions(boxes[name], shape)
     va = evaluate_points(original, env_a, requests)
