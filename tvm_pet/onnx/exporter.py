@@ -1,0 +1,252 @@
+"""Export a tvm_pet :class:`~tvm_pet.ir.Program` as an ONNX model.
+
+Where it sits: the back door of the pipeline, the inverse of :mod:`tvm_pet.onnx.importer`. It is
+used to run an optimized program in onnxruntime or to hand it to another tool.
+
+Each IR node becomes one ONNX node, or a small fixed group (:data:`EXPORT_RULES`): BATCHNORM is a
+Mul and an Add of reshaped per-channel vectors, RESHAPE_TRANSPOSE is Reshape, Transpose, Reshape,
+and UPDATE is a ScatterND whose constant indices list the positions of the strided box. Weights
+become float32 initializers; shape operands become int64 initializers.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from tvm_pet.errors import ModelError, UnsupportedOperator
+from tvm_pet.ir.node import Node, Program
+from tvm_pet.ir.ops import Op
+from tvm_pet.onnx.importer import ONNX_DOMAIN, ONNX_INPUTS, SUPPORTED_OPSETS
+
+
+def export_model(program: Program, opset: int = 17) -> onnx.ModelProto:
+    """Write a program as an ONNX model with float32 inputs, outputs and initializers.
+
+    Args:
+        program: the program; OPAQUE nodes must have a ``kind`` that is an ONNX operator.
+        opset: the default-domain opset of the model (13 to 21).
+
+    Returns:
+        The model; it passes ``onnx.checker.check_model(model, full_check=True)``.
+
+    Raises:
+        ModelError: an unsupported opset.
+        UnsupportedOperator: an OPAQUE kind that the opset does not define.
+
+    >>> from tvm_pet.ir import ProgramBuilder
+    >>> b = ProgramBuilder(); x = b.input("x", (2, 3)); y = b.add(x, x, out="y")
+    >>> [n.op_type for n in export_model(b.build([y])).graph.node]
+    ['Add']
+    """
+    if opset not in SUPPORTED_OPSETS:
+        raise ModelError(f"cannot export with opset {opset}; tvm_pet writes opsets "
+                         f"{SUPPORTED_OPSETS.start}-{SUPPORTED_OPSETS.stop - 1}")
+    return _Exporter(program, opset).run()
+
+
+def save_model(program: Program, path: str | os.PathLike, opset: int = 17) -> None:
+    """Export a program (see :func:`export_model`) and write it to ``path``.
+
+    Args:
+        program: the program.
+        path: the ``.onnx`` file to write.
+        opset: the default-domain opset.
+    """
+    onnx.save(export_model(program, opset), os.fspath(path))
+
+
+class _Exporter:
+    """The state of one export: emitted ONNX nodes, initializers and extra opset imports."""
+
+    def __init__(self, program: Program, opset: int):
+        self.program = program
+        self.opset = opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: dict[str, np.ndarray] = dict(program.weights)
+        self.domains: dict[str, int] = {}
+        self._count = 0
+
+    def fresh(self, hint: str) -> str:
+        """A tensor name the program does not use."""
+        while True:
+            self._count += 1
+            name = f"{hint}_{self._count}"
+            if name not in self.program.shapes and name not in self.initializers:
+                return name
+
+    def const(self, hint: str, value: np.ndarray) -> str:
+        """A new initializer; returns its name."""
+        name = self.fresh(hint)
+        self.initializers[name] = np.asarray(value)
+        return name
+
+    def ints(self, hint: str, values: Sequence[int]) -> str:
+        """A new int64 vector initializer (a shape, a pads or split-sizes operand)."""
+        return self.const(hint, np.array(list(values), np.int64))
+
+    def add(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], domain: str = "",
+            **attrs) -> None:
+        """Emit one ONNX node."""
+        self.nodes.append(helper.make_node(op_type, list(inputs), list(outputs),
+                                           name=f"{op_type}_{len(self.nodes)}", domain=domain,
+                                           **attrs))
+
+    def run(self) -> onnx.ModelProto:
+        """Emit every node and assemble the model."""
+        p = self.program
+        for node in p.nodes:
+            EXPORT_RULES[node.op](self, node)
+        used = {i for n in self.nodes for i in n.input} | set(p.outputs)
+        inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in self.initializers.items()
+                 if k in used]
+        value = lambda name, shape: helper.make_tensor_value_info(  # noqa: E731
+            name, onnx.TensorProto.FLOAT, list(shape))
+        graph = helper.make_graph(self.nodes, p.name, [value(t.name, t.shape) for t in p.inputs],
+                                  [value(o, p.shapes[o]) for o in p.outputs], inits)
+        opsets = [helper.make_opsetid("", self.opset)]
+        opsets += [helper.make_opsetid(d, v) for d, v in self.domains.items()]
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="tvm_pet")
+        model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
+        return model
+
+
+ExportRule = Callable[[_Exporter, Node], None]
+
+
+def _simple(op_type: str, keys: Sequence[tuple[str, str]] = ()) -> ExportRule:
+    """A rule for a one-to-one operator whose attributes only change names (IR key, ONNX key)."""
+    def rule(ex: _Exporter, node: Node) -> None:
+        ex.add(op_type, node.inputs, node.outputs,
+               **{onnx_key: node.attrs[key] for key, onnx_key in keys})
+    return rule
+
+
+def _conv(ex: _Exporter, node: Node) -> None:
+    a = node.attrs
+    kernel = list(ex.program.shapes[node.inputs[1]][2:])
+    ex.add("Conv", node.inputs, node.outputs, kernel_shape=kernel, strides=list(a["strides"]),
+           pads=list(a["pads"]), dilations=list(a["dilations"]), group=a["groups"])
+
+
+def _avgpool(ex: _Exporter, node: Node) -> None:
+    a = node.attrs
+    ex.add("AveragePool", node.inputs, node.outputs, kernel_shape=list(a["kernel"]),
+           strides=list(a["strides"]), pads=list(a["pads"]),
+           count_include_pad=int(a["count_include_pad"]))
+
+
+def _channel_vector(ex: _Exporter, name: str, rank: int) -> str:
+    """A per-channel vector [C] reshaped to [C, 1, ...] so that it broadcasts over axis 1."""
+    shape = ex.program.shapes[name] + (1,) * (rank - 2)
+    if name in ex.program.weights:
+        return ex.const(name, ex.program.weights[name].reshape(shape))
+    out = ex.fresh(name)
+    ex.add("Reshape", [name, ex.ints("shape", shape)], [out])
+    return out
+
+
+def _batchnorm(ex: _Exporter, node: Node) -> None:
+    x, scale, shift = node.inputs
+    rank = len(ex.program.shapes[x])
+    scaled = ex.fresh(node.output)
+    ex.add("Mul", [x, _channel_vector(ex, scale, rank)], [scaled])
+    ex.add("Add", [scaled, _channel_vector(ex, shift, rank)], node.outputs)
+
+
+def _split(ex: _Exporter, node: Node) -> None:
+    ex.add("Split", [node.inputs[0], ex.ints("split", node.attrs["sizes"])], node.outputs,
+           axis=node.attrs["axis"])
+
+
+def _slice(ex: _Exporter, node: Node) -> None:
+    a = node.attrs
+    ends = [b + (k - 1) * s + 1 for b, s, k in zip(a["starts"], a["steps"], a["sizes"])]
+    operands = [ex.ints("starts", a["starts"]), ex.ints("ends", ends),
+                ex.ints("axes", range(len(ends))), ex.ints("steps", a["steps"])]
+    ex.add("Slice", [node.inputs[0], *operands], node.outputs)
+
+
+def _pad(ex: _Exporter, node: Node) -> None:
+    ex.add("Pad", [node.inputs[0], ex.ints("pads", node.attrs["pads"])], node.outputs,
+           mode="constant")
+
+
+def _reshape(ex: _Exporter, node: Node) -> None:
+    ex.add("Reshape", [node.inputs[0], ex.ints("shape", node.attrs["shape"])], node.outputs)
+
+
+def _reshape_transpose(ex: _Exporter, node: Node) -> None:
+    a = node.attrs
+    split, moved = ex.fresh(node.output), ex.fresh(node.output)
+    ex.add("Reshape", [node.inputs[0], ex.ints("shape", a["split_shape"])], [split])
+    ex.add("Transpose", [split], [moved], perm=list(a["perm"]))
+    ex.add("Reshape", [moved, ex.ints("shape", a["shape"])], node.outputs)
+
+
+def _update(ex: _Exporter, node: Node) -> None:
+    """UPDATE as ScatterND: indices [*patch_shape, rank] hold the box position of each element."""
+    base, patch = node.inputs
+    patch_shape = ex.program.shapes[patch]
+    grid = np.moveaxis(np.indices(patch_shape, dtype=np.int64), 0, -1)
+    steps, starts = (np.array(node.attrs[k], np.int64) for k in ("steps", "starts"))
+    indices = grid * steps + starts
+    ex.add("ScatterND", [base, ex.const("indices", indices), patch], node.outputs)
+
+
+def _opaque(ex: _Exporter, node: Node) -> None:
+    kind, params = node.attrs["kind"], dict(node.attrs["params"])
+    layout = params.pop(ONNX_INPUTS, None)
+    domain, version = params.pop(ONNX_DOMAIN, ("", ex.opset))
+    if domain:
+        ex.domains[domain] = version
+    elif not onnx.defs.has(kind, ex.opset):
+        raise UnsupportedOperator(f"cannot export `{node.describe()}`: ONNX opset {ex.opset} has "
+                                  f"no operator {kind!r}; export with a higher opset or replace it")
+    inputs = _opaque_inputs(ex, node, layout) if layout is not None else list(node.inputs)
+    attrs = {}
+    for key, value in params.items():
+        if isinstance(value, tuple) and any(isinstance(v, (tuple, dict)) for v in value) \
+                or not isinstance(value, (int, float, str, tuple)):
+            raise UnsupportedOperator(f"cannot export parameter {key}={value!r} of "
+                                      f"`{node.describe()}` as an ONNX attribute")
+        if value != ():
+            attrs[key] = list(value) if isinstance(value, tuple) else value
+    ex.add(kind, inputs, node.outputs, domain=domain, **attrs)
+
+
+def _opaque_inputs(ex: _Exporter, node: Node, layout: Sequence[tuple]) -> list[str]:
+    """Rebuild an opaque node's ONNX inputs: program tensors, absent ones and constants."""
+    tensors, inputs = iter(node.inputs), []
+    for entry in layout:
+        if entry[0] == "tensor":
+            inputs.append(next(tensors))
+        elif entry[0] == "absent":
+            inputs.append("")
+        else:
+            _, dtype, shape, values = entry
+            inputs.append(ex.const("const", np.array(values, dtype=dtype).reshape(shape)))
+    return inputs
+
+
+#: How each operator kind is written in ONNX.
+EXPORT_RULES: dict[Op, ExportRule] = {
+    Op.ADD: _simple("Add"),
+    Op.MUL: _simple("Mul"),
+    Op.CONV: _conv,
+    Op.MATMUL: _simple("MatMul"),
+    Op.BATCHNORM: _batchnorm,
+    Op.AVGPOOL: _avgpool,
+    Op.CONCAT: _simple("Concat", [("axis", "axis")]),
+    Op.SPLIT: _split,
+    Op.SLICE: _slice,
+    Op.PAD: _pad,
+    Op.TRANSPOSE: _simple("Transpose", [("perm", "perm")]),
+    Op.RESHAPE: _reshape,
+    Op.RESHAPE_TRANSPOSE: _reshape_transpose,
+    Op.UPDATE: _update,
+    Op.OPAQUE: _opaque,
+}
