@@ -194,6 +194,8 @@ def reshape_labels(x: Labels, shape: Sequence[int]) -> Labels:
     """Labels after a reshape: per group of matching axes, merge them all, then split."""
     out: Labels = [None] * len(shape)  # type: ignore[list-item]
     for gi, gj in _groups(_shape(x), shape):
+        if not gj:  # size-1 axes that the reshape drops
+            continue
         flat = np.zeros(1, np.int64)
         for i in gi:
             flat = merge_axes(flat, x[i])

@@ -196,10 +196,12 @@ def evaluate_points(program: Program, env: Mapping[str, np.ndarray],
     tests = next(iter(env.values())).shape[0]
     values = {k: v for k, v in env.items()}
     for node, j, part, g in reversed(plans):
-        name = node.outputs[j]
-        if name not in values:
-            values[name] = np.zeros((tests, math.prod(shapes[name])), np.int64)
-        values[name][:, part] = apply_gather(g, [values[i] for i in node.inputs])
+        # an operand none of whose elements are needed (an unread concat piece, an overwritten
+        # update base) gets zeros: its gathered indices are all -1
+        for name in (*node.inputs, node.outputs[j]):
+            if name not in values:
+                values[name] = np.zeros((tests, math.prod(shapes[name])), np.int64)
+        values[node.outputs[j]][:, part] = apply_gather(g, [values[i] for i in node.inputs])
     return {name: values[name][:, flat] for name, flat in requests.items()}
 
 
