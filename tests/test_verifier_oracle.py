@@ -215,3 +215,24 @@ def test_many_random_mutants(pair):
 @given(mutant_pairs(max_steps=4, focus=CONV_FOCUS))
 def test_many_conv_regrouping_mutants(pair):
     check_pair(*pair)
+
+
+@pytest.mark.parametrize("spatial", [(8,), (4, 5, 6)])
+def test_side_by_side_seam_in_1d_and_3d_convolutions(spatial):
+    """Figure 1's mutant along the first spatial axis of a 1-D and a 3-D convolution."""
+    rng = np.random.default_rng(5)
+    nsp, c, o, k = len(spatial), 2, 3, 3
+    weight = rng.standard_normal((o, c) + (k,) * nsp)
+    b0 = ProgramBuilder("original")
+    x = b0.input("x", (2, c) + spatial)
+    original = b0.build([b0.conv(x, b0.weight("w", weight), pads=1, out="y")])
+    b1 = ProgramBuilder("candidate")
+    x = b1.input("x", (2, c) + spatial)
+    side = b1.reshape(b1.transpose(b1.reshape(x, (1, 2, c) + spatial),
+                                   (0, 2, 1) + tuple(range(3, 3 + nsp))),
+                      (1, c, 2 * spatial[0]) + spatial[1:])
+    y = b1.conv(side, b1.weight("w2", weight), pads=1)
+    back = b1.transpose(b1.reshape(y, (1, o, 2) + spatial), (0, 2, 1) + tuple(range(3, 3 + nsp)))
+    candidate = b1.build([b1.reshape(back, (2, o) + spatial, out="y")])
+    result, report, corrected = check_pair(original, candidate)
+    assert not result.equivalent and report.sound and report.tight
