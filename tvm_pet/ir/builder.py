@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -28,9 +28,11 @@ def _per_axis(value: int | Sequence[int], n: int) -> tuple[int, ...]:
 class ProgramBuilder:
     """Builds a :class:`Program` node by node; every method returns the new tensor's name."""
 
-    def __init__(self, name: str = "program", prefix: str = "t"):
+    def __init__(self, name: str = "program", prefix: str = "t", reserved: Iterable[str] = ()):
+        """Args: the program's name, the prefix of fresh names, and names fresh ones must avoid."""
         self.name = name
         self.prefix = prefix
+        self.reserved = set(reserved)
         self.inputs: list[TensorSpec] = []
         self.weights: dict[str, np.ndarray] = {}
         self.nodes: list[Node] = []
@@ -42,7 +44,7 @@ class ProgramBuilder:
         while True:
             self._count += 1
             name = f"{self.prefix}{self._count}" if hint is None else f"{hint}_{self._count}"
-            if name not in self.shapes:
+            if name not in self.shapes and name not in self.reserved:
                 return name
 
     def input(self, name: str, shape: Sequence[int]) -> str:

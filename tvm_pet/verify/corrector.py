@@ -74,15 +74,14 @@ def correct(original: Program, candidate: Program, result: VerifyResult | None =
     result = result if result is not None else verify(original, candidate, tests, seed)
     if result.equivalent:
         return candidate
-    b = ProgramBuilder(f"{candidate.name}_corrected", prefix="corr")
+    reserved = {n for node in candidate.nodes for n in node.outputs} | set(candidate.weights) \
+        | set(candidate.input_names) | {n for node in original.nodes for n in node.outputs}
+    b = ProgramBuilder(f"{candidate.name}_corrected", prefix="corr", reserved=reserved)
     for t in candidate.inputs:
         b.input(t.name, t.shape)
     for k, v in candidate.weights.items():
         b.weight(k, v)
     patched = {o.name for o in result.outputs if not o.equivalent}
-    reserved = {n for node in candidate.nodes for n in node.outputs} | set(candidate.weights) \
-        | set(candidate.input_names) | {n for node in original.nodes for n in node.outputs}
-    b.shapes.update({n: () for n in reserved if n not in b.shapes})  # keep fresh names clear
     rename = {o: _free(f"{o}_mutant", reserved) for o in patched}
     for node in candidate.nodes:
         inputs = [rename.get(i, i) for i in node.inputs]
@@ -90,7 +89,7 @@ def correct(original: Program, candidate: Program, result: VerifyResult | None =
     names = {t.name: t.name for t in original.inputs}
     by_key = {weight_key(v): k for k, v in candidate.weights.items()}
     for k, v in original.weights.items():
-        names[k] = by_key.get(weight_key(v)) or b.weight(_free(f"{k}_orig", set(b.shapes)), v)
+        names[k] = by_key.get(weight_key(v)) or b.weight(_free(f"{k}_orig", reserved | set(b.shapes)), v)
     recompute = _Recompute(b, original, names)
     outputs = []
     for diff in result.outputs:
@@ -101,9 +100,6 @@ def correct(original: Program, candidate: Program, result: VerifyResult | None =
             last = k == len(diff.boxes) - 1
             cur = b.update(cur, patch, box.lo, box.step, out=diff.name if last else None)
         outputs.append(diff.name)
-    for name in reserved:
-        if b.shapes.get(name) == ():
-            del b.shapes[name]
     program = b.build(outputs)
     if fuse:
         from tvm_pet.verify.fusion import fuse_corrections

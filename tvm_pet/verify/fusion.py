@@ -77,12 +77,12 @@ def fuse_corrections(program: Program) -> Program:
     if not pairs:
         return program
     fused = {n.output: (a, b) for a, b in pairs for n in (a, b)}
-    b = ProgramBuilder(program.name, prefix="fused")
+    b = ProgramBuilder(program.name, prefix="fused",
+                       reserved={n for node in program.nodes for n in node.outputs})
     for t in program.inputs:
         b.input(t.name, t.shape)
     for k, v in program.weights.items():
         b.weight(k, v)
-    b.shapes.update({n: () for node in program.nodes for n in node.outputs})
     pending = list(program.nodes)
     done_pairs: set[str] = set()
     defined = set(program.input_names) | set(program.weights)
@@ -96,7 +96,6 @@ def fuse_corrections(program: Program) -> Program:
                 _emit_fused(b, program, *group)
                 done_pairs.add(group[0].output)
             elif len(group) == 1:
-                del b.shapes[node.outputs[0]]
                 b.node(node.op, node.inputs, node.attrs, node.outputs)
             for n in group:
                 if n in pending:
@@ -121,8 +120,6 @@ def _emit_fused(b: ProgramBuilder, program: Program, first: Node, second: Node) 
     joined = b.concat(parts, axis)
     y = b.node(Op.CONV, [joined, first.inputs[1]], first.attrs.replace(
         pads=(0,) * len(first.attrs["pads"])))[0]
-    for node in (first, second):
-        del b.shapes[node.output]
     if axis == 0:
         sizes = (program.shapes[first.inputs[0]][0], program.shapes[second.inputs[0]][0])
         b.node(Op.SPLIT, [y], {"axis": 0, "sizes": sizes}, [first.output, second.output])
