@@ -84,3 +84,34 @@ def test_check_program_accepts_a_good_program():
 def test_shape_rules_reject_bad_shapes(op, shapes, attrs):
     with pytest.raises(ShapeError):
         SHAPE_RULES[op](Attrs(attrs), shapes)
+
+
+def test_fill_is_a_uniform_constant_everywhere():
+    """FILL: float value, exact rational mod p, trivial boxes, ONNX export as a Constant."""
+    from fractions import Fraction
+
+    from tvm_pet.onnx import export_model
+    from tvm_pet.ops.modp import P, evaluate_modp
+    from tvm_pet.verify.interpreter import evaluate
+    from tvm_pet.verify.verifier import verify
+    import onnxruntime as ort
+
+    b = ProgramBuilder()
+    x = b.input("x", (1, 2, 4, 4))
+    w = b.fill((2, 1, 3, 3), Fraction(1, 9))
+    y = b.conv(x, w, pads=1, groups=2, out="y")
+    conv_mean = b.build([y])
+    b2 = ProgramBuilder()
+    x2 = b2.input("x", (1, 2, 4, 4))
+    pool = b2.build([b2.avgpool(x2, 3, 1, 1, count_include_pad=True, out="y")])
+    xv = np.random.default_rng(0).standard_normal((1, 2, 4, 4))
+    np.testing.assert_allclose(evaluate(conv_mean, {"x": xv}, np.float64)["y"],
+                               evaluate(pool, {"x": xv}, np.float64)["y"], rtol=1e-12)
+    xi = np.random.default_rng(1).integers(0, P, (1, 2, 4, 4))
+    np.testing.assert_array_equal(evaluate_modp(conv_mean, {"x": xi})["y"],
+                                  evaluate_modp(pool, {"x": xi})["y"])
+    assert verify(pool, conv_mean).equivalent
+    session = ort.InferenceSession(export_model(conv_mean).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": xv.astype(np.float32)})
+    np.testing.assert_allclose(got, evaluate(pool, {"x": xv}, np.float64)["y"], rtol=1e-5, atol=1e-6)

@@ -144,6 +144,13 @@ class ProgramBuilder:
         steps = tuple(steps) if steps is not None else (1,) * len(starts)
         return self._one(Op.UPDATE, [base, patch], {"starts": tuple(starts), "steps": steps}, out)
 
+    def fill(self, shape: Sequence[int], value, out: str | None = None) -> str:
+        """A constant tensor whose every element is ``value`` (an int, a Fraction or a float)."""
+        from fractions import Fraction
+        v = Fraction(value).limit_denominator(1 << 30) if isinstance(value, float) else Fraction(value)
+        return self._one(Op.FILL, [], {"shape": tuple(shape), "value": (v.numerator, v.denominator)},
+                         out)
+
     def opaque(self, kind: str, inputs: Sequence[str], shapes: Sequence[Sequence[int]] | None = None,
                params: dict | None = None) -> tuple[str, ...]:
         """A non-linear operator; by default it has one output shaped like its first input."""

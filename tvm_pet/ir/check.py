@@ -24,7 +24,7 @@ def infer_shapes(program: Program) -> dict[str, Shape]:
             raise ProgramError(f"while checking `{node.describe()}`: {missing} not defined before "
                                f"use (nodes must be in topological order)")
         arity = ARITY[node.op]
-        if (arity is not None and len(node.inputs) != arity) or not node.inputs:
+        if (arity is not None and len(node.inputs) != arity) or (arity is None and not node.inputs):
             raise ProgramError(f"`{node.describe()}` takes {arity or 'at least 1'} inputs, "
                                f"got {len(node.inputs)}")
         try:

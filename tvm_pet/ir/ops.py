@@ -23,6 +23,7 @@ Attributes of each kind (all tuples are per axis, spatial axes for CONV and AVGP
     RESHAPE           shape
     RESHAPE_TRANSPOSE split_shape, perm, shape             reshape, transpose, reshape (paper 4.2)
     UPDATE            starts, steps                        base with a strided box overwritten by patch
+    FILL              shape, value (num, den)              a constant tensor, every element num/den
     OPAQUE            kind, shapes, params                 a non-linear operator: never mutated
 """
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Op(enum.Enum):
     RESHAPE = "Reshape"
     RESHAPE_TRANSPOSE = "ReshapeTranspose"
     UPDATE = "Update"
+    FILL = "Fill"
     OPAQUE = "Opaque"
 
 
@@ -61,6 +63,8 @@ BIJECTIVE_LAYOUT = frozenset({Op.TRANSPOSE, Op.RESHAPE, Op.RESHAPE_TRANSPOSE})
 ELEMENTWISE = frozenset({Op.ADD, Op.MUL, Op.BATCHNORM})
 #: Operators that sum products over a reduction (the expensive ones).
 REDUCING = frozenset({Op.CONV, Op.MATMUL, Op.AVGPOOL})
+#: Operators without inputs.
+NULLARY = frozenset({Op.FILL})
 #: Operators with more than one output.
 MULTI_OUTPUT = frozenset({Op.SPLIT, Op.OPAQUE})
 #: Operators where swapping the two inputs does not change the result.

@@ -178,6 +178,13 @@ def _update(attrs: Attrs, shapes: Sequence[Shape]) -> tuple[Shape, ...]:
     return (base,)
 
 
+def _fill(attrs: Attrs, shapes: Sequence[Shape]) -> tuple[Shape, ...]:
+    num, den = attrs["value"]
+    if den < 1 or any(d < 1 for d in attrs["shape"]):
+        raise ShapeError(f"fill of shape {list(attrs['shape'])} with value {num}/{den}")
+    return (tuple(attrs["shape"]),)
+
+
 def _opaque(attrs: Attrs, shapes: Sequence[Shape]) -> tuple[Shape, ...]:
     return tuple(tuple(s) for s in attrs["shapes"])
 
@@ -197,6 +204,7 @@ SHAPE_RULES: dict[Op, Callable[[Attrs, Sequence[Shape]], tuple[Shape, ...]]] = {
     Op.RESHAPE: _reshape,
     Op.RESHAPE_TRANSPOSE: _reshape_transpose,
     Op.UPDATE: _update,
+    Op.FILL: _fill,
     Op.OPAQUE: _opaque,
 }
 
@@ -204,5 +212,5 @@ SHAPE_RULES: dict[Op, Callable[[Attrs, Sequence[Shape]], tuple[Shape, ...]]] = {
 ARITY: dict[Op, int | None] = {
     Op.ADD: 2, Op.MUL: 2, Op.CONV: 2, Op.MATMUL: 2, Op.BATCHNORM: 3, Op.AVGPOOL: 1,
     Op.CONCAT: None, Op.SPLIT: 1, Op.SLICE: 1, Op.PAD: 1, Op.TRANSPOSE: 1, Op.RESHAPE: 1,
-    Op.RESHAPE_TRANSPOSE: 1, Op.UPDATE: 2, Op.OPAQUE: None,
+    Op.RESHAPE_TRANSPOSE: 1, Op.UPDATE: 2, Op.FILL: 0, Op.OPAQUE: None,
 }

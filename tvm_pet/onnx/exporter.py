@@ -197,6 +197,13 @@ def _update(ex: _Exporter, node: Node) -> None:
     ex.add("ScatterND", [base, ex.const("indices", indices), patch], node.outputs)
 
 
+def _fill(ex: _Exporter, node: Node) -> None:
+    """FILL as a float32 Constant tensor (imported back, it becomes a weight of the same values)."""
+    num, den = node.attrs["value"]
+    value = np.full(node.attrs["shape"], num / den, np.float32)
+    ex.add("Constant", [], node.outputs, value=numpy_helper.from_array(value))
+
+
 def _opaque(ex: _Exporter, node: Node) -> None:
     kind, params = node.attrs["kind"], dict(node.attrs["params"])
     layout = params.pop(ONNX_INPUTS, None)
@@ -248,5 +255,6 @@ EXPORT_RULES: dict[Op, ExportRule] = {
     Op.RESHAPE: _reshape,
     Op.RESHAPE_TRANSPOSE: _reshape_transpose,
     Op.UPDATE: _update,
+    Op.FILL: _fill,
     Op.OPAQUE: _opaque,
 }

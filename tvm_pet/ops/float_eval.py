@@ -135,5 +135,6 @@ FLOAT_RULES: dict[Op, Callable[[Attrs, Arrays], tuple[np.ndarray, ...]]] = {
     Op.RESHAPE: lambda a, x: (x[0].reshape(a["shape"]),),
     Op.RESHAPE_TRANSPOSE: _reshape_transpose,
     Op.UPDATE: _update,
+    Op.FILL: lambda a, x: (np.full(a["shape"], a["value"][0] / a["value"][1]),),
     Op.OPAQUE: _opaque,
 }

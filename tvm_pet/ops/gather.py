@@ -29,6 +29,7 @@ class Gather:
 
     terms: list[list[tuple[int, IntArray]]]
     divisor: IntArray | None = None  # [K] positive ints dividing each result (average pooling)
+    constant: tuple[int, int] = (1, 1)  # (num, den): a rational factor of every result
 
 
 def strides_of(shape: Shape) -> np.ndarray:
@@ -185,6 +186,10 @@ def _update(attrs, ins, outs, j, v) -> Gather:
     return Gather([[(0, b[:, None])], [(1, p[:, None])]])
 
 
+def _fill(attrs, ins, outs, j, v) -> Gather:
+    return Gather([[]], constant=tuple(attrs["value"]))
+
+
 GATHER_RULES: dict[Op, Callable[..., Gather]] = {
     Op.ADD: _elementwise(Op.ADD),
     Op.MUL: _elementwise(Op.MUL),
@@ -200,6 +205,7 @@ GATHER_RULES: dict[Op, Callable[..., Gather]] = {
     Op.RESHAPE: _reshape,
     Op.RESHAPE_TRANSPOSE: _reshape_transpose,
     Op.UPDATE: _update,
+    Op.FILL: _fill,
 }
 
 

@@ -239,4 +239,5 @@ LABEL_RULES: dict[Op, Callable[[Attrs, Sequence[Labels]], tuple[Labels, ...]]] =
     Op.RESHAPE: _reshape,
     Op.RESHAPE_TRANSPOSE: _reshape_transpose,
     Op.UPDATE: _update,
+    Op.FILL: lambda attrs, args: (trivial(attrs["shape"]),),
 }

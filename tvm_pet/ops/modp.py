@@ -50,23 +50,26 @@ def gather_values(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.where(idx >= 0, out, 0)
 
 
-def apply_gather(g: Gather, inputs: Sequence[np.ndarray]) -> np.ndarray:
-    """Evaluate a :class:`Gather` mod p; ``inputs[i]`` is ``[T, size_i]`` (T independent tests)."""
+def apply_gather(g: Gather, inputs: Sequence[np.ndarray], tests: int, count: int) -> np.ndarray:
+    """Evaluate a :class:`Gather` for ``count`` positions mod p; ``inputs[i]`` is ``[T, size_i]``."""
     total = None
     for term in g.terms:
         prod = None
         for i, idx in term:
             vals = gather_values(inputs[i], idx)
             prod = vals if prod is None else mulmod(prod, vals)
-        s = sum_mod(prod)
+        s = sum_mod(prod) if prod is not None else np.ones((tests, count), np.int64)
         total = s if total is None else (total + s) % P
     if g.divisor is not None:
         total = mulmod(total, inverse(g.divisor))
+    num, den = g.constant
+    if (num, den) != (1, 1):
+        total = mulmod(total, num % P * pow(den % P, P - 2, P) % P)
     return total
 
 
 def eval_node_at(op: Op, attrs: Attrs, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
-                 j: int, flat: np.ndarray, inputs: Sequence[np.ndarray]) -> np.ndarray:
+                 j: int, flat: np.ndarray, inputs: Sequence[np.ndarray], tests: int) -> np.ndarray:
     """Output ``j`` of a node, mod p, at the flat positions ``flat``; inputs are ``[T, size]``."""
     if op not in GATHER_RULES:
         raise UnsupportedOperator(f"{op.value} is not multi-linear and has no exact evaluation")
@@ -74,9 +77,10 @@ def eval_node_at(op: Op, attrs: Attrs, in_shapes: Sequence[Shape], out_shapes: S
     parts = []
     for start in range(0, len(flat), per):
         coords = unravel(flat[start:start + per], out_shapes[j])
-        parts.append(apply_gather(GATHER_RULES[op](attrs, in_shapes, out_shapes, j, coords), inputs))
+        g = GATHER_RULES[op](attrs, in_shapes, out_shapes, j, coords)
+        parts.append(apply_gather(g, inputs, tests, len(coords)))
     if not parts:
-        return np.zeros((inputs[0].shape[0], 0), np.int64)
+        return np.zeros((tests, 0), np.int64)
     return np.concatenate(parts, axis=-1)
 
 
@@ -97,13 +101,15 @@ def evaluate_modp(program: Program, env: Mapping[str, np.ndarray]) -> dict[str, 
     flat_env = {k: (np.asarray(v, np.int64) % P).reshape((v.shape[0] if batched else 1, -1))
                 for k, v in env.items()}
     values = dict(flat_env)
+    tests = first.shape[0] if batched else 1
     for node in program.nodes:
         ins = [shapes[i] for i in node.inputs]
         outs = [shapes[o] for o in node.outputs]
         args = [values[i] for i in node.inputs]
         for j, name in enumerate(node.outputs):
             size = int(np.prod(outs[j]))
-            values[name] = eval_node_at(node.op, node.attrs, ins, outs, j, np.arange(size), args)
+            values[name] = eval_node_at(node.op, node.attrs, ins, outs, j, np.arange(size), args,
+                                        tests)
     result = {}
     for o in program.outputs:
         v = values[o].reshape((-1,) + shapes[o])

@@ -185,4 +185,6 @@ RESTRICT_RULES: dict[Op, Callable[..., Restriction | None]] = {
     Op.RESHAPE: lambda *a: None,
     Op.RESHAPE_TRANSPOSE: lambda *a: None,
     Op.UPDATE: lambda *a: None,
+    Op.FILL: lambda attrs, ins, outs, j, region: Restriction(
+        attrs.replace(shape=tuple(count(s) for s in region)), (), region),
 }

@@ -201,7 +201,8 @@ def evaluate_points(program: Program, env: Mapping[str, np.ndarray],
         for name in (*node.inputs, node.outputs[j]):
             if name not in values:
                 values[name] = np.zeros((tests, math.prod(shapes[name])), np.int64)
-        values[node.outputs[j]][:, part] = apply_gather(g, [values[i] for i in node.inputs])
+        values[node.outputs[j]][:, part] = apply_gather(g, [values[i] for i in node.inputs], tests,
+                                                        len(part))
     return {name: values[name][:, flat] for name, flat in requests.items()}
 
 
