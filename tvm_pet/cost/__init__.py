@@ -1,0 +1,1 @@
+"""Cost models behind one Protocol: analytic (no TVM) and, later, measured with TVM."""

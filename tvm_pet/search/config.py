@@ -1,0 +1,53 @@
+"""The one frozen object holding every search budget. Library code never reads the environment."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """Budgets of the generator and the optimizer.
+
+    Attributes:
+        depth: most operators in a generated mutant (Algorithm 1's d).
+        rounds: rounds of iterative mutation (Algorithm 2's r).
+        topk: programs kept in the optimizer's heap (K).
+        max_subset: most operators of a subprogram mutated together.
+        time_limit: seconds for the whole search (None: no limit).
+        max_candidates: most candidate programs the generator verifies per subprogram.
+        tests: random tests per position in the verifier (Theorem 2).
+        seed: seed of the verifier's random values.
+        min_agreement: a candidate whose quick screen agrees with the original on fewer than this
+            fraction of random positions is dropped before full verification (its correction
+            would recompute nearly everything).
+        progress: show progress bars.
+    """
+
+    depth: int = 3
+    rounds: int = 3
+    topk: int = 4
+    max_subset: int = 3
+    time_limit: float | None = 60.0
+    max_candidates: int = 5000
+    tests: int = 4
+    seed: int = 0
+    min_agreement: float = 0.5
+    progress: bool = False
+
+    def __post_init__(self):
+        for name in ("depth", "rounds", "topk", "max_subset", "max_candidates", "tests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SearchConfig.{name} must be at least 1, got {getattr(self, name)}")
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise ValueError(f"SearchConfig.time_limit must be positive, got {self.time_limit}")
+
+
+class StopReason(enum.Enum):
+    """Why a search ended."""
+
+    EXHAUSTED = "exhausted"          # every candidate within the budgets was tried
+    ROUNDS = "rounds"                # the configured rounds were done
+    TIME_LIMIT = "time_limit"        # the time limit was reached
+    CANDIDATE_LIMIT = "candidate_limit"  # max_candidates verified
+    NO_IMPROVEMENT = "no_improvement"    # a round found nothing better
