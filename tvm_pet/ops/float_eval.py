@@ -97,6 +97,32 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
+def _maxpool(params, args: Arrays) -> np.ndarray:
+    """ONNX MaxPool (no dilation, no ceil mode) on [N, C, *spatial]; padding reads as -inf."""
+    x, kernel = args[0], tuple(params["kernel_shape"])
+    n = len(kernel)
+    if any(params.get(k, d) != d for k, d in [("ceil_mode", 0), ("dilations", (1,) * n),
+                                             ("auto_pad", "NOTSET"), ("storage_order", 0)]):
+        raise UnsupportedOperator(f"MaxPool with attributes {dict(params)}: tvm_pet evaluates "
+                                  f"MaxPool without ceil_mode, dilations or auto_pad only")
+    pads, strides = params.get("pads", (0,) * 2 * n), params.get("strides", (1,) * n)
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[n + i]) for i in range(n)],
+                constant_values=-np.inf)
+    win = sliding_window_view(xp, kernel, axis=tuple(range(2, 2 + n)))
+    win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]
+    return win.max(axis=tuple(range(-n, 0)))
+
+
+def _layernorm(params, args: Arrays) -> np.ndarray:
+    """ONNX LayerNormalization over the axes from ``axis`` on, with scale and optional bias."""
+    x, scale = args[0], args[1]
+    axes = tuple(range(params.get("axis", -1) % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(var + params.get("epsilon", 1e-5)) * scale
+    return y + args[2] if len(args) > 2 else y
+
+
 #: Float implementations of the non-linear operators tvm_pet can run (by ``kind``).
 OPAQUE_FLOAT: dict[str, Callable[[Attrs, Arrays], np.ndarray]] = {
     "Relu": lambda p, a: np.maximum(a[0], 0),
@@ -106,6 +132,8 @@ OPAQUE_FLOAT: dict[str, Callable[[Attrs, Arrays], np.ndarray]] = {
     "Exp": lambda p, a: np.exp(a[0]),
     "Identity": lambda p, a: a[0],
     "Softmax": lambda p, a: _softmax(a[0], p.get("axis", -1)),
+    "MaxPool": _maxpool,
+    "LayerNormalization": _layernorm,
     "Gelu": lambda p, a: 0.5 * a[0] * (1 + _erf(a[0] / np.sqrt(2).astype(a[0].dtype))),
 }
 
