@@ -199,3 +199,21 @@ def weight_key(array: np.ndarray) -> str:
     """A content key for a weight: equal keys mean equal shape and equal values."""
     a = np.ascontiguousarray(array, dtype=np.float32)
     return f"{a.shape}:{hashlib.sha1(a.tobytes()).hexdigest()}"
+
+
+class WeightKeys:
+    """A memo of :func:`weight_key` by array identity, for one search (weights are read-only).
+
+    It keeps a reference to every array it has seen, so an identity is never reused while the
+    memo lives.
+    """
+
+    def __init__(self):
+        self._memo: dict[int, tuple[np.ndarray, str]] = {}
+
+    def __call__(self, array: np.ndarray) -> str:
+        hit = self._memo.get(id(array))
+        if hit is None or hit[0] is not array:
+            hit = (array, weight_key(array))
+            self._memo[id(array)] = hit
+        return hit[1]

@@ -87,7 +87,14 @@ class _Search:
         self.targets = [sub.shapes[o] for o in sub.outputs]
         self.needed = set(sub.input_names) | set(sub.weights)
         self.reducing = sum(n.op in REDUCING for n in sub.nodes)
-        self.clones = [n for n in sub.nodes if n.op not in REDUCING and n.op not in LAYOUT]
+        # the subprogram's element-wise operators, with the position of their data input
+        constant = set(sub.weights) | {o for n in sub.nodes if n.op is Op.FILL for o in n.outputs}
+        self.clones = [(n, next(k for k, i in enumerate(n.inputs) if i not in constant))
+                       for n in sub.nodes if n.op not in REDUCING and n.op not in LAYOUT
+                       and any(i not in constant for i in n.inputs)]
+        self.prefix = "m"
+        while any(name.startswith(self.prefix) for name in sub.shapes):
+            self.prefix += "_"
         self.seen: set = set()
         self.explored: dict[frozenset, int] = {}
         self.stats = GeneratorStats()
@@ -151,7 +158,7 @@ class _Search:
             outs = infer(op, attrs, [shapes[i] for i in inputs])
             if outs is None:
                 continue
-            names = tuple(f"m{len(nodes)}_{k}" for k in range(len(outs)))
+            names = tuple(f"{self.prefix}{len(nodes)}_{k}" for k in range(len(outs)))
             node = Node(op, inputs, names, attrs)
             grown = dict(shapes)
             grown.update(zip(names, outs))
@@ -193,10 +200,7 @@ class _Search:
         if only_reduce:
             return
         for x in data:
-            for node in self.clones:  # the subprogram's own element-wise operators
-                k = next((i for i, name in enumerate(node.inputs)
-                          if name in self.sub.input_names or name in self.sub.shapes and
-                          name not in self.sub.weights), 0)
+            for node, k in self.clones:  # the subprogram's own element-wise operators
                 inputs = list(node.inputs)
                 inputs[k] = x
                 if all(i in shapes for i in inputs) and x not in node.inputs:
@@ -238,7 +242,7 @@ class _Search:
                     n, k = producer[t]
                     args = tuple(key(i) for i in n.inputs)
                     if n.op in COMMUTATIVE:
-                        args = tuple(sorted(args, key=repr))
+                        args = tuple(sorted(args, key=hash))
                     memo[t] = (n.op, n.attrs, args, k)
             return memo[t]
 

@@ -1,0 +1,261 @@
+"""The program optimizer (paper Algorithm 2): top-K programs, r rounds of mutation.
+
+Each round, for every program in the heap, every multi-linear subprogram (and every merge of
+independent ones, :func:`~tvm_pet.search.partition.partition`) is cut into subsets of at most
+``max_subset`` connected operators that contain a reducing operator. The generator mutates each
+subset; every verified mutant, already corrected, replaces its subset, and the new programs compete
+by cost for the K places of the next round. The best program ever seen is returned, and it never
+costs more than the input. Generator results are cached by the subset's structure with weights
+abstracted (verification treats weights symbolically), so repeated layers are searched once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+from tvm_pet.cost.analytic import AnalyticCost
+from tvm_pet.cost.model import CostModel
+from tvm_pet.ir.node import Node, Program, TensorSpec, WeightKeys, weight_key
+from tvm_pet.ir.ops import COMMUTATIVE, REDUCING
+from tvm_pet.search.config import SearchConfig, StopReason
+from tvm_pet.search.generator import GeneratorStats, Mutant, generate
+from tvm_pet.search.partition import Subprogram, extract, partition, replace_subprogram
+
+
+@dataclasses.dataclass
+class Applied:
+    """One mutant applied to the returned program."""
+
+    subprogram: str
+    original_ops: tuple[str, ...]
+    mutant_ops: tuple[str, ...]
+    partially_equivalent: bool
+    corrected_boxes: int
+    cost_before: float
+    cost_after: float
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class SubsetReport:
+    """What the generator did for one subset of a subprogram."""
+
+    subprogram: str
+    ops: tuple[str, ...]
+    generated: int
+    verified: int
+    corrected: int
+    mutants: list[tuple[str, ...]]
+    seconds: float
+    stop: str
+    cached: bool
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class SearchResult:
+    """The optimizer's answer: the best program, its cost, and why the search stopped."""
+
+    program: Program
+    original_cost: float
+    cost: float
+    applied: list[Applied]
+    subsets: list[SubsetReport]
+    rounds: int
+    stop: StopReason
+    seconds: float
+
+    @property
+    def speedup(self) -> float:
+        return self.original_cost / self.cost if self.cost > 0 else 1.0
+
+    def to_json(self) -> dict:
+        return {"original_cost": self.original_cost, "cost": self.cost, "speedup": self.speedup,
+                "rounds": self.rounds, "stop": self.stop.value, "search_time_s": self.seconds,
+                "applied": [a.to_json() for a in self.applied],
+                "subsets": [s.to_json() for s in self.subsets]}
+
+
+def _op_names(nodes: Sequence[Node]) -> tuple[str, ...]:
+    return tuple(n.attrs["kind"] if n.op.value == "Opaque" else n.op.value for n in nodes)
+
+
+def canonical(program: Program, keys=weight_key) -> tuple[tuple, list[str]]:
+    """A key of the program's structure with leaf names abstracted, and its leaves in key order.
+
+    Two programs with equal keys differ only in the names of inputs, weights and outputs (and in
+    weight values, with the same pattern of equal weights). ``keys`` gives weight content keys
+    (pass a :class:`~tvm_pet.ir.node.WeightKeys` to memoize them).
+    """
+    producer = {o: (n, k) for n in program.nodes for k, o in enumerate(n.outputs)}
+    leaves: list[str] = []
+    content: dict[str, int] = {}
+    memo: dict[str, tuple] = {}
+
+    def key(t: str) -> tuple:
+        if t in memo:
+            return memo[t]
+        if t not in producer:
+            if t not in leaves:
+                leaves.append(t)
+            if t in program.weights:
+                c = content.setdefault(keys(program.weights[t]), len(content))
+                memo[t] = ("w", program.shapes[t], c)
+            else:
+                memo[t] = ("x", program.shapes[t], leaves.index(t))
+            return memo[t]
+        n, k = producer[t]
+        args = tuple(key(i) for i in n.inputs)
+        if n.op in COMMUTATIVE:
+            args = tuple(sorted(args, key=hash))
+        memo[t] = (n.op.value, n.attrs, args, k)
+        return memo[t]
+
+    return tuple(key(o) for o in program.outputs), leaves
+
+
+def _rename(mutant: Program, mapping: dict[str, str], like: Program) -> Program:
+    """The mutant with leaves and outputs renamed, on ``like``'s inputs and weights.
+
+    Intermediate tensors get names that clash with nothing of ``like``'s.
+    """
+    mapping = dict(mapping)
+    taken = set(like.shapes) | set(mapping.values())
+    for n in mutant.nodes:
+        for o in n.outputs:
+            if o not in mapping:
+                new = o
+                while new in taken:
+                    new += "_"
+                mapping[o] = new
+                taken.add(new)
+    nodes = tuple(Node(n.op, tuple(mapping.get(i, i) for i in n.inputs),
+                       tuple(mapping.get(o, o) for o in n.outputs), n.attrs) for n in mutant.nodes)
+    used = {i for n in nodes for i in n.inputs}
+    weights = {k: v for k, v in like.weights.items() if k in used}
+    extra = {mapping.get(k, k): v for k, v in mutant.weights.items() if mapping.get(k, k) not in weights
+             and mapping.get(k, k) in used}
+    weights.update(extra)
+    inputs = tuple(TensorSpec(t.name, t.shape) for t in like.inputs)
+    return Program(inputs, weights, nodes, like.outputs, like.name)
+
+
+def _subsets(program: Program, sub: Subprogram, size: int) -> list[tuple[int, ...]]:
+    """Connected subsets (node positions) of at most ``size`` nodes with a reducing operator."""
+    nodes = set(sub.nodes)
+    neighbours = {k: set() for k in nodes}
+    producer = {o: k for k in nodes for o in program.nodes[k].outputs}
+    for k in nodes:
+        for i in program.nodes[k].inputs:
+            if i in producer:
+                neighbours[k].add(producer[i])
+                neighbours[producer[i]].add(k)
+    found: set[frozenset] = set()
+    frontier = [frozenset([k]) for k in nodes]
+    for _ in range(size):
+        found.update(frontier)
+        frontier = list({s | {n} for s in frontier for k in s for n in neighbours[k] if n not in s})
+    if sub.is_merge:
+        found.add(frozenset(nodes)) if len(nodes) <= size + 1 else None
+    keep = [tuple(sorted(s)) for s in found
+            if any(program.nodes[k].op in REDUCING for k in s)
+            and (not sub.is_merge or _spans_parts(program, sub, s))]
+    return sorted(keep, key=lambda s: (len(s), s))
+
+
+def _spans_parts(program: Program, sub: Subprogram, subset) -> bool:
+    """A subset of a merge must take a reducing node from each merged part."""
+    return sum(program.nodes[k].op in REDUCING for k in subset) >= len(sub.parts)
+
+
+class _Optimizer:
+    def __init__(self, config: SearchConfig, cost: CostModel):
+        self.config, self.cost_model = config, cost
+        self.cache: dict[tuple, tuple[list[Mutant], GeneratorStats, list[str]]] = {}
+        self.reports: list[SubsetReport] = []
+        self.keys = WeightKeys()
+        self.deadline = None if config.time_limit is None else time.perf_counter() + config.time_limit
+
+    def mutants_of(self, program: Program, subset: Sequence[int], name: str):
+        """(subprogram, corrected mutants renamed onto it) for one subset, cached by structure."""
+        part = extract(program, subset, name)
+        key, leaves = canonical(part.program, self.keys)
+        cached = key in self.cache
+        if not cached:
+            mutants, stats = generate(part.program, self.config, self.deadline)
+            self.cache[key] = (mutants, stats, leaves + list(part.program.outputs))
+        mutants, stats, names = self.cache[key]
+        mapping = dict(zip(names, leaves + list(part.program.outputs)))
+        self.reports.append(SubsetReport(name, _op_names(part.program.nodes), stats.candidates,
+                                         stats.verified, stats.corrected,
+                                         [m.ops for m in mutants], stats.seconds,
+                                         stats.stop.value, cached))
+        renamed = [(m, _rename(m.corrected, mapping, part.program)) for m in mutants]
+        return part, renamed
+
+    def cost(self, program: Program) -> float:
+        return self.cost_model.cost(program)
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+
+def optimize(program: Program, config: SearchConfig = SearchConfig(),
+             cost: CostModel | None = None) -> SearchResult:
+    """Search for a cheaper program that computes exactly what ``program`` computes.
+
+    Args:
+        program: the program (non-linear operators are left as they are).
+        config: budgets: rounds, topk, max_subset, depth, time_limit, ...
+        cost: the cost model (default :class:`~tvm_pet.cost.analytic.AnalyticCost`).
+
+    Returns:
+        A :class:`SearchResult`; its program costs at most as much as ``program``.
+    """
+    from tvm_pet.search.progress import progress
+    cost = cost or AnalyticCost()
+    opt = _Optimizer(config, cost)
+    start = time.perf_counter()
+    base = opt.cost(program)
+    heap: list[tuple[float, Program, list[Applied]]] = [(base, program, [])]
+    best = heap[0]
+    seen = {canonical(program, opt.keys)[0]}
+    stop, rounds = StopReason.ROUNDS, 0
+    for rounds in range(1, config.rounds + 1):
+        fresh = []
+        for cost_now, prog, history in heap:
+            subs = partition(prog, max_merge=3)
+            for sub in progress(subs, config.progress, f"round {rounds}: subprograms"):
+                for subset in _subsets(prog, sub, config.max_subset):
+                    if opt.out_of_time():
+                        break
+                    part, mutants = opt.mutants_of(prog, subset, sub.name)
+                    for mutant, corrected in mutants:
+                        new = replace_subprogram(prog, part, corrected)
+                        key = canonical(new, opt.keys)[0]
+                        if key in seen:
+                            continue
+                        seen.add(key)
+                        c = opt.cost(new)
+                        step = Applied(sub.name, _op_names(part.program.nodes), mutant.ops,
+                                       mutant.partially_equivalent, mutant.corrected_boxes,
+                                       cost_now, c)
+                        fresh.append((c, new, history + [step]))
+        if opt.out_of_time():
+            stop = StopReason.TIME_LIMIT
+        improved = [f for f in fresh if f[0] < best[0]]
+        if improved:
+            best = min(improved, key=lambda f: f[0])
+        heap = sorted(heap + fresh, key=lambda f: f[0])[:config.topk]
+        if stop is StopReason.TIME_LIMIT:
+            break
+        if not fresh:
+            stop = StopReason.EXHAUSTED
+            break
+    return SearchResult(best[1], base, best[0], best[2], opt.reports, rounds, stop,
+                        time.perf_counter() - start)
