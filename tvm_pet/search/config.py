@@ -32,7 +32,7 @@ class SearchConfig:
     max_candidates: int = 5000
     tests: int = 4
     seed: int = 0
-    min_agreement: float = 0.5
+    min_agreement: float = 0.25
     progress: bool = False
 
     def __post_init__(self):

@@ -158,21 +158,35 @@ class _Search:
             outs = infer(op, attrs, [shapes[i] for i in inputs])
             if outs is None:
                 continue
+            hit = [tuple(s) for s in outs] == self.targets or (len(self.targets) == 1 and
+                                                                tuple(outs[0]) == self.targets[0])
+            expand = depth > 1 and op is not Op.SPLIT and self._child_feasible(
+                op, read, leaves, used_reducing, tail, depth - 1)
+            if not (hit or expand):
+                continue
             names = tuple(f"{self.prefix}{len(nodes)}_{k}" for k in range(len(outs)))
             node = Node(op, inputs, names, attrs)
-            grown = dict(shapes)
-            grown.update(zip(names, outs))
-            more = dict(leaves)
-            more.update((n, read) for n in names)
-            if [tuple(s) for s in outs] == self.targets or (len(self.targets) == 1 and
-                                                            tuple(outs[0]) == self.targets[0]):
+            if hit:
                 mutant = self._complete(nodes + [node], names[:len(self.targets)])
                 if mutant is not None:
                     yield mutant
-            if depth > 1 and op is not Op.SPLIT:
+            if expand:
+                grown = dict(shapes)
+                grown.update(zip(names, outs))
+                more = dict(leaves)
+                more.update((n, read) for n in names)
                 yield from self._expand(nodes + [node], grown, more, depth - 1)
             if self._out_of_budget():
                 return
+
+    def _child_feasible(self, op: Op, read: frozenset, leaves: dict, used_reducing: int,
+                        tail: int, depth: int) -> bool:
+        """The bound of :meth:`_expand`, checked before the child state is built."""
+        if not self.reducing or used_reducing or op in REDUCING:
+            return True
+        pool = list(leaves.values()) + [read]
+        covered = any(self.needed <= a | b for a in pool for b in pool)
+        return tail + (not covered) <= depth
 
     def _is_data(self, t: str, producer: dict) -> bool:
         if t in self.sub.input_names:
