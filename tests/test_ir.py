@@ -115,3 +115,20 @@ def test_fill_is_a_uniform_constant_everywhere():
                                    providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {"x": xv.astype(np.float32)})
     np.testing.assert_allclose(got, evaluate(pool, {"x": xv}, np.float64)["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_fill_survives_an_onnx_round_trip_exactly():
+    from fractions import Fraction
+
+    from tvm_pet.ir import Op
+    from tvm_pet.onnx import export_model, import_model
+    from tvm_pet.verify.verifier import verify
+
+    b = ProgramBuilder()
+    x = b.input("x", (1, 2, 5, 5))
+    y = b.conv(x, b.fill((2, 1, 3, 3), Fraction(1, 9)), pads=1, groups=2, out="y")
+    program = b.build([y])
+    back = import_model(export_model(program))
+    fills = [n for n in back.nodes if n.op is Op.FILL]
+    assert len(fills) == 1 and fills[0].attrs["value"] == (1, 9)
+    assert verify(program, back).equivalent

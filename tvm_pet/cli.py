@@ -4,6 +4,10 @@
     PET's verifier as a "diff" of two tensor programs: per output, whether the two models compute
     the same thing, and the boxes where they differ. Exit code 0 either way, 2 on bad input.
 
+``tvm-pet explore MODEL.onnx [--depth D] [--rounds R] [--emit DIR] [--json]``
+    Runs the mutant generator and the verifier on every multi-linear subprogram and lists the
+    verified mutants; ``--emit`` writes each subprogram and each corrected mutant as ONNX.
+
 ``tvm-pet example NAME DIR``
     Writes a paper example as two ONNX models, ``DIR/original.onnx`` and ``DIR/candidate.onnx``.
 """
@@ -50,6 +54,34 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_explore(args: argparse.Namespace) -> int:
+    from tvm_pet.onnx import import_model
+    from tvm_pet.search.config import SearchConfig
+    from tvm_pet.search.explore import explore, write_emitted
+    program = import_model(args.model)
+    config = SearchConfig(depth=args.depth, rounds=args.rounds, time_limit=args.time_limit,
+                          progress=not args.json and sys.stderr.isatty())
+    report = explore(program, config)
+    if args.emit:
+        index = write_emitted(report, args.emit)
+        if not args.json:
+            print(f"wrote {index}")
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        return 0
+    print(f"{args.model}: {len(report.subprograms)} multi-linear subprograms "
+          f"({report.seconds:.1f} s, stopped: {report.stop.value})")
+    for sub in report.subprograms:
+        kinds = " ".join(sub.ops)
+        print(f"  {sub.name} [{kinds}]: {len(sub.mutants)} verified mutants "
+              f"({sub.stats.candidates} generated, {sub.stats.corrected} corrected)")
+        for m in sub.mutants[:args.max_list]:
+            tag = f"partial, {m.corrected_boxes} boxes corrected" if m.partially_equivalent \
+                else "exact"
+            print(f"    {' -> '.join(m.ops)}  ({tag})")
+    return 0
+
+
 def _cmd_example(args: argparse.Namespace) -> int:
     import pathlib
 
@@ -81,6 +113,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--max-boxes", type=int, default=20, help="boxes listed per output")
     v.set_defaults(func=_cmd_verify)
+    x = sub.add_parser("explore", help="list verified mutants of every multi-linear subprogram")
+    x.add_argument("model")
+    x.add_argument("--depth", type=int, default=3, help="most operators per mutant (default 3)")
+    x.add_argument("--rounds", type=int, default=1, help="rounds of mutating mutants (default 1)")
+    x.add_argument("--time-limit", type=float, default=300.0, help="seconds (default 300)")
+    x.add_argument("--emit", metavar="DIR", help="write subprograms and mutants as ONNX")
+    x.add_argument("--json", action="store_true", help="print the result as JSON")
+    x.add_argument("--max-list", type=int, default=10, help="mutants listed per subprogram")
+    x.set_defaults(func=_cmd_explore)
     e = sub.add_parser("example", help="write a paper example pair as ONNX models")
     e.add_argument("name", choices=EXAMPLES)
     e.add_argument("dir")

@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 from tvm_pet.errors import ModelError, UnsupportedOperator
 from tvm_pet.ir.node import Node, Program
 from tvm_pet.ir.ops import Op
-from tvm_pet.onnx.importer import ONNX_DOMAIN, ONNX_INPUTS, SUPPORTED_OPSETS
+from tvm_pet.onnx.importer import FILL_TAG, ONNX_DOMAIN, ONNX_INPUTS, SUPPORTED_OPSETS
 
 
 def export_model(program: Program, opset: int = 17) -> onnx.ModelProto:
@@ -202,6 +202,7 @@ def _fill(ex: _Exporter, node: Node) -> None:
     num, den = node.attrs["value"]
     value = np.full(node.attrs["shape"], num / den, np.float32)
     ex.add("Constant", [], node.outputs, value=numpy_helper.from_array(value))
+    ex.nodes[-1].doc_string = f"{FILL_TAG}{num}/{den}"
 
 
 def _opaque(ex: _Exporter, node: Node) -> None:

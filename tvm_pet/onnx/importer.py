@@ -18,6 +18,7 @@ How a node is imported, in order:
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,9 @@ SUPPORTED_OPSETS = range(13, 22)
 #: ``params`` key of an OPAQUE node: one entry per ONNX input, ``("tensor",)`` (the next IR
 #: input), ``("absent",)`` or ``("const", dtype, shape, values)``. Present only when needed.
 ONNX_INPUTS = "onnx_inputs"
+#: ``doc_string`` prefix of a Constant that the exporter wrote for a FILL of value ``num/den``,
+#: so that the exact rational comes back (a float32 value like 1/9 is not exact).
+FILL_TAG = "tvm_pet.fill "
 #: ``params`` key of an OPAQUE node from a custom domain: ``(domain, version)``.
 ONNX_DOMAIN = "onnx_domain"
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -271,8 +275,13 @@ class _Importer:
         return self.b.build(outputs)
 
     def _node(self, node: onnx.NodeProto) -> None:
-        attrs = _plain_attrs(node)
         default = node.domain in _DEFAULT_DOMAINS
+        if default and node.op_type == "Constant" and node.doc_string.startswith(FILL_TAG):
+            num, den = (int(v) for v in node.doc_string[len(FILL_TAG):].split("/"))
+            shape = tuple(self.inferred[node.output[0]])
+            self.b.fill(shape, Fraction(num, den), out=node.output[0])
+            return
+        attrs = _plain_attrs(node)
         if default and self._fold(node, attrs):
             return
         convert = LINEAR_CONVERTERS.get(node.op_type) if default else None

@@ -1,0 +1,141 @@
+"""Partitioning, the optimizer (Algorithm 2) and exploration."""
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from tvm_pet.cli import main
+from tvm_pet.cost.analytic import AnalyticCost
+from tvm_pet.ir import Op, ProgramBuilder, check_program
+from tvm_pet.onnx import export_model, import_model, save_model
+from tvm_pet.search.config import SearchConfig, StopReason
+from tvm_pet.search.explore import explore
+from tvm_pet.search.optimizer import optimize
+from tvm_pet.search.partition import partition, replace_subprogram
+from tvm_pet.verify.interpreter import evaluate
+from tvm_pet.verify.verifier import verify
+
+
+def small_model(dilation=2):
+    """conv -> relu -> [two parallel 1x1 convs on the same input] -> concat."""
+    rng = np.random.default_rng(0)
+    b = ProgramBuilder("small")
+    x = b.input("x", (1, 8, 12, 12))
+    c = b.conv(x, b.weight("w0", rng.standard_normal((8, 8, 3, 3)) * 0.2), pads=dilation,
+               dilations=dilation)
+    (r,) = b.opaque("Relu", [c])
+    y1 = b.conv(r, b.weight("w1", rng.standard_normal((6, 8, 1, 1)) * 0.3))
+    y2 = b.conv(r, b.weight("w2", rng.standard_normal((4, 8, 1, 1)) * 0.3))
+    (s1,) = b.opaque("Sigmoid", [y1])
+    (s2,) = b.opaque("Sigmoid", [y2])
+    return b.build([b.concat([s1, s2], 1, out="out")])
+
+
+def _inputs(program, seed=0):
+    return {t.name: np.random.default_rng(seed).standard_normal(t.shape).astype(np.float32)
+            for t in program.inputs}
+
+
+def test_partition_splits_at_nonlinear_ops_and_offers_merges():
+    program = small_model()
+    subs = partition(program)
+    names = [s.name for s in subs]
+    assert names[:3] == ["sub0", "sub1", "sub2"] and "sub1+sub2" in names
+    assert all(s.program.is_multilinear() for s in subs)
+    merged = next(s for s in subs if s.is_merge)
+    assert merged.program.input_names == (program.nodes[1].outputs[0],)
+    assert len(merged.program.outputs) == 2
+    for sub in subs:  # replacing a subprogram by itself changes nothing
+        same = replace_subprogram(program, sub, sub.program)
+        x = _inputs(program)
+        np.testing.assert_array_equal(evaluate(same, x)["out"], evaluate(program, x)["out"])
+
+
+class PenaliseDilation:
+    """A cost model under which dilated convolutions are slow (to exercise the optimizer)."""
+
+    name = "penalise-dilation"
+
+    def __init__(self):
+        self.base = AnalyticCost()
+
+    def cost(self, program):
+        extra = sum(1.0 for n in program.nodes
+                    if n.op is Op.CONV and any(d > 1 for d in n.attrs["dilations"]))
+        return self.base.cost(program) + extra
+
+
+def test_optimizer_applies_what_the_cost_prefers_and_stays_exact():
+    program = small_model()
+    result = optimize(program, SearchConfig(depth=3, rounds=2, time_limit=120),
+                      cost=PenaliseDilation())
+    assert result.cost < result.original_cost
+    assert result.applied and result.applied[0].mutant_ops
+    assert not any(n.op is Op.CONV and n.attrs["dilations"] != (1, 1)
+                   for n in result.program.nodes)
+    check_program(result.program)
+    x = _inputs(program)
+    want = evaluate(program, x, np.float64)["out"]
+    np.testing.assert_allclose(evaluate(result.program, x, np.float64)["out"], want, rtol=1e-9,
+                               atol=1e-9)
+    session = ort.InferenceSession(export_model(result.program).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, x)[0], want, rtol=1e-4, atol=1e-5)
+    report = result.to_json()
+    assert report["stop"] in {s.value for s in StopReason} and report["applied"]
+    json.dumps(report)
+
+
+def test_optimizer_never_returns_a_costlier_program():
+    program = small_model()
+    result = optimize(program, SearchConfig(depth=2, rounds=2, time_limit=60))
+    assert result.cost <= result.original_cost
+    assert AnalyticCost().cost(result.program) == pytest.approx(result.cost)
+
+
+def test_time_limit_stops_the_search():
+    result = optimize(small_model(), SearchConfig(depth=3, rounds=3, time_limit=0.01))
+    assert result.stop is StopReason.TIME_LIMIT
+    assert result.cost <= result.original_cost
+
+
+@pytest.mark.parametrize("field,value", [("depth", 0), ("rounds", 0), ("topk", 0),
+                                         ("time_limit", -1.0)])
+def test_config_rejects_bad_budgets(field, value):
+    with pytest.raises(ValueError, match=field):
+        SearchConfig(**{field: value})
+
+
+def test_explore_lists_verified_mutants_and_emits_onnx(tmp_path, capsys):
+    program = small_model()
+    model = tmp_path / "small.onnx"
+    save_model(program, model)
+    assert main(["explore", str(model), "--depth", "3", "--emit", str(tmp_path / "out")]) == 0
+    assert "multi-linear subprograms" in capsys.readouterr().out
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    subs = {s["name"]: s for s in index["subprograms"]}
+    assert {"sub0", "sub1", "sub2", "sub1+sub2"} <= set(subs)
+    assert any(m["ops"] == ["Concat", "Conv", "Split"] for m in subs["sub1+sub2"]["mutants"])
+    checked = 0
+    for sub in subs.values():
+        original = import_model(sub["original"])
+        for m in sub["mutants"][:4]:
+            mutant = import_model(m["file"])
+            assert mutant.input_names == original.input_names
+            assert mutant.outputs == original.outputs
+            assert verify(original, mutant).equivalent  # corrected mutants are exact
+            checked += 1
+    assert checked >= 5
+
+
+def test_explore_json_and_rounds(capsys, tmp_path):
+    program = small_model()
+    report = explore(program, SearchConfig(depth=2, rounds=2, time_limit=60))
+    assert report.subprograms and report.stop in (StopReason.EXHAUSTED, StopReason.TIME_LIMIT)
+    model = tmp_path / "m.onnx"
+    save_model(program, model)
+    assert main(["explore", str(model), "--depth", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"seconds", "stop", "subprograms"} <= set(out)
+    assert all({"name", "ops", "stats", "mutants"} <= set(s) for s in out["subprograms"])
