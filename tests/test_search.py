@@ -139,3 +139,18 @@ def test_explore_json_and_rounds(capsys, tmp_path):
     out = json.loads(capsys.readouterr().out)
     assert {"seconds", "stop", "subprograms"} <= set(out)
     assert all({"name", "ops", "stats", "mutants"} <= set(s) for s in out["subprograms"])
+
+
+def test_report_has_a_row_per_subprogram_and_post_optimizations_keep_results():
+    program = small_model()
+    result = optimize(program, SearchConfig(depth=3, rounds=1, time_limit=60),
+                      cost=PenaliseDilation())
+    rows = {r["name"]: r for r in result.to_json()["subprograms"]}
+    assert {"sub0", "sub1", "sub2", "sub1+sub2"} <= set(rows)
+    chosen = [r for r in rows.values() if r["chosen"]]
+    assert chosen and all(r["cost_after"] < r["cost_before"] for r in chosen)
+    assert all(r["verified"] <= r["generated"] for r in rows.values())
+    assert isinstance(result.post_optimizations, list)
+    x = _inputs(program)
+    np.testing.assert_allclose(evaluate(result.program, x, np.float64)["out"],
+                               evaluate(program, x, np.float64)["out"], rtol=1e-9, atol=1e-9)

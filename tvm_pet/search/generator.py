@@ -21,7 +21,7 @@ import numpy as np
 
 from tvm_pet.errors import PetError
 from tvm_pet.ir.node import Node, Program
-from tvm_pet.ir.ops import COMMUTATIVE, LAYOUT, Op, REDUCING
+from tvm_pet.ir.ops import BIJECTIVE_LAYOUT, COMMUTATIVE, LAYOUT, Op, REDUCING
 from tvm_pet.search.config import SearchConfig, StopReason
 from tvm_pet.search.moves import (Vocabulary, concat_moves, conv_moves, data_pad_moves,
                                   fill_moves, final_moves, infer, matmul_moves, merge_moves, regroups,
@@ -200,8 +200,9 @@ class _Search:
         last = depth == 1
         if last and not only_reduce:
             for x in data:
+                # no layout right after a reshape or regroup: that pair is fused or inverse
                 if self.needed <= leaves[x] and (producer.get(x) is None or
-                                                 producer[x].op is not Op.RESHAPE_TRANSPOSE):
+                                                 producer[x].op not in BIJECTIVE_LAYOUT):
                     yield from final_moves(self.vocab, x, shapes, self.targets)
         fresh = [t for t in data if t not in producer or producer[t].op in LAYOUT]
         if used_reducing < max(1, self.reducing):

@@ -7,6 +7,8 @@ subset; every verified mutant, already corrected, replaces its subset, and the n
 by cost for the K places of the next round. The best program ever seen is returned, and it never
 costs more than the input. Generator results are cached by the subset's structure with weights
 abstracted (verification treats weights symbolically), so repeated layers are searched once.
+Post-optimizations (paper 6.3, :mod:`tvm_pet.search.postopt`) then polish the best program; they
+are kept only when they do not raise its cost.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from tvm_pet.ir.ops import COMMUTATIVE, REDUCING
 from tvm_pet.search.config import SearchConfig, StopReason
 from tvm_pet.search.generator import GeneratorStats, Mutant, generate
 from tvm_pet.search.partition import Subprogram, extract, partition, replace_subprogram
+from tvm_pet.search.postopt import post_optimize
 
 
 @dataclasses.dataclass
@@ -69,15 +72,41 @@ class SearchResult:
     rounds: int
     stop: StopReason
     seconds: float
+    post_optimizations: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def speedup(self) -> float:
         return self.original_cost / self.cost if self.cost > 0 else 1.0
 
+    def subprograms(self) -> list[dict]:
+        """Per subprogram: mutants generated, verified and corrected, the chosen mutant, the
+        boxes corrected, cost before and after, search time and stop reason."""
+        rows: dict[str, dict] = {}
+        for s in self.subsets:
+            row = rows.setdefault(s.subprogram, {
+                "name": s.subprogram, "generated": 0, "verified": 0, "corrected": 0,
+                "search_time_s": 0.0, "stop": StopReason.EXHAUSTED.value, "chosen": None,
+                "corrected_boxes": 0, "cost_before": None, "cost_after": None})
+            if not s.cached:
+                row["generated"] += s.generated
+                row["verified"] += s.verified
+                row["corrected"] += s.corrected
+                row["search_time_s"] += s.seconds
+                if s.stop != StopReason.EXHAUSTED.value:
+                    row["stop"] = s.stop
+        for a in self.applied:
+            row = rows.get(a.subprogram)
+            if row is not None:
+                row.update(chosen=" -> ".join(a.mutant_ops), corrected_boxes=a.corrected_boxes,
+                           cost_before=a.cost_before, cost_after=a.cost_after)
+        return list(rows.values())
+
     def to_json(self) -> dict:
         return {"original_cost": self.original_cost, "cost": self.cost, "speedup": self.speedup,
                 "rounds": self.rounds, "stop": self.stop.value, "search_time_s": self.seconds,
                 "applied": [a.to_json() for a in self.applied],
+                "post_optimizations": self.post_optimizations,
+                "subprograms": self.subprograms(),
                 "subsets": [s.to_json() for s in self.subsets]}
 
 
@@ -257,5 +286,9 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
         if not fresh:
             stop = StopReason.EXHAUSTED
             break
-    return SearchResult(best[1], base, best[0], best[2], opt.reports, rounds, stop,
-                        time.perf_counter() - start)
+    program_out, cost_out, post = best[1], best[0], []
+    polished, names = post_optimize(best[1])
+    if names and opt.cost(polished) <= cost_out:
+        program_out, cost_out, post = polished, opt.cost(polished), names
+    return SearchResult(program_out, base, cost_out, best[2], opt.reports, rounds, stop,
+                        time.perf_counter() - start, post)
