@@ -4,7 +4,9 @@ Each round, for every program in the heap, every multi-linear subprogram (and ev
 independent ones, :func:`~tvm_pet.search.partition.partition`) is cut into subsets of at most
 ``max_subset`` connected operators that contain a reducing operator. The generator mutates each
 subset; every verified mutant, already corrected, replaces its subset, and the new programs compete
-by cost for the K places of the next round. The best program ever seen is returned, and it never
+by cost for the K places of the next round. Costs are taken as additive over subprograms: a new
+program costs what its parent cost, less the replaced subset, plus the corrected mutant, so a
+measured cost model only ever builds small programs. The best program ever seen is returned, and it never
 costs more than the input. Generator results are cached by the subset's structure with weights
 abstracted (verification treats weights symbolically), so repeated layers are searched once.
 Post-optimizations (paper 6.3, :mod:`tvm_pet.search.postopt`) then polish the best program; they
@@ -208,6 +210,7 @@ class _Optimizer:
         self.cache: dict[tuple, tuple[list[Mutant], GeneratorStats, list[str]]] = {}
         self.reports: list[SubsetReport] = []
         self.keys = WeightKeys()
+        self.costs: dict[tuple, float] = {}
         self.deadline = None if config.time_limit is None else time.perf_counter() + config.time_limit
 
     def mutants_of(self, program: Program, subset: Sequence[int], name: str):
@@ -228,7 +231,11 @@ class _Optimizer:
         return part, renamed
 
     def cost(self, program: Program) -> float:
-        return self.cost_model.cost(program)
+        """The cost model's figure, memoized by structure (weights abstracted)."""
+        key = canonical(program, self.keys)[0]
+        if key not in self.costs:
+            self.costs[key] = self.cost_model.cost(program)
+        return self.costs[key]
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
@@ -264,13 +271,16 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
                     if opt.out_of_time():
                         break
                     part, mutants = opt.mutants_of(prog, subset, sub.name)
+                    part_cost = opt.cost(part.program) if mutants else 0.0
                     for mutant, corrected in mutants:
                         new = replace_subprogram(prog, part, corrected)
                         key = canonical(new, opt.keys)[0]
                         if key in seen:
                             continue
                         seen.add(key)
-                        c = opt.cost(new)
+                        # costs are additive over subprograms: only the replaced part changes,
+                        # so only small programs are ever costed (measured models build them)
+                        c = cost_now - part_cost + opt.cost(corrected)
                         step = Applied(sub.name, _op_names(part.program.nodes), mutant.ops,
                                        mutant.partially_equivalent, mutant.corrected_boxes,
                                        cost_now, c)
