@@ -1,0 +1,487 @@
+"""Lifting: Relax calls to tvm_pet operators, one rule per Relax op name (:data:`LIFT_RULES`).
+
+Calls no rule maps become OPAQUE nodes that keep their expression; their kind is the ONNX name
+where tvm_pet can evaluate them (:data:`EVALUABLE_OPAQUE`), else the Relax op name.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable, Iterator, Sequence
+from typing import Union
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator
+from tvm_pet.ir.builder import ProgramBuilder
+from tvm_pet.ir.node import Shape
+from tvm_pet.ir.ops import Op
+from tvm_pet.relax.lifted import (F32, Tree, Lifted, OpaqueBinding, _flatten, _unflatten, _ints, _static, _type_tree, _template, _leaf_types, _is_f32, _const_ints, _call_kind, _no_dtype, _pads)
+
+
+# --------------------------------------------------------------------------------------- lifting
+@dataclasses.dataclass(eq=False)
+class _Const:
+    """A constant value met while lifting; it becomes a weight on first use as a tensor."""
+
+    array: np.ndarray
+    origin: relax.Expr | None = None
+    name: str | None = None
+
+
+Value = Union[str, _Const, tuple]
+
+
+class _Lifter:
+    """The state of one lift: the builder, the value of every Relax Var, the kept expressions."""
+
+    def __init__(self, func: relax.Function):
+        self.func = func
+        attrs = dict(func.attrs) if func.attrs is not None else {}
+        self.name = str(attrs.get("global_symbol", "main"))
+        self.attrs = attrs
+        self.b = ProgramBuilder(self.name)
+        self.env: dict[relax.Var, Value] = {}
+        self.used: set[str] = set()
+        self.consts: dict[int, _Const] = {}
+        self.scalars: dict[float, _Const] = {}
+        self.opaque: dict[str, OpaqueBinding] = {}
+        self.origins: dict[str, tuple[np.ndarray, relax.Expr]] = {}
+
+    # -------------------------------------------------------------------------- names and values
+    def fresh(self, hint: str) -> str:
+        hint = hint or "t"
+        name, k = hint, 0
+        while name in self.used:
+            k += 1
+            name = f"{hint}_{k}"
+        self.used.add(name)
+        return name
+
+    def constant(self, array: np.ndarray, origin: relax.Expr | None = None) -> _Const:
+        """A read-only copy of ``array`` (its dtype kept: folds produce float32 themselves)."""
+        array = np.array(array, copy=True)
+        array.setflags(write=False)
+        return _Const(array, origin)
+
+    def scalar(self, value: float) -> _Const:
+        if value not in self.scalars:
+            self.scalars[value] = self.constant(np.array(value, np.float32))
+        return self.scalars[value]
+
+    def value_of(self, expr: relax.Expr) -> Value:
+        """The lifted value of an operand: a tensor name, a pending constant, or a tuple."""
+        if isinstance(expr, relax.Var):
+            if expr not in self.env:
+                raise ProgramError(f"variable {expr.name!r} is used before it is bound")
+            return self.env[expr]
+        if isinstance(expr, tvm.ir.expr.Constant):
+            key = expr.__chandle__()
+            if key not in self.consts:
+                self.consts[key] = self.constant(expr.value.numpy(), expr)
+            return self.consts[key]
+        if isinstance(expr, relax.Tuple):
+            return tuple(self.value_of(f) for f in expr.fields)
+        if isinstance(expr, relax.TupleGetItem):
+            whole = self.value_of(expr.tuple_value)
+            if not isinstance(whole, tuple):
+                raise ProgramError(f"tuple index into a non-tuple value ({expr})")
+            return whole[int(expr.index)]
+        raise UnsupportedOperator(f"operand {type(expr).__name__} ({expr}) is not a tensor")
+
+    def name_of(self, value: Value) -> str:
+        """The program tensor of a single-tensor value (a constant becomes a weight)."""
+        if isinstance(value, str):
+            return value
+        if isinstance(value, _Const):
+            if value.array.dtype != np.float32:
+                raise UnsupportedOperator(f"a {value.array.dtype} constant is used as tensor data; "
+                                          f"tvm_pet programs compute on float32 tensors only")
+            if value.name is None:
+                value.name = self.b.weight(self.fresh("const"), value.array)
+                if value.origin is not None:
+                    self.origins[value.name] = (self.b.weights[value.name], value.origin)
+            return value.name
+        raise UnsupportedOperator("a tuple is used where a tensor is expected")
+
+    def tree_of(self, value: Value) -> Tree:
+        return tuple(self.tree_of(v) for v in value) if isinstance(value, tuple) else \
+            self.name_of(value)
+
+    def shape(self, value: Value) -> Shape:
+        return tuple(value.array.shape) if isinstance(value, _Const) else self.b.shapes[value]
+
+    def arg(self, call: relax.Call, i: int) -> Value:
+        return self.value_of(call.args[i])
+
+    def emit(self, op: Op, inputs: Sequence[Value], attrs: dict, hint: str) -> str:
+        """Add one single-output node named after ``hint``; returns its output."""
+        names = [self.name_of(v) for v in inputs]
+        return self.b.node(op, names, attrs, [self.fresh(hint)])[0]
+
+    # ------------------------------------------------------------------------------ the driver
+    def run(self) -> Lifted:
+        for p in self.func.params:
+            ty = p.ty
+            what = f"parameter {p.name!r}"
+            if not isinstance(ty, relax.TensorType):
+                raise UnsupportedOperator(f"{what} has type {ty}; tvm_pet lifts functions of "
+                                          f"tensor parameters only")
+            if str(ty.dtype) != F32:
+                raise UnsupportedOperator(f"{what} is {ty.dtype}; tvm_pet lifts float32 tensors "
+                                          f"only")
+            self.env[p] = self.b.input(self.fresh(p.name), _static(ty, what))
+        body = self.func.body
+        blocks, result = (body.blocks, body.body) if isinstance(body, relax.SeqExpr) else ((), body)
+        for block in blocks:
+            for binding in block.bindings:
+                self.bind(binding)
+        if isinstance(result, relax.Call):
+            raise UnsupportedOperator("the function returns a call, not a variable: normalize it "
+                                      "first (relax.transform.Normalize())")
+        outputs = self.tree_of(self.value_of(result))
+        program = self.b.build(_flatten(outputs))
+        params = tuple(self.func.params)
+        return Lifted(program, params, tuple(self.env[p] for p in params),
+                      types.MappingProxyType(self.opaque), types.MappingProxyType(self.origins),
+                      outputs, types.MappingProxyType(self.attrs), self.name)
+
+    def bind(self, binding) -> None:
+        var, value = binding.var, binding.value
+        label = f"`{var.name} = {_call_kind(value) if isinstance(value, relax.Call) else value}`"
+        try:
+            if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                    and value.op.get_attr("FPurity") is False):
+                raise UnsupportedOperator(f"{value.op.name} has side effects; tvm_pet emits one "
+                                          f"dataflow block, so it lifts pure calls only")
+            tree = _type_tree(var.ty, f"binding {var.name!r}")
+            for ty in _leaf_types(tree):
+                _static(ty, f"binding {var.name!r}")
+            if isinstance(binding, relax.MatchCast) or not isinstance(value, relax.Call):
+                self.env[var] = self._alias(var, value)
+                return
+            result = self._recognised(var, value)
+            self.env[var] = result if result is not None else self._opaque(var, value, tree)
+        except PetError as e:
+            raise type(e)(f"while lifting {label}: {e}") from None
+
+    def _alias(self, var: relax.Var, value: relax.Expr) -> Value:
+        if not isinstance(value, (relax.Var, tvm.ir.expr.Constant, relax.Tuple,
+                                  relax.TupleGetItem)):
+            raise UnsupportedOperator(f"binding {var.name!r} is a {type(value).__name__}; tvm_pet "
+                                      f"lifts calls, tuples, constants and variables")
+        result = self.value_of(value)
+        self._check(var, result)
+        return result
+
+    def _recognised(self, var: relax.Var, call: relax.Call) -> Value | None:
+        """The lifted value of a call that a rule maps, or None (then it stays opaque)."""
+        rule = LIFT_RULES.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
+        if rule is None or not _is_f32(var) or not all(_is_f32(a) for a in call.args):
+            return None
+        result = rule(self, call, var)
+        if result is not None:
+            self._check(var, result)
+        return result
+
+    def _check(self, var: relax.Var, value: Value) -> None:
+        """The lifted shapes must be Relax's: a mismatch is a bug in a rule, never ignored."""
+        want = [_static(t, var.name) for t in _leaf_types(_type_tree(var.ty, var.name))]
+        leaves = [value] if not isinstance(value, tuple) else list(_flat_values(value))
+        have = [self.shape(v) for v in leaves]
+        if have != want:
+            raise ShapeError(f"tvm_pet computed shapes {[list(s) for s in have]} for "
+                             f"{var.name!r}, Relax says {[list(s) for s in want]}")
+
+    def _opaque(self, var: relax.Var, call: relax.Call, tree) -> Tree:
+        leaves: list[tuple[relax.Expr, Tree]] = []
+        expr = self._collect(call, leaves, set())
+        inputs = [n for _, t in leaves for n in _flatten(t)]
+        if not inputs:
+            raise UnsupportedOperator(f"{_call_kind(call)} reads no float32 tensor; tvm_pet keeps "
+                                      f"opaque operators that read at least one")
+        kind, params = _evaluable_kind(call, [self.b.shapes[i] for i in inputs])
+        types_ = _leaf_types(tree)
+        names = [self.fresh(var.name if len(types_) == 1 else f"{var.name}_{k}")
+                 for k in range(len(types_))]
+        outputs = _unflatten(_template(tree), iter(names), tuple)
+        shapes = tuple(_static(t, var.name) for t in types_)
+        self.b.node(Op.OPAQUE, inputs, {"kind": kind, "shapes": shapes, "params": params}, names)
+        binding = OpaqueBinding(expr, tuple(leaves), outputs, kind)
+        for n in names:
+            self.opaque[n] = binding
+        return outputs
+
+    def _collect(self, expr: relax.Expr, leaves: list, seen: set) -> relax.Expr:
+        """Record the tensor operands of ``expr`` as leaves; returns ``expr`` with Vars bound to
+        non-float constants replaced by those constants."""
+        if isinstance(expr, relax.Var) or (isinstance(expr, tvm.ir.expr.Constant)
+                                           and _is_f32(expr)):
+            value = self.value_of(expr)
+            if isinstance(value, _Const) and value.array.dtype != np.float32:
+                if value.origin is None:
+                    raise UnsupportedOperator(f"{expr} is a computed {value.array.dtype} constant")
+                return value.origin
+            if expr.__chandle__() not in seen:
+                seen.add(expr.__chandle__())
+                leaves.append((expr, self.tree_of(value)))
+            return expr
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self._collect(f, leaves, seen) for f in expr.fields])
+        if isinstance(expr, relax.TupleGetItem):
+            return relax.TupleGetItem(self._collect(expr.tuple_value, leaves, seen), expr.index)
+        if isinstance(expr, relax.Call):
+            return relax.Call(expr.op, [self._collect(a, leaves, seen) for a in expr.args],
+                              expr.attrs, expr.ty_args)
+        return expr
+
+
+def _flat_values(value: tuple) -> Iterator:
+    for v in value:
+        yield from (_flat_values(v) if isinstance(v, tuple) else (v,))
+
+
+# ----------------------------------------------------------------------------- the lifting rules
+LiftRule = Callable[[_Lifter, relax.Call, relax.Var], Union[Value, None]]
+
+
+def _binary(op: Op, fold: Callable) -> LiftRule:
+    def rule(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
+        a, b = lift.arg(call, 0), lift.arg(call, 1)
+        if isinstance(a, _Const) and isinstance(b, _Const):
+            return lift.constant(fold(a.array, b.array).astype(np.float32))
+        return lift.emit(op, [a, b], {}, var.name)
+    return rule
+
+
+def _subtract(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
+    a, b = lift.arg(call, 0), lift.arg(call, 1)
+    if isinstance(a, _Const) and isinstance(b, _Const):
+        return lift.constant(a.array - b.array)
+    negated = lift.constant(-b.array) if isinstance(b, _Const) else \
+        lift.emit(Op.MUL, [b, lift.scalar(-1.0)], {}, f"{var.name}_neg")
+    return lift.emit(Op.ADD, [a, negated], {}, var.name)
+
+
+def _divide(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    a, b = lift.arg(call, 0), lift.arg(call, 1)
+    if not isinstance(b, _Const) or isinstance(a, _Const):
+        return None  # division by a tensor is not multi-linear
+    with np.errstate(divide="ignore"):
+        inverse = lift.constant((1 / b.array).astype(np.float32))
+    return lift.emit(Op.MUL, [a, inverse], {}, var.name)
+
+
+def _negative(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
+    return lift.emit(Op.MUL, [lift.arg(call, 0), lift.scalar(-1.0)], {}, var.name)
+
+
+_CONV_LAYOUTS = {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW"), 3: ("NCDHW", "OIDHW")}
+
+
+def _conv(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    x, w = lift.arg(call, 0), lift.arg(call, 1)
+    a, nsp = call.attrs, len(lift.shape(x)) - 2
+    data, kernel = _CONV_LAYOUTS.get(nsp, (None, None))
+    pads = _pads(a.padding, nsp)
+    if (str(a.data_layout) != data or str(a.kernel_layout) != kernel or pads is None
+            or str(a.out_layout) not in ("", data) or not _no_dtype(a.out_dtype)):
+        return None
+    return lift.emit(Op.CONV, [x, w], {"strides": _ints(a.strides), "pads": pads,
+                                       "dilations": _ints(a.dilation), "groups": int(a.groups)},
+                     var.name)
+
+
+def _matmul(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    a, b = lift.arg(call, 0), lift.arg(call, 1)
+    if len(lift.shape(a)) < 2 or len(lift.shape(b)) < 2 or not _no_dtype(call.attrs.out_dtype):
+        return None
+    return lift.emit(Op.MATMUL, [a, b], {}, var.name)
+
+
+def _permute_dims(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
+    x = lift.arg(call, 0)
+    rank = len(lift.shape(x))
+    axes = call.attrs.axes
+    perm = tuple(range(rank))[::-1] if axes is None else tuple(int(d) % rank for d in axes)
+    if isinstance(x, _Const):
+        return lift.constant(np.transpose(x.array, perm))
+    return lift.emit(Op.TRANSPOSE, [x], {"perm": perm}, var.name)
+
+
+def _reshape(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
+    """reshape, expand_dims, squeeze and flatten: the target is the binding's static shape."""
+    x = lift.arg(call, 0)
+    shape = _static(var.ty, var.name)
+    if isinstance(x, _Const):
+        return lift.constant(x.array.reshape(shape))
+    return x if lift.shape(x) == shape else lift.emit(Op.RESHAPE, [x], {"shape": shape}, var.name)
+
+
+def _concat(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    parts = lift.arg(call, 0)
+    if not isinstance(parts, tuple) or call.attrs.axis is None:
+        return None
+    rank = len(lift.shape(parts[0]))
+    if len(parts) == 1:
+        return parts[0]
+    return lift.emit(Op.CONCAT, list(parts), {"axis": int(call.attrs.axis) % rank}, var.name)
+
+
+def _split(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
+    x = lift.arg(call, 0)
+    axis = int(call.attrs.axis) % len(lift.shape(x))
+    types_ = _leaf_types(_type_tree(var.ty, var.name))
+    sizes = tuple(_static(t, var.name)[axis] for t in types_)
+    names = [lift.fresh(f"{var.name}_{k}") for k in range(len(sizes))]
+    return lift.b.node(Op.SPLIT, [lift.name_of(x)], {"axis": axis, "sizes": sizes}, names)
+
+
+def _strided_slice(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    x = lift.arg(call, 0)
+    shape = lift.shape(x)
+    axes, begin, end = (_const_ints(call.args[i]) for i in (1, 2, 3))
+    strides = _const_ints(call.args[4]) if len(call.args) > 4 else (1,) * len(axes or ())
+    if None in (axes, begin, end, strides) or any(s < 1 for s in strides):
+        return None  # dynamic bounds or a reversed slice
+    starts, steps, sizes = [0] * len(shape), [1] * len(shape), list(shape)
+    for axis, b, e, s in zip(axes, begin, end, strides):
+        axis %= len(shape)
+        n = shape[axis]
+        b, e = (min(max(v + n if v < 0 else v, 0), n) for v in (b, e))  # clamp like Relax
+        starts[axis], steps[axis], sizes[axis] = b, s, max(0, -(-(e - b) // s))
+    if min(sizes) < 1:
+        return None
+    return lift.emit(Op.SLICE, [x], {"starts": tuple(starts), "steps": tuple(steps),
+                                     "sizes": tuple(sizes)}, var.name)
+
+
+def _pad(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    a = call.attrs
+    width = _ints(a.pad_width)
+    if str(a.pad_mode) != "constant" or float(a.pad_value) != 0.0 or min(width, default=0) < 0:
+        return None
+    return lift.emit(Op.PAD, [lift.arg(call, 0)], {"pads": width[0::2] + width[1::2]}, var.name)
+
+
+def _avg_pool(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    x = lift.arg(call, 0)
+    a, nsp = call.attrs, len(lift.shape(x)) - 2
+    data = _CONV_LAYOUTS.get(nsp, (None,))[0]
+    kernel, pads = _ints(a.pool_size), _pads(a.padding, nsp)
+    if (str(a.layout) != data or str(a.out_layout) not in ("", data) or bool(a.ceil_mode)
+            or any(d != 1 for d in _ints(a.dilation)) or pads is None
+            or any(p >= k for p, k in zip(pads, kernel * 2))):
+        return None
+    return lift.emit(Op.AVGPOOL, [x], {"kernel": kernel, "strides": _ints(a.strides),
+                                       "pads": pads,
+                                       "count_include_pad": bool(a.count_include_pad)}, var.name)
+
+
+def _mean(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    """A mean over every spatial axis (ONNX's GlobalAveragePool) is an average pool."""
+    x = lift.arg(call, 0)
+    shape = lift.shape(x)
+    rank = len(shape)
+    axes = range(rank) if call.attrs.axis is None else sorted(int(d) % rank
+                                                              for d in call.attrs.axis)
+    if rank not in (3, 4, 5) or list(axes) != list(range(2, rank)):
+        return None
+    keep = bool(call.attrs.keepdims)
+    pooled = lift.emit(Op.AVGPOOL, [x], {"kernel": shape[2:], "strides": shape[2:],
+                                         "pads": (0,) * 2 * (rank - 2),
+                                         "count_include_pad": False},
+                       var.name if keep else f"{var.name}_pool")
+    return pooled if keep else lift.emit(Op.RESHAPE, [pooled], {"shape": shape[:2]}, var.name)
+
+
+def _batch_norm(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    """Inference batch_norm with constant statistics: x * scale[c] + shift[c]; the tuple's
+    items 1 and 2 are the moving mean and variance, unchanged."""
+    x, gamma, beta, mean, variance = (lift.arg(call, i) for i in range(5))
+    a = call.attrs
+    rank = len(lift.shape(x))
+    if (bool(a.training) or rank < 2 or int(a.axis) % rank != 1
+            or not all(isinstance(v, _Const) for v in (gamma, beta, mean, variance))):
+        return None
+    g = gamma.array.astype(np.float64) if bool(a.scale) else 1.0
+    scale = g / np.sqrt(variance.array.astype(np.float64) + float(a.epsilon))
+    shift = (beta.array.astype(np.float64) if bool(a.center) else 0.0) - mean.array * scale
+    out = lift.emit(Op.BATCHNORM, [x, lift.constant(scale.astype(np.float32)),
+                                   lift.constant(shift.astype(np.float32))], {}, var.name)
+    return (out, mean, variance)
+
+
+#: How each recognised Relax operator becomes tvm_pet ops. A rule returns None when an attribute
+#: is outside what tvm_pet expresses; the call then stays opaque.
+LIFT_RULES: dict[str, LiftRule] = {
+    "relax.add": _binary(Op.ADD, np.add),
+    "relax.multiply": _binary(Op.MUL, np.multiply),
+    "relax.subtract": _subtract,
+    "relax.divide": _divide,
+    "relax.negative": _negative,
+    "relax.nn.conv1d": _conv,
+    "relax.nn.conv2d": _conv,
+    "relax.nn.conv3d": _conv,
+    "relax.matmul": _matmul,
+    "relax.permute_dims": _permute_dims,
+    "relax.reshape": _reshape,
+    "relax.expand_dims": _reshape,
+    "relax.squeeze": _reshape,
+    "relax.flatten": _reshape,
+    "relax.concat": _concat,
+    "relax.split": _split,
+    "relax.strided_slice": _strided_slice,
+    "relax.nn.pad": _pad,
+    "relax.nn.avg_pool1d": _avg_pool,
+    "relax.nn.avg_pool2d": _avg_pool,
+    "relax.nn.avg_pool3d": _avg_pool,
+    "relax.mean": _mean,
+    "relax.nn.batch_norm": _batch_norm,
+}
+
+
+# --------------------------------------------------------------- opaque operators tvm_pet can run
+def _maxpool_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
+    a, nsp = call.attrs, len(shapes[0]) - 2
+    pads = _pads(a.padding, nsp)
+    if (str(a.layout) != _CONV_LAYOUTS.get(nsp, (None,))[0] or bool(a.ceil_mode) or pads is None
+            or any(d != 1 for d in _ints(a.dilation)) or str(a.out_layout) not in ("", a.layout)):
+        return None
+    return {"kernel_shape": _ints(a.pool_size), "strides": _ints(a.strides), "pads": pads}
+
+
+def _layernorm_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
+    a, rank = call.attrs, len(shapes[0])
+    axes = sorted(int(d) % rank for d in a.axes)
+    if not (bool(a.center) and bool(a.scale)) or not axes or axes != list(range(axes[0], rank)):
+        return None
+    return {"axis": axes[0], "epsilon": float(a.epsilon)}
+
+
+#: Relax operators lifted as OPAQUE nodes of an ONNX kind that tvm_pet's float evaluation knows
+#: (see :data:`tvm_pet.ops.float_eval.OPAQUE_FLOAT`): ``(kind, params(call, input shapes))``;
+#: params None keeps the Relax name as the kind.
+EVALUABLE_OPAQUE: dict[str, tuple[str, Callable[[relax.Call, list[Shape]], dict | None]]] = {
+    "relax.nn.relu": ("Relu", lambda c, s: {}),
+    "relax.sigmoid": ("Sigmoid", lambda c, s: {}),
+    "relax.tanh": ("Tanh", lambda c, s: {}),
+    "relax.exp": ("Exp", lambda c, s: {}),
+    "relax.erf": ("Erf", lambda c, s: {}),
+    "relax.nn.gelu": ("Gelu", lambda c, s: {}),
+    "relax.nn.softmax": ("Softmax", lambda c, s: {"axis": int(c.attrs.axis)}),
+    "relax.nn.max_pool1d": ("MaxPool", _maxpool_params),
+    "relax.nn.max_pool2d": ("MaxPool", _maxpool_params),
+    "relax.nn.max_pool3d": ("MaxPool", _maxpool_params),
+    "relax.nn.layer_norm": ("LayerNormalization", _layernorm_params),
+}
+
+
+def _evaluable_kind(call: relax.Call, shapes: list[Shape]) -> tuple[str, dict]:
+    kind = _call_kind(call)
+    entry = EVALUABLE_OPAQUE.get(kind) if all(_is_f32(a) for a in call.args) else None
+    params = entry[1](call, shapes) if entry is not None else None
+    return (kind, {}) if params is None else (entry[0], params)
+
