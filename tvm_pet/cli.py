@@ -8,6 +8,15 @@
     Runs the mutant generator and the verifier on every multi-linear subprogram and lists the
     verified mutants; ``--emit`` writes each subprogram and each corrected mutant as ONNX.
 
+``tvm-pet optimize MODEL.onnx --target llvm --out DIR [--trials N] [--depth D] [--rounds R]
+[--topk K] [--time-limit S]``
+    Optimizes the model with PET for a TVM target, confirms it end to end against plain TVM with
+    the same tuning records, and writes ``report.json``, ``optimized.so``, ``baseline.so``,
+    ``optimized.onnx`` and ``optimized.py`` into DIR.
+
+``tvm-pet tune MODEL.onnx --target T --trials N``
+    Tunes the model's kernels and those of its most promising mutants into ``tuning_logs/``.
+
 ``tvm-pet example NAME DIR``
     Writes a paper example as two ONNX models, ``DIR/original.onnx`` and ``DIR/candidate.onnx``.
 """
@@ -82,6 +91,44 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _driver_options(args: argparse.Namespace):
+    from tvm_pet.relax.driver import DriverOptions
+    return DriverOptions(target=args.target, trials=args.trials, records_dir=args.records,
+                         rpc=args.rpc, cost=getattr(args, "cost", "measured"))
+
+
+def _search_config(args: argparse.Namespace):
+    from tvm_pet.search.config import SearchConfig
+    return SearchConfig(depth=args.depth, rounds=args.rounds, topk=args.topk,
+                        time_limit=args.time_limit, progress=sys.stderr.isatty())
+
+
+def _cmd_optimize(args: argparse.Namespace) -> int:
+    from tvm_pet.relax.driver import optimize_model
+    report = optimize_model(args.model, args.out, _search_config(args), _driver_options(args))
+    print(f"{args.model} on {report['target']}: kept the {report['kept']} model")
+    print(f"  baseline  {report['baseline_time_s'] * 1e3:9.3f} ms (median of interleaved rounds)")
+    print(f"  candidate {report['timings']['optimized']['median'] * 1e3:9.3f} ms  "
+          f"(x{report['measured_speedup_of_candidate']:.3f})")
+    print(f"  speedup   x{report['speedup']:.3f}   rule: {report['decision_rule']}")
+    print(f"  search {report['search_time_s']:.1f} s, tuning {report['tuning_time_s']:.1f} s "
+          f"({report['new_trials']} new trials), max |optimized - original| "
+          f"{report['max_abs_err']:.2e}")
+    for a in report["applied"]:
+        print(f"  applied {a['mutant']} on {a['subprogram']}"
+              + (f" ({a['corrected_boxes']} boxes corrected)" if a["partially_equivalent"] else ""))
+    print(f"  wrote {args.out}/report.json, optimized.so, baseline.so, optimized.onnx, optimized.py")
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from tvm_pet.onnx import import_model
+    from tvm_pet.relax.driver import tune_model
+    summary = tune_model(import_model(args.model), _search_config(args), _driver_options(args))
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def _cmd_example(args: argparse.Namespace) -> int:
     import pathlib
 
@@ -122,6 +169,25 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--json", action="store_true", help="print the result as JSON")
     x.add_argument("--max-list", type=int, default=10, help="mutants listed per subprogram")
     x.set_defaults(func=_cmd_explore)
+    for name, helptext in (("optimize", "optimize an ONNX model with PET for a TVM target"),
+                           ("tune", "tune a model's kernels and its promising mutants")):
+        o = sub.add_parser(name, help=helptext)
+        o.add_argument("model")
+        o.add_argument("--target", default="llvm", help="llvm (default) or cuda")
+        o.add_argument("--trials", type=int, default=0 if name == "optimize" else 64,
+                       help="MetaSchedule trials per task (optimize: 0 = use the records only)")
+        o.add_argument("--depth", type=int, default=3)
+        o.add_argument("--rounds", type=int, default=2)
+        o.add_argument("--topk", type=int, default=4)
+        o.add_argument("--time-limit", type=float, default=600.0)
+        o.add_argument("--records", help="tuning records folder (default tuning_logs/<target>)")
+        o.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")
+        if name == "optimize":
+            o.add_argument("--out", required=True, help="output folder")
+            o.add_argument("--cost", choices=("measured", "analytic"), default="measured")
+            o.set_defaults(func=_cmd_optimize)
+        else:
+            o.set_defaults(func=_cmd_tune)
     e = sub.add_parser("example", help="write a paper example pair as ONNX models")
     e.add_argument("name", choices=EXAMPLES)
     e.add_argument("dir")

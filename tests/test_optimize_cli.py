@@ -1,0 +1,77 @@
+"""`tvm-pet optimize` end to end on a small model, without tuning (records only)."""
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+tvm = pytest.importorskip("tvm")
+from tvm import relax  # noqa: E402
+
+from tests.test_pet_pass import dilated_model  # noqa: E402
+from tvm_pet.cli import main  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def optimized(tmp_path_factory):
+    root = tmp_path_factory.mktemp("opt")
+    model = root / "model.onnx"
+    onnx.save(dilated_model(), model)
+    out = root / "out"
+    code = main(["optimize", str(model), "--target", "llvm", "--out", str(out), "--cost",
+                 "analytic", "--rounds", "1", "--records", str(root / "records")])
+    assert code == 0
+    return model, out
+
+
+def test_report_has_the_promised_fields(optimized):
+    _, out = optimized
+    report = json.loads((out / "report.json").read_text())
+    for key in ("baseline_time_s", "optimized_time_s", "speedup", "search_time_s",
+                "tuning_time_s", "max_abs_err", "applied", "decision_rule", "kept", "timings"):
+        assert key in report, key
+    assert report["baseline_time_s"] > 0 and report["optimized_time_s"] > 0
+    assert report["max_abs_err"] < 1e-4
+    assert report["max_abs_err_vs_onnxruntime"] < 1e-4
+    assert report["new_trials"] == 0 and report["kept"] in ("original", "optimized")
+    if report["kept"] == "original":
+        assert report["speedup"] == 1.0 and report["applied"] == []
+
+
+def test_libraries_load_and_take_the_onnx_inputs(optimized):
+    model, out = optimized
+    x = np.random.default_rng(5).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    for name in ("baseline.so", "optimized.so"):
+        vm = relax.VirtualMachine(tvm.runtime.load_module(str(out / name)), tvm.cpu())
+        got = vm["main"](tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_optimized_onnx_and_tvmscript(optimized):
+    model, out = optimized
+    exported = onnx.load(out / "optimized.onnx")
+    onnx.checker.check_model(exported, full_check=True)
+    x = np.random.default_rng(6).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    run = lambda m: ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(  # noqa: E731
+        None, {"x": x})[0]
+    np.testing.assert_allclose(run(exported.SerializeToString()), run(str(model)), rtol=1e-4,
+                               atol=1e-5)
+    assert "def main" in (out / "optimized.py").read_text()
+
+
+def test_bad_model_exits_two(tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not onnx")
+    assert main(["optimize", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert main(["optimize", str(tmp_path / "missing.onnx"), "--out", str(tmp_path / "o")]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_unknown_target_exits_two(tmp_path, capsys):
+    model = tmp_path / "m.onnx"
+    onnx.save(dilated_model(), model)
+    assert main(["optimize", str(model), "--target", "tpu9000", "--out", str(tmp_path / "o")]) == 2
+    assert "tpu9000" in capsys.readouterr().err

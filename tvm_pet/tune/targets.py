@@ -1,0 +1,184 @@
+"""Compilation targets: what ``"llvm"`` and ``"cuda"`` mean on this host, and a stable key per target.
+
+``resolve_target`` turns a short spec into a complete ``tvm.target.Target``. The CPU target names
+the CPU (``mcpu``) because MetaSchedule only emits AVX-512 when the target says the CPU has it, and
+it gives ``num-cores`` because MetaSchedule's parallel rules need it. ``mcpu="native"`` is not an
+option: the LLVM in the apache-tvm wheel rejects it with its conda triple and falls back to
+``generic`` (shared/TVM_NOTES.md, section 2).
+
+``target_dir`` gives the directory name under ``tuning_logs/`` that holds the target's MetaSchedule
+database. One database per target is required, not a convenience: the database lookup ignores the
+target (TVM_NOTES section 5), so records of one target would silently be applied to another.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import tvm
+
+from tvm_pet.errors import PetError
+
+#: The mcpu chosen for each x86 feature level, best first: (a /proc/cpuinfo flag, the LLVM CPU).
+#: ``skylake-avx512`` is the oldest LLVM CPU with AVX-512 F/BW/DQ/VL, the part fp32 schedules use;
+#: it keeps the key (and the tuning records) the same across AVX-512 hosts whose exact model LLVM
+#: names differently (this KVM guest reports ``rocketlake`` for an Emerald Rapids host).
+X86_MCPU_BY_FLAG = (("avx512f", "skylake-avx512"), ("avx2", "haswell"))
+
+#: Thread limits of a CUDA target; they are the same on every architecture from sm_75 on.
+CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
+               "thread_warp_size": 32, "registers_per_block": 65536}
+
+#: The CUDA architecture used when ``nvidia-smi`` is absent (nvcc 13 rejects anything below sm_75).
+DEFAULT_CUDA_ARCH = "sm_80"
+
+#: Attributes already in the key, or implied by it; any other attribute adds a hash to the key.
+_KEYED_ATTRS = frozenset({"mcpu", "arch", "num-cores", "max_num_threads", *CUDA_LIMITS})
+
+
+def resolve_target(spec: str | dict | tvm.target.Target | None = None) -> tvm.target.Target:
+    """Return the complete target for a short spec.
+
+    Args:
+        spec: ``None`` or ``"llvm"`` (this CPU), ``"cuda"`` (the local GPU, or sm_80 without one),
+            a target dict (missing ``mcpu``/``arch``/``num-cores``/limits are filled in), or a
+            ``tvm.target.Target`` (returned unchanged).
+
+    Returns:
+        A ``tvm.target.Target``.
+
+    Raises:
+        PetError: for a target kind other than llvm and cuda, or a dict TVM rejects.
+
+    Example:
+        >>> resolve_target("llvm").kind.name
+        'llvm'
+    """
+    if isinstance(spec, tvm.target.Target):
+        return spec
+    if spec is None:
+        spec = "llvm"
+    if isinstance(spec, str):
+        if spec not in ("llvm", "cuda"):
+            raise PetError(f"unknown target {spec!r}: use 'llvm', 'cuda' or a target dict such as "
+                           "{'kind': 'llvm', 'mcpu': 'skylake-avx512', 'num-cores': 2}")
+        spec = {"kind": spec}
+    if not isinstance(spec, dict) or "kind" not in spec:
+        raise PetError(f"target spec {spec!r} is neither a kind name nor a dict with a 'kind'")
+    kind = spec["kind"]
+    if kind == "llvm":
+        full = {"kind": "llvm", "mcpu": detect_mcpu(), "num-cores": available_cores()}
+    elif kind == "cuda":
+        full = {"kind": "cuda", "arch": detect_cuda_arch(), **CUDA_LIMITS}
+    else:
+        raise PetError(f"unsupported target kind {kind!r}: tvm_pet measures on 'llvm' and 'cuda'")
+    full.update(spec)  # an explicit None drops the attribute (``"mcpu": None`` is generic x86-64)
+    full = {key: value for key, value in full.items() if value is not None}
+    try:
+        return tvm.target.Target(full)
+    except (ValueError, TypeError, tvm.error.TVMError) as err:
+        raise PetError(f"TVM rejects the target {full}: {err}") from err
+
+
+def detect_mcpu(cpuinfo: str | None = None) -> str | None:
+    """Return the LLVM ``mcpu`` for this x86 CPU, from the flags in ``/proc/cpuinfo``.
+
+    Args:
+        cpuinfo: the text of ``/proc/cpuinfo`` (read from the file when omitted).
+
+    Returns:
+        ``"skylake-avx512"`` with AVX-512, ``"haswell"`` with AVX2, ``None`` (LLVM's generic
+        x86-64) otherwise or when ``/proc/cpuinfo`` cannot be read.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+            break
+    for flag, mcpu in X86_MCPU_BY_FLAG:
+        if flag in flags:
+            return mcpu
+    return None
+
+
+def available_cores() -> int:
+    """Return the number of CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def detect_cuda_arch() -> str:
+    """Return ``sm_XY`` of GPU 0 as ``nvidia-smi`` reports it, or ``DEFAULT_CUDA_ARCH``."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return DEFAULT_CUDA_ARCH
+    try:
+        out = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return DEFAULT_CUDA_ARCH
+    match = re.match(r"\s*(\d+)\.(\d+)", out)
+    return f"sm_{match.group(1)}{match.group(2)}" if match else DEFAULT_CUDA_ARCH
+
+
+def target_dir(target: tvm.target.Target) -> str:
+    """Return a filesystem-safe, stable key of a target, e.g. ``llvm-skylake-avx512-c2``.
+
+    The key is the kind, the ``mcpu`` (llvm) or ``arch`` (cuda), and the number of cores; any
+    further attribute (``mattr``, say) adds an 8-digit hash of those attributes, so two targets that
+    compile differently never share a directory.
+
+    Args:
+        target: a target, usually from ``resolve_target``.
+
+    Returns:
+        The key; it contains only letters, digits, ``.``, ``_`` and ``-``.
+
+    Example:
+        >>> target_dir(tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}))
+        'llvm-skylake-avx512-c2'
+    """
+    attrs = _plain_attrs(target)
+    parts = [target.kind.name]
+    if target.kind.name == "cuda":
+        parts.append(str(attrs.get("arch", "default")))
+    else:
+        parts.append(str(attrs.get("mcpu", "generic")))
+    if "num-cores" in attrs:
+        parts.append(f"c{attrs['num-cores']}")
+    if attrs.get("mtriple") == tvm.target.codegen.llvm_get_system_triple():
+        del attrs["mtriple"]  # TVM adds the host triple itself when mcpu is absent
+    extra = {k: v for k, v in attrs.items() if k not in _KEYED_ATTRS}
+    if extra:
+        digest = hashlib.sha1(json.dumps(extra, sort_keys=True, default=str).encode()).hexdigest()
+        parts.append(digest[:8])
+    return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
+
+
+def _plain_attrs(target: tvm.target.Target) -> dict[str, Any]:
+    """Return the target's attributes (not kind, keys, tag or host) as plain Python values."""
+    exported = target.export()
+    plain: dict[str, Any] = {}
+    for key, value in exported.items():
+        if key in ("kind", "keys", "tag", "host"):
+            continue
+        if isinstance(value, (str, int, float, bool)):
+            plain[key] = value if not isinstance(value, str) else str(value)
+        else:  # an ffi Array such as mattr, or another ffi object
+            try:
+                plain[key] = [str(item) for item in value]
+            except TypeError:
+                plain[key] = str(value)
+    return plain
