@@ -17,6 +17,9 @@
 ``tvm-pet tune MODEL.onnx --target T --trials N``
     Tunes the model's kernels and those of its most promising mutants into ``tuning_logs/``.
 
+``tvm-pet model NAME FILE``
+    Writes a model of the seeded zoo (:mod:`tvm_pet.models`) as an ONNX file.
+
 ``tvm-pet example NAME DIR``
     Writes a paper example as two ONNX models, ``DIR/original.onnx`` and ``DIR/candidate.onnx``.
 """
@@ -129,6 +132,19 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_model(args: argparse.Namespace) -> int:
+    import onnx
+
+    from tvm_pet.models import build
+    try:
+        model = build(args.name)
+    except ValueError as e:
+        raise PetError(str(e)) from None
+    onnx.save(model, args.file)
+    print(f"wrote {args.file}")
+    return 0
+
+
 def _cmd_example(args: argparse.Namespace) -> int:
     import pathlib
 
@@ -188,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
             o.set_defaults(func=_cmd_optimize)
         else:
             o.set_defaults(func=_cmd_tune)
+    m = sub.add_parser("model", help="write a seeded model of the zoo as ONNX")
+    m.add_argument("name", help="e.g. dilated_conv, conv5x5, two_1x1_convs, three_matmuls, "
+                                "csrnet_backend, resnet18, bert_encoder")
+    m.add_argument("file")
+    m.set_defaults(func=_cmd_model)
     e = sub.add_parser("example", help="write a paper example pair as ONNX models")
     e.add_argument("name", choices=EXAMPLES)
     e.add_argument("dir")
