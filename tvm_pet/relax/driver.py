@@ -18,9 +18,12 @@ Strategy (tuning every candidate is unaffordable on a CPU: 1-3 minutes per kerne
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import pathlib
+import sys
 import time
 
 import numpy as np
@@ -43,6 +46,20 @@ class DriverOptions:
     screen_ratio: float = 2.0
     timing_rounds: int = 5
     seed: int = 0
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Silence C-level stderr (TVM logs one "Scope Saving" warning per function on export)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
@@ -140,9 +157,7 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     for k, ex in built.items():
         vm = relax.VirtualMachine(ex, device)
         res = vm["main"](*[tvm.runtime.tensor(x[t.name], device) for t in program.inputs])
-        res = [res] if not isinstance(res, (list, tuple)) and not hasattr(res, "__len__") or \
-            hasattr(res, "numpy") else list(res)
-        outputs[k] = [r.numpy() for r in res]
+        outputs[k] = [res.numpy()] if hasattr(res, "numpy") else [r.numpy() for r in res]
     max_abs_err = max(float(np.abs(a - b).max()) for a, b in zip(outputs["baseline"],
                                                                 outputs["optimized"]))
     ort_err = _onnxruntime_error(model, x, outputs["optimized"])
@@ -151,8 +166,9 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     keep, rule = _decide(timings)
     final = result.program if keep else program
     final_ex = built["optimized"] if keep else built["baseline"]
-    built["baseline"].export_library(str(out / "baseline.so"))
-    final_ex.export_library(str(out / "optimized.so"))
+    with _quiet_native_stderr():
+        built["baseline"].export_library(str(out / "baseline.so"))
+        final_ex.export_library(str(out / "optimized.so"))
     (out / "optimized.onnx").write_bytes(export_model(final).SerializeToString())
     (out / "optimized.py").write_text(program_to_module(final).script())
     report = {
