@@ -75,3 +75,13 @@ def test_unknown_target_exits_two(tmp_path, capsys):
     onnx.save(dilated_model(), model)
     assert main(["optimize", str(model), "--target", "tpu9000", "--out", str(tmp_path / "o")]) == 2
     assert "tpu9000" in capsys.readouterr().err
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
+    if tvm.runtime.enabled("cuda") and tvm.cuda(0).exist:
+        pytest.skip("this machine has a GPU")
+    model = tmp_path / "m.onnx"
+    onnx.save(dilated_model(), model)
+    assert main(["optimize", str(model), "--target", "cuda", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "GPU" in err and "Traceback" not in err

@@ -109,6 +109,20 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions) -
             "tuning_time_s": time.perf_counter() - start, "tuned_mutants": chosen}
 
 
+def _device(target):
+    """The device that runs ``target``'s code, or a clear error when this machine has none."""
+    import tvm
+    kind = target.kind.name
+    if kind == "llvm":
+        return tvm.cpu()
+    if kind == "cuda":
+        if not tvm.runtime.enabled("cuda") or not tvm.cuda(0).exist:
+            raise PetError("target cuda needs a CUDA GPU and TVM's CUDA runtime; this machine has "
+                           "none (use --target llvm, or --rpc to measure on a GPU machine)")
+        return tvm.cuda(0)
+    raise PetError(f"tvm-pet optimize runs on llvm or cuda targets, not {kind!r}")
+
+
 def _decide(timings: dict) -> tuple[bool, str]:
     base, opt = timings["baseline"], timings["optimized"]
     spread = max((base.max - base.min) / base.median, (opt.max - opt.min) / opt.median, 0.05)
@@ -141,6 +155,7 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     out.mkdir(parents=True, exist_ok=True)
     program = import_model(model)
     target = resolve_target(options.target)
+    device = _device(target)
     records = _records(target, options)
     tuning = tune_model(program, config, options) if options.trials > 0 else \
         {"tuning_time_s": 0.0, "new_trials": 0, "records": str(records)}
@@ -152,7 +167,6 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
                "optimized": program_to_module(result.program)}
     built = {k: build(m, target, records) for k, m in modules.items()}
     x = _inputs(program, options.seed)
-    device = tvm.cpu() if target.kind.name == "llvm" else tvm.cuda()
     outputs = {}
     for k, ex in built.items():
         vm = relax.VirtualMachine(ex, device)
