@@ -1,0 +1,42 @@
+"""The tuning records shipped in tuning_logs/ are reused with zero new trials (no tuning here).
+
+The records were made on this project's machine kind (2-core AVX-512 CPU, target key
+``llvm-skylake-avx512-c2``) with 32 trials per task; on another machine kind the target key
+differs and these tests are skipped.
+"""
+import pathlib
+
+import pytest
+
+tvm = pytest.importorskip("tvm")
+
+from tvm_pet.models import build  # noqa: E402
+from tvm_pet.onnx import import_model  # noqa: E402
+from tvm_pet.relax.adapter import program_to_module  # noqa: E402
+from tvm_pet.tune.measure import kernel_times, tune  # noqa: E402
+from tvm_pet.tune.targets import resolve_target, target_dir  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "tuning_logs"
+TARGET = resolve_target("llvm")
+SHIPPED = ROOT / target_dir(TARGET)
+MODELS = ["dilated_conv", "conv5x5", "two_1x1_convs", "three_matmuls", "csrnet_backend"]
+TRIALS = 32
+
+pytestmark = pytest.mark.skipif(not (SHIPPED / "database_tuning_record.json").exists(),
+                                reason=f"no shipped records for target {target_dir(TARGET)}")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_second_run_needs_zero_new_trials(name):
+    module = program_to_module(import_model(build(name)))
+    stats = tune(module, TARGET, TRIALS, ROOT)
+    assert stats.tasks >= 1
+    assert stats.new_trials == 0, f"{name}: records incomplete ({stats})"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_measured_cost_reads_the_records(name):
+    module = program_to_module(import_model(build(name)))
+    times = kernel_times(module, TARGET, ROOT)
+    assert times and all(t.source == "tuned" for t in times), [t.source for t in times]
+    assert all(t.seconds > 0 for t in times)
