@@ -123,13 +123,24 @@ def _device(target):
     raise PetError(f"tvm-pet optimize runs on llvm or cuda targets, not {kind!r}")
 
 
+def _relative_iqr(t) -> float:
+    q1, q3 = np.percentile(t.samples, [25, 75])
+    return float((q3 - q1) / t.median)
+
+
 def _decide(timings: dict) -> tuple[bool, str]:
+    """Keep the optimized module only when it wins beyond the noise of both measurements.
+
+    The noise is the larger relative interquartile range of the interleaved samples (robust to
+    a single outlier round), and at least 5 %.
+    """
     base, opt = timings["baseline"], timings["optimized"]
-    spread = max((base.max - base.min) / base.median, (opt.max - opt.min) / opt.median, 0.05)
+    noise = max(_relative_iqr(base), _relative_iqr(opt), 0.05)
     ratio = base.median / opt.median
-    keep = ratio > 1 + spread
+    keep = ratio > 1 + noise
     rule = (f"keep the optimized module only if baseline median / optimized median "
-            f"({ratio:.3f}) exceeds 1 + the larger relative spread ({spread:.3f})")
+            f"({ratio:.3f}) exceeds 1 + the noise ({noise:.3f}: the larger relative "
+            f"interquartile range of the two, at least 0.05)")
     return keep, rule
 
 
