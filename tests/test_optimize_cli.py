@@ -85,3 +85,23 @@ def test_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
     assert main(["optimize", str(model), "--target", "cuda", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "GPU" in err and "Traceback" not in err
+
+
+@pytest.mark.tuning
+def test_tune_then_reuse_with_zero_new_trials(tmp_path, capsys):
+    """`tvm-pet tune` tunes the original and its promising mutants; a second run adds nothing."""
+    model = tmp_path / "m.onnx"
+    onnx.save(dilated_model(), model)
+    argv = ["tune", str(model), "--target", "llvm", "--trials", "2", "--rounds", "1",
+            "--records", str(tmp_path / "records")]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["new_trials"] > 0 and first["tasks"] >= 1
+    assert main(argv) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["new_trials"] == 0
+    out = tmp_path / "out"
+    assert main(["optimize", str(model), "--out", str(out), "--trials", "2", "--rounds", "1",
+                 "--records", str(tmp_path / "records")]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["new_trials"] == 0 and report["max_abs_err"] < 1e-4

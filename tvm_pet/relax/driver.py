@@ -79,7 +79,7 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions) -
     """
     from tvm_pet.cost.measured import MeasuredCost
     from tvm_pet.relax.adapter import program_to_module
-    from tvm_pet.search.optimizer import _Optimizer, _subsets
+    from tvm_pet.search.optimizer import Optimizer, operator_subsets
     from tvm_pet.search.partition import partition
     from tvm_pet.tune.measure import tune
     from tvm_pet.tune.targets import resolve_target
@@ -89,16 +89,25 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions) -
     stats = [tune(program_to_module(program), target, options.trials, records,
                   seed=options.seed, rpc=options.rpc)]
     untuned = MeasuredCost(target, tuned=False)
-    opt = _Optimizer(config, untuned)
+    opt = Optimizer(config, untuned)
     chosen = []
     for sub in partition(program):
-        for subset in _subsets(program, sub, config.max_subset):
+        for subset in operator_subsets(program, sub, config.max_subset):
             part, mutants = opt.mutants_of(program, subset, sub.name)
             if not mutants:
                 continue
+            # mutants tuned by an earlier run keep their places: the untuned screen is noisy,
+            # and a rerun must not pick (and tune) different ones
+            done = [(m, c) for m, c in mutants if _tuned_before(c, target, records)]
+            chosen += [{"subprogram": sub.name, "mutant": list(m.ops), "untuned_ratio": None}
+                       for m, _ in done[:options.promising]]
+            slots = options.promising - len(done)
+            if slots <= 0:
+                continue
             base = untuned.cost(part.program)
-            ranked = sorted(((untuned.cost(c), m, c) for m, c in mutants), key=lambda r: r[0])
-            for cost, mutant, corrected in ranked[:options.promising]:
+            fresh = [(m, c) for m, c in mutants if all(c is not d for _, d in done)]
+            ranked = sorted(((untuned.cost(c), m, c) for m, c in fresh), key=lambda r: r[0])
+            for cost, mutant, corrected in ranked[:slots]:
                 if cost <= options.screen_ratio * base:
                     stats.append(tune(program_to_module(corrected), target, options.trials,
                                       records, seed=options.seed, rpc=options.rpc))
@@ -126,6 +135,19 @@ def _device(target):
 def _relative_iqr(t) -> float:
     q1, q3 = np.percentile(t.samples, [25, 75])
     return float((q3 - q1) / t.median)
+
+
+def _tuned_before(program: Program, target, records) -> bool:
+    """True when every kernel of ``program`` has tuning records (an earlier run tuned it; a
+    small search space may hold fewer records than the trial budget)."""
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.tune.measure import extract_tasks, prepare
+    from tvm_pet.tune.records import open_database, workload_records
+    if not records or not pathlib.Path(records).exists():
+        return False
+    db = open_database(records, target)
+    tasks = extract_tasks(prepare(program_to_module(program), target), target)
+    return bool(tasks) and all(workload_records(db, t.mod) for t in tasks)
 
 
 def _decide(timings: dict) -> tuple[bool, str]:

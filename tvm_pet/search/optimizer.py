@@ -176,7 +176,7 @@ def _rename(mutant: Program, mapping: dict[str, str], like: Program) -> Program:
     return Program(inputs, weights, nodes, like.outputs, like.name)
 
 
-def _subsets(program: Program, sub: Subprogram, size: int) -> list[tuple[int, ...]]:
+def operator_subsets(program: Program, sub: Subprogram, size: int) -> list[tuple[int, ...]]:
     """Connected subsets (node positions) of at most ``size`` nodes with a reducing operator."""
     nodes = set(sub.nodes)
     neighbours = {k: set() for k in nodes}
@@ -204,7 +204,12 @@ def _spans_parts(program: Program, sub: Subprogram, subset) -> bool:
     return sum(program.nodes[k].op in REDUCING for k in subset) >= len(sub.parts)
 
 
-class _Optimizer:
+class Optimizer:
+    """The optimizer's state: the generator cache (by structure), reports, costs and deadline.
+
+    :func:`optimize` drives it; ``tvm-pet tune`` uses it to list each subset's mutants.
+    """
+
     def __init__(self, config: SearchConfig, cost: CostModel):
         self.config, self.cost_model = config, cost
         self.cache: dict[tuple, tuple[list[Mutant], GeneratorStats, list[str]]] = {}
@@ -255,7 +260,7 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
     """
     from tvm_pet.search.progress import progress
     cost = cost or AnalyticCost()
-    opt = _Optimizer(config, cost)
+    opt = Optimizer(config, cost)
     start = time.perf_counter()
     base = opt.cost(program)
     heap: list[tuple[float, Program, list[Applied]]] = [(base, program, [])]
@@ -267,7 +272,7 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
         for cost_now, prog, history in heap:
             subs = partition(prog, max_merge=3)
             for sub in progress(subs, config.progress, f"round {rounds}: subprograms"):
-                for subset in _subsets(prog, sub, config.max_subset):
+                for subset in operator_subsets(prog, sub, config.max_subset):
                     if opt.out_of_time():
                         break
                     part, mutants = opt.mutants_of(prog, subset, sub.name)
