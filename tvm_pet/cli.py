@@ -193,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
         o.add_argument("--trials", type=int, default=0 if name == "optimize" else 64,
                        help="MetaSchedule trials per task (optimize: 0 = use the records only)")
         o.add_argument("--depth", type=int, default=3)
-        o.add_argument("--rounds", type=int, default=2)
+        o.add_argument("--rounds", type=int, default=1,
+                       help="rounds of mutation (default 1, as in the recorded benchmarks)")
         o.add_argument("--topk", type=int, default=4)
         o.add_argument("--time-limit", type=float, default=600.0)
         o.add_argument("--records", help="tuning records folder (default tuning_logs/<target>)")
