@@ -195,6 +195,19 @@ class Program:
         return "\n".join(lines)
 
 
+def free_name(name: str, taken) -> str:
+    """``name``, or ``name1``, ``name2``, ... : the first that is not in ``taken``.
+
+    >>> free_name("y", {"y", "y1"})
+    'y2'
+    """
+    k, out = 0, name
+    while out in taken:
+        k += 1
+        out = f"{name}{k}"
+    return out
+
+
 def weight_key(array: np.ndarray) -> str:
     """A content key for a weight: equal keys mean equal shape and equal values."""
     a = np.ascontiguousarray(array, dtype=np.float32)

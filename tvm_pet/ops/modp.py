@@ -6,7 +6,7 @@ reductions are chunked far below that. Nothing can overflow, whatever the reduct
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -68,17 +68,23 @@ def apply_gather(g: Gather, inputs: Sequence[np.ndarray], tests: int, count: int
     return total
 
 
-def eval_node_at(op: Op, attrs: Attrs, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
-                 j: int, flat: np.ndarray, inputs: Sequence[np.ndarray], tests: int) -> np.ndarray:
-    """Output ``j`` of a node, mod p, at the flat positions ``flat``; inputs are ``[T, size]``."""
+def gathers(op: Op, attrs: Attrs, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
+            j: int, flat: np.ndarray) -> Iterator[tuple[np.ndarray, Gather]]:
+    """The :class:`Gather` of output ``j`` at the flat positions ``flat``, in chunks that bound
+    memory: ``(positions of the chunk, its gather)``."""
     if op not in GATHER_RULES:
         raise UnsupportedOperator(f"{op.value} is not multi-linear and has no exact evaluation")
     per = max(1, CHUNK // max(1, reduction_size(op, attrs, in_shapes)))
-    parts = []
     for start in range(0, len(flat), per):
-        coords = unravel(flat[start:start + per], out_shapes[j])
-        g = GATHER_RULES[op](attrs, in_shapes, out_shapes, j, coords)
-        parts.append(apply_gather(g, inputs, tests, len(coords)))
+        part = flat[start:start + per]
+        yield part, GATHER_RULES[op](attrs, in_shapes, out_shapes, j, unravel(part, out_shapes[j]))
+
+
+def eval_node_at(op: Op, attrs: Attrs, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
+                 j: int, flat: np.ndarray, inputs: Sequence[np.ndarray], tests: int) -> np.ndarray:
+    """Output ``j`` of a node, mod p, at the flat positions ``flat``; inputs are ``[T, size]``."""
+    parts = [apply_gather(g, inputs, tests, len(part))
+             for part, g in gathers(op, attrs, in_shapes, out_shapes, j, flat)]
     if not parts:
         return np.zeros((tests, 0), np.int64)
     return np.concatenate(parts, axis=-1)

@@ -82,6 +82,7 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions) -
     from tvm_pet.search.optimizer import Optimizer, operator_subsets
     from tvm_pet.search.partition import partition
     from tvm_pet.tune.measure import tune
+    from tvm_pet.tune.records import open_database
     from tvm_pet.tune.targets import resolve_target
     target = resolve_target(options.target)
     records = _records(target, options)
@@ -90,7 +91,7 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions) -
                   seed=options.seed, rpc=options.rpc)]
     untuned = MeasuredCost(target, tuned=False)
     opt = Optimizer(config, untuned)
-    chosen = []
+    chosen, db = [], None
     for sub in partition(program):
         for subset in operator_subsets(program, sub, config.max_subset):
             part, mutants = opt.mutants_of(program, subset, sub.name)
@@ -98,7 +99,9 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions) -
                 continue
             # mutants tuned by an earlier run keep their places: the untuned screen is noisy,
             # and a rerun must not pick (and tune) different ones
-            done = [(m, c) for m, c in mutants if _tuned_before(c, target, records)]
+            if db is None and pathlib.Path(records).exists():
+                db = open_database(records, target)  # reopened only after tuning wrote to it
+            done = [(m, c) for m, c in mutants if db is not None and _tuned_before(c, target, db)]
             chosen += [{"subprogram": sub.name, "mutant": list(m.ops), "untuned_ratio": None}
                        for m, _ in done[:options.promising]]
             slots = options.promising - len(done)
@@ -111,6 +114,7 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions) -
                 if cost <= options.screen_ratio * base:
                     stats.append(tune(program_to_module(corrected), target, options.trials,
                                       records, seed=options.seed, rpc=options.rpc))
+                    db = None
                     chosen.append({"subprogram": sub.name, "mutant": list(mutant.ops),
                                    "untuned_ratio": cost / base})
     return {"records": str(records), "trials_per_task": options.trials,
@@ -137,15 +141,12 @@ def _relative_iqr(t) -> float:
     return float((q3 - q1) / t.median)
 
 
-def _tuned_before(program: Program, target, records) -> bool:
-    """True when every kernel of ``program`` has tuning records (an earlier run tuned it; a
+def _tuned_before(program: Program, target, db) -> bool:
+    """True when every kernel of ``program`` has records in ``db`` (an earlier run tuned it; a
     small search space may hold fewer records than the trial budget)."""
     from tvm_pet.relax.adapter import program_to_module
     from tvm_pet.tune.measure import extract_tasks, prepare
-    from tvm_pet.tune.records import open_database, workload_records
-    if not records or not pathlib.Path(records).exists():
-        return False
-    db = open_database(records, target)
+    from tvm_pet.tune.records import workload_records
     tasks = extract_tasks(prepare(program_to_module(program), target), target)
     return bool(tasks) and all(workload_records(db, t.mod) for t in tasks)
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.cost.model import CostModel
-from tvm_pet.ir.node import Node, Program, TensorSpec, WeightKeys, weight_key
+from tvm_pet.ir.node import Node, Program, TensorSpec, WeightKeys, free_name, weight_key
 from tvm_pet.ir.ops import COMMUTATIVE, REDUCING
 from tvm_pet.search.config import SearchConfig, StopReason
 from tvm_pet.search.generator import GeneratorStats, Mutant, generate
@@ -160,11 +160,8 @@ def _rename(mutant: Program, mapping: dict[str, str], like: Program) -> Program:
     for n in mutant.nodes:
         for o in n.outputs:
             if o not in mapping:
-                new = o
-                while new in taken:
-                    new += "_"
-                mapping[o] = new
-                taken.add(new)
+                mapping[o] = free_name(o, taken)
+                taken.add(mapping[o])
     nodes = tuple(Node(n.op, tuple(mapping.get(i, i) for i in n.inputs),
                        tuple(mapping.get(o, o) for o in n.outputs), n.attrs) for n in mutant.nodes)
     used = {i for n in nodes for i in n.inputs}

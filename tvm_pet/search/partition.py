@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from tvm_pet.ir.node import Node, Program, TensorSpec
+from tvm_pet.ir.node import Node, Program, TensorSpec, free_name
 from tvm_pet.ir.ops import MULTILINEAR, REDUCING
 
 
@@ -146,10 +146,7 @@ def replace_subprogram(program: Program, sub: Subprogram, new: Program) -> Progr
     for node in new.nodes:
         for o in node.outputs:
             if o not in sub.program.outputs and o in taken:
-                k = 0
-                while f"{o}_{k}" in taken:
-                    k += 1
-                rename[o] = f"{o}_{k}"
+                rename[o] = free_name(o, taken)
                 taken.add(rename[o])
     weights = dict(program.weights)
     for k, v in new.weights.items():

@@ -8,7 +8,7 @@ output with an UPDATE node. Correction fusion (paper 5.3) is in :mod:`tvm_pet.ve
 from __future__ import annotations
 
 from tvm_pet.ir.builder import ProgramBuilder
-from tvm_pet.ir.node import Program, weight_key
+from tvm_pet.ir.node import Program, free_name, weight_key
 from tvm_pet.ir.ops import Op
 from tvm_pet.ops.restrict import RESTRICT_RULES, Region, Restriction, count, full
 from tvm_pet.verify.verifier import DEFAULT_TESTS, VerifyResult, verify
@@ -82,14 +82,14 @@ def correct(original: Program, candidate: Program, result: VerifyResult | None =
     for k, v in candidate.weights.items():
         b.weight(k, v)
     patched = {o.name for o in result.outputs if not o.equivalent}
-    rename = {o: _free(f"{o}_mutant", reserved) for o in patched}
+    rename = {o: free_name(f"{o}_mutant", reserved) for o in patched}
     for node in candidate.nodes:
         inputs = [rename.get(i, i) for i in node.inputs]
         b.node(node.op, inputs, node.attrs, [rename.get(o, o) for o in node.outputs])
     names = {t.name: t.name for t in original.inputs}
     by_key = {weight_key(v): k for k, v in candidate.weights.items()}
     for k, v in original.weights.items():
-        names[k] = by_key.get(weight_key(v)) or b.weight(_free(f"{k}_orig", reserved | set(b.shapes)), v)
+        names[k] = by_key.get(weight_key(v)) or b.weight(free_name(f"{k}_orig", reserved | set(b.shapes)), v)
     recompute = _Recompute(b, original, names)
     outputs = []
     for diff in result.outputs:
@@ -105,11 +105,3 @@ def correct(original: Program, candidate: Program, result: VerifyResult | None =
         from tvm_pet.verify.fusion import fuse_corrections
         program = fuse_corrections(program)
     return program
-
-
-def _free(name: str, taken: set[str]) -> str:
-    k, out = 0, name
-    while out in taken:
-        k += 1
-        out = f"{name}{k}"
-    return out

@@ -30,9 +30,9 @@ import numpy as np
 
 from tvm_pet.errors import UnsupportedOperator, VerificationError
 from tvm_pet.ir.node import Program, Shape, weight_key
-from tvm_pet.ops.gather import GATHER_RULES, ravel, reduction_size, unravel
+from tvm_pet.ops.gather import GATHER_RULES, ravel
 from tvm_pet.ops.labels import LABEL_RULES, combine, trivial
-from tvm_pet.ops.modp import CHUNK, P, apply_gather
+from tvm_pet.ops.modp import P, apply_gather, gathers
 from tvm_pet.verify.boxes import Box, axis_progressions, merge_boxes
 from tvm_pet.verify.interpreter import run
 
@@ -182,11 +182,7 @@ def evaluate_points(program: Program, env: Mapping[str, np.ndarray],
         for j, name in enumerate(node.outputs):
             if name not in need:
                 continue
-            flat = np.flatnonzero(need[name])
-            per = max(1, CHUNK // max(1, reduction_size(node.op, node.attrs, ins)))
-            for start in range(0, len(flat), per):
-                part = flat[start:start + per]
-                g = GATHER_RULES[node.op](node.attrs, ins, outs, j, unravel(part, outs[j]))
+            for part, g in gathers(node.op, node.attrs, ins, outs, j, np.flatnonzero(need[name])):
                 for term in g.terms:
                     for i, idx in term:
                         src = node.inputs[i]
