@@ -1,0 +1,278 @@
+"""Benchmarks of record: TVM alone, PET + TVM and onnxruntime, side by side, per model.
+
+    python benchmarks/run.py --quick              # the README table, shipped records, < 10 min
+    python benchmarks/run.py                      # the paper's five models at batch 1
+    python benchmarks/run.py --models resnet18 --batch 1,16 --trials 0 --rounds 5
+
+For each model (built from code, seeded) and batch size, one child process runs
+``tvm_pet.relax.driver.optimize_model``: PET's search with the measured cost, the end-to-end
+confirmation (the optimized module is kept only when it wins beyond the noise) and the export of
+``baseline.so`` and ``optimized.so``. The child then times the three contenders interleaved,
+A B C A B C ..., each sample the mean of ``number`` calls of a wall-clock timer around the call:
+
+- ``tvm``: ``baseline.so``, the original model built by TVM's pipeline with the records;
+- ``pet``: ``optimized.so``, what PET kept (the baseline itself when it kept the original);
+- ``onnxruntime``: the same ONNX model in onnxruntime's CPU provider.
+
+The tuning budget held equal is **trials per task**: both TVM and PET+TVM build with the same
+records directory (``--trials`` per task; 0 means no tuning, so records apply only where they
+already exist and every other kernel is TVM's untuned loop nest). The tuning time spent on PET's
+own candidates is reported separately, since equal trials per task is not equal tuning time.
+Peak memory is the child's peak resident set size. Results go to
+``benchmarks/results/<target>.json``, ``.md`` and ``.png``; nothing here fails on timing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: The paper's five models (CSRNet twice: whole and its dilated back end), then Table 3's graphs.
+PAPER = ["resnet18", "csrnet", "csrnet_backend", "inception_v3", "bert_encoder", "resnet3d_18"]
+TABLE3 = ["conv5x5", "dilated_conv", "two_1x1_convs", "three_matmuls"]
+#: --quick: the graphs the shipped records cover, at batch 1 (the README's table).
+QUICK = TABLE3 + ["csrnet_backend"]
+CONTENDERS = ("tvm", "pet", "onnxruntime")
+
+
+def _child(args) -> dict:
+    """Optimize and time one model in this process; return its row."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    from tvm_pet.models import build
+    from tvm_pet.relax.driver import DriverOptions, optimize_model
+    from tvm_pet.search.config import SearchConfig
+
+    args.batch = int(args.batch)
+    kwargs = {"batch": args.batch} | ({"layers": 1} if args.one == "bert_encoder" else {})
+    model = build(args.one, **kwargs)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "model.onnx"
+        onnx.save(model, path)
+        config = SearchConfig(depth=3, rounds=1, time_limit=args.search_limit)
+        options = DriverOptions(target=args.target, trials=args.trials,
+                                timing_rounds=args.decision_rounds,
+                                timing_number=1 if args.slow_call else 3,
+                                timing_repeat=1 if args.slow_call else 3)
+        report = optimize_model(path, pathlib.Path(tmp) / "out", config, options)
+        on_cpu = args.target.split()[0] == "llvm"
+        device = tvm.cpu() if on_cpu else tvm.cuda(0)
+        rng = np.random.default_rng(0)
+        feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+                 .astype(np.float32) for i in model.graph.input}
+        args_tvm = [tvm.runtime.tensor(feeds[i.name], device) for i in model.graph.input]
+        vms = {k: relax.VirtualMachine(tvm.runtime.load_module(str(pathlib.Path(tmp) / "out" / f)),
+                                       device)
+               for k, f in (("tvm", "baseline.so"), ("pet", "optimized.so"))}
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        calls = {"tvm": lambda: vms["tvm"]["main"](*args_tvm),
+                 "pet": lambda: vms["pet"]["main"](*args_tvm),
+                 "onnxruntime": lambda: session.run(None, feeds)}
+        if not on_cpu:  # GPU calls are asynchronous: wait for each
+            calls = {k: (lambda f=f: (f(), device.sync())) for k, f in calls.items()}
+        samples = time_interleaved(calls, args.rounds, args.number)
+    times = {k: summary(v) for k, v in samples.items()}
+    return {
+        "model": args.one, "batch": args.batch, "target": args.target,
+        "target_detail": report["target"],
+        "kept": report["kept"], "decision_rule": report["decision_rule"],
+        "candidate_speedup_in_decision": report["measured_speedup_of_candidate"],
+        "times_ms": times,
+        "speedup_pet_vs_tvm": times["tvm"]["median"] / times["pet"]["median"],
+        "speedup_pet_vs_onnxruntime": times["onnxruntime"]["median"] / times["pet"]["median"],
+        "speedup_tvm_vs_onnxruntime": times["onnxruntime"]["median"] / times["tvm"]["median"],
+        "max_abs_err": report["max_abs_err"],
+        "max_abs_err_vs_onnxruntime": report["max_abs_err_vs_onnxruntime"],
+        "search_time_s": report["search_time_s"], "tuning_time_s": report["tuning_time_s"],
+        "new_trials": report["new_trials"], "trials_per_task": args.trials,
+        "applied": [a["mutant"] for a in report["applied"]],
+        "search_stop": report["search"].get("stop"),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def time_interleaved(calls: dict, rounds: int, number: int) -> dict[str, list[float]]:
+    """Time callables A B C A B C ...: ``rounds`` samples each, each the mean of ``number`` calls
+    (seconds). Every callable runs once untimed first."""
+    for call in calls.values():
+        call()
+    samples: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(number):
+                call()
+            samples[name].append((time.perf_counter() - start) / number)
+    return samples
+
+
+def summary(values: list[float]) -> dict:
+    """Median, min and max of samples in seconds, as milliseconds."""
+    return {"median": 1e3 * statistics.median(values), "min": 1e3 * min(values),
+            "max": 1e3 * max(values), "samples": [1e3 * v for v in values]}
+
+
+def _run_child(name: str, batch: int, args) -> dict:
+    """Run one model in a fresh process (peak memory per model; a crash costs one row)."""
+    slow = name in {"resnet3d_18", "inception_v3"} or batch > 1
+    cmd = [sys.executable, __file__, "--one", name, "--batch", str(batch),
+           "--target", args.target, "--trials", str(args.trials),
+           "--rounds", str(args.rounds), "--number", str(1 if slow else args.number),
+           "--decision-rounds", str(args.decision_rounds), "--search-limit",
+           str(args.search_limit)] + (["--slow-call"] if slow else [])
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        return {"model": name, "batch": batch, "error": " | ".join(tail),
+                "wall_s": time.perf_counter() - start}
+    row = json.loads(lines[-1])
+    row["wall_s"] = time.perf_counter() - start
+    return row
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def write_results(rows: list[dict], args, out_dir: pathlib.Path) -> pathlib.Path:
+    """Write ``<target>[-quick].json``, ``.md`` and ``.png`` and return the JSON path."""
+    ok = [r for r in rows if "error" not in r]
+    stem = args.target.split()[0] + ("-quick" if args.quick else "")
+    table3 = [r["speedup_pet_vs_tvm"] for r in ok if r["model"] in TABLE3 and r["batch"] == 1]
+    result = {
+        "target": ok[0]["target"] if ok else args.target,
+        "machine": "2-core x86-64 (AVX-512), no GPU" if args.target == "llvm" else args.target,
+        "budget_held_equal": f"trials per task ({args.trials}; the same records directory for "
+                             f"TVM and PET+TVM)",
+        "timing": f"{args.rounds} interleaved rounds of tvm, pet, onnxruntime; each sample the "
+                  f"mean of {args.number} calls (1 for the slow models); wall-clock timer",
+        "table3_geomean_pet_vs_tvm": geomean(table3) if table3 else None,
+        "rows": rows,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{stem}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    path.with_suffix(".md").write_text(markdown(rows, result))
+    plot(ok, path.with_suffix(".png"))
+    return path
+
+
+def markdown(rows: list[dict], result: dict) -> str:
+    lines = ["| model | batch | kept | TVM ms | PET+TVM ms | onnxruntime ms | PET / TVM | "
+             "PET / onnxruntime | search s | tuning s | peak MB | max abs err (orig / ort) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['batch']} | failed: {r['error'][:80]} |"
+                         + " |" * 9)
+            continue
+        t = r["times_ms"]
+        cell = {k: f"{t[k]['median']:.2f} [{t[k]['min']:.2f}–{t[k]['max']:.2f}]"
+                for k in CONTENDERS}
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {r['kept']} | {cell['tvm']} | {cell['pet']} "
+            f"| {cell['onnxruntime']} | ×{r['speedup_pet_vs_tvm']:.3f} "
+            f"| ×{r['speedup_pet_vs_onnxruntime']:.3f} | {r['search_time_s']:.1f} "
+            f"| {r['tuning_time_s']:.1f} | {r['peak_rss_mb']:.0f} "
+            f"| {r['max_abs_err']:.1e} / {r['max_abs_err_vs_onnxruntime']:.1e} |")
+    geo = result["table3_geomean_pet_vs_tvm"]
+    lines += ["", f"Target {result['target']}; budget held equal: {result['budget_held_equal']}; "
+              f"{result['timing']}. Times are median [min–max]."]
+    if geo is not None:
+        lines.append(f"Table-3 geo-mean PET / TVM: ×{geo:.3f}.")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: pathlib.Path) -> None:
+    """A bar chart of PET+TVM's speed-up over TVM and over onnxruntime, with min–max whiskers."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+        return
+    labels = [f"{r['model']}\nb={r['batch']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4))
+    width = 0.38
+    for k, (other, colour) in enumerate((("tvm", "tab:blue"), ("onnxruntime", "tab:orange"))):
+        med = [r["times_ms"][other]["median"] / r["times_ms"]["pet"]["median"] for r in rows]
+        lo = [r["times_ms"][other]["min"] / r["times_ms"]["pet"]["max"] for r in rows]
+        hi = [r["times_ms"][other]["max"] / r["times_ms"]["pet"]["min"] for r in rows]
+        xs = [i + (k - 0.5) * width for i in range(len(rows))]
+        ax.bar(xs, med, width, color=colour, label=f"PET+TVM vs {other}",
+               yerr=[[m - a for m, a in zip(med, lo)], [b - m for m, b in zip(med, hi)]],
+               capsize=3)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(rows)), labels, fontsize=8)
+    ax.set_ylabel("speed-up (median; whiskers: worst/best pairing)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{', '.join(QUICK)} at batch 1 with the shipped records")
+    parser.add_argument("--models", help="comma-separated names (default: the paper's five)")
+    parser.add_argument("--batch", default="1", help="comma-separated batch sizes")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="trials per task (default: 32 with --quick, the shipped records' "
+                             "budget, else 0)")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
+    parser.add_argument("--number", type=int, default=5, help="calls per timing sample")
+    parser.add_argument("--decision-rounds", type=int, default=5,
+                        help="rounds of optimize's own keep-or-not timing")
+    parser.add_argument("--search-limit", type=float, default=600.0, help="seconds per search")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--slow-call", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.trials is None:
+        args.trials = 32 if args.quick else 0
+    if args.one:
+        print(json.dumps(_child(args)), flush=True)
+        return 0
+    names = args.models.split(",") if args.models else (QUICK if args.quick else PAPER)
+    batches = [int(b) for b in args.batch.split(",")]
+    rows = []
+    for name in names:
+        for batch in batches:
+            row = _run_child(name, batch, args)
+            rows.append(row)
+            if "error" in row:
+                print(f"{name} b={batch}: FAILED {row['error']}", flush=True)
+            else:
+                print(f"{name} b={batch}: kept {row['kept']}, PET/TVM "
+                      f"×{row['speedup_pet_vs_tvm']:.3f}, PET/onnxruntime "
+                      f"×{row['speedup_pet_vs_onnxruntime']:.3f} ({row['wall_s']:.0f} s)",
+                      flush=True)
+    path = write_results(rows, args, pathlib.Path(args.out))
+    print(path.with_suffix(".md").read_text())
+    print(f"wrote {path}, .md and .png")
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
