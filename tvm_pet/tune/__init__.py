@@ -11,11 +11,13 @@ With ``tvm_pet.relax`` this is the only package that imports TVM. Inputs are Rel
 from tvm_pet.tune.measure import (KernelTime, Task, TaskStats, Timing, TuneStats,
                                   apply_records, build, extract_tasks, kernel_times,
                                   measure_primfunc, prepare, time_interleaved, tune)
+from tvm_pet.tune.dbfile import CorruptDatabaseWarning
 from tvm_pet.tune.records import (UntunedTimes, count_records, db_dir, default_records_dir,
-                                  open_database)
+                                  open_database, recover_pending)
 from tvm_pet.tune.targets import resolve_target, target_dir
 
 __all__ = ["resolve_target", "target_dir", "prepare", "extract_tasks", "tune", "build",
            "apply_records", "time_interleaved", "kernel_times", "measure_primfunc",
            "open_database", "count_records", "db_dir", "default_records_dir", "Task",
-           "TaskStats", "TuneStats", "Timing", "KernelTime", "UntunedTimes"]
+           "TaskStats", "TuneStats", "Timing", "KernelTime", "UntunedTimes",
+           "CorruptDatabaseWarning", "recover_pending"]

@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import signal
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,13 +174,21 @@ def extract_tasks(mod: tvm.IRModule, target=None) -> list[Task]:
 def tune(mod: tvm.IRModule, target=None, trials: int = 64,
          records_dir: str | Path = records.DEFAULT_RECORDS_DIR, *, seed: int = 0,
          max_workers: int = 2, timeout_s: float = 60.0, rpc: str | None = None,
-         trials_per_iter: int = 64) -> TuneStats:
+         trials_per_iter: int = 64, builder: ms.builder.Builder | None = None,
+         runner: ms.runner.Runner | None = None) -> TuneStats:
     """Tune every task of a module with MetaSchedule, topping each task up to ``trials`` records.
 
     A task that already has ``trials`` records (measured candidates, failed ones included) in the
     target's database is skipped, so a second call measures nothing. Candidates that fail to build
-    or run, or time out, are recorded as failures and the search goes on. The search uses the
-    evolutionary strategy with the XGBoost cost model and ``builder.fast_build``.
+    or run, time out, or kill their worker process are recorded as failures and the search goes
+    on. The search uses the evolutionary strategy with the XGBoost cost model and
+    ``builder.fast_build``.
+
+    Faults: each task is tuned into a private database, merged into the target's database when the
+    task ends, fails or is interrupted (``records.pending_database``); records left by a killed
+    run are merged first (``records.recover_pending``). An interrupted run (Ctrl-C) therefore keeps
+    every candidate measured so far and raises ``KeyboardInterrupt``; calling ``tune`` again
+    measures only the missing trials.
 
     Args:
         mod: a Relax module.
@@ -189,7 +199,10 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
         max_workers: popen workers building candidates.
         timeout_s: seconds before one candidate's build or run counts as failed.
         rpc: ``"host:port:key"`` of an RPC tracker to measure on instead of this machine.
-        trials_per_iter: candidates per search round.
+        trials_per_iter: candidates per search round (records are committed after each round).
+        builder: a MetaSchedule builder to use instead of ``make_builder(max_workers, timeout_s)``.
+        runner: a MetaSchedule runner to use instead of the local or RPC one (the caller shuts
+            it down).
 
     Returns:
         ``TuneStats``; ``new_trials`` is the number of candidates measured by this call.
@@ -199,64 +212,115 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     start = time.perf_counter()
     target = resolve_target(target)
     tasks = extract_tasks(mod, target)
+    records.recover_pending(records_dir, target)
     database = records.open_database(records_dir, target)
     work_dir = records.db_dir(records_dir, target)
-    builder = runner = None
+    own_runner = None
     stats = []
     seeds = ms.utils.fork_seed(seed, n=len(tasks))
     try:
-        for task, task_seed in zip(tasks, seeds):
-            before = len(records.workload_records(database, task.mod))
-            todo = trials - before
-            if todo <= 0:
-                best = records.best_record(database, task.mod)
-                stats.append(TaskStats(task.name, task.weight, before, 0, 0, 0.0,
-                                       records.mean_run_secs(best) if best else None))
-                continue
-            if builder is None:
-                builder = make_builder(max_workers=max_workers, timeout_s=timeout_s)
-                runner = _make_runner(rpc, timeout_s)
-            stats.append(_tune_task(task, target, todo, database, work_dir, builder, runner,
-                                    task_seed, max_workers, trials_per_iter))
+        with _watch_interrupts() as interrupted:
+            for task, task_seed in zip(tasks, seeds):
+                before = len(records.workload_records(database, task.mod))
+                todo = trials - before
+                if todo <= 0:
+                    best = records.best_record(database, task.mod)
+                    stats.append(TaskStats(task.name, task.weight, before, 0, 0, 0.0,
+                                           records.mean_run_secs(best) if best else None))
+                    continue
+                if builder is None:
+                    builder = make_builder(max_workers=max_workers, timeout_s=timeout_s)
+                if runner is None:
+                    runner = own_runner = _make_runner(rpc, timeout_s)
+                search = _Search(target, builder, runner, task_seed, max_workers, trials_per_iter,
+                                 interrupted)
+                stats.append(_tune_task(task, todo, records_dir, work_dir, search))
     finally:
-        if runner is not None:  # its popen worker outlives the process otherwise (seen under pytest)
-            runner.pool.shutdown()
+        if own_runner is not None:  # its popen worker outlives the process otherwise (pytest)
+            own_runner.pool.shutdown()
     return TuneStats(target_dir(target), str(work_dir), tuple(stats), time.perf_counter() - start)
 
 
-def _tune_task(task: Task, target, todo: int, database, work_dir: Path, builder, runner,
-               seed: int, num_threads: int, trials_per_iter: int) -> TaskStats:
-    """Run ``todo`` MetaSchedule trials on one task and return its statistics."""
-    existing = records.workload_records(database, task.mod)
-    before = len(existing)
-    failed_before = sum(1 for rec in existing if records.mean_run_secs(rec) is None)
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """What every task's search shares: target, builder, runner and settings."""
+    target: tvm.target.Target
+    builder: ms.builder.Builder
+    runner: ms.runner.Runner
+    seed: int
+    num_threads: int
+    trials_per_iter: int
+    interrupted: list
+
+
+def _tune_task(task: Task, todo: int, records_dir, work_dir: Path, search: _Search) -> TaskStats:
+    """Run ``todo`` MetaSchedule trials on one task in a private database; return its statistics.
+
+    The private database starts with the task's records, so its counts are the task's totals.
+    """
     start = time.perf_counter()
-    with _task_logger(work_dir, task.name) as logger:
-        error = _run_search(task, target, todo, database, work_dir, builder, runner, seed,
-                            num_threads, trials_per_iter, logger)
-    wall = time.perf_counter() - start
-    after = records.workload_records(database, task.mod)
-    failed = sum(1 for rec in after if records.mean_run_secs(rec) is None) - failed_before
-    best = records.best_record(database, task.mod)
-    return TaskStats(task.name, task.weight, before, len(after) - before, failed, wall,
-                     records.mean_run_secs(best) if best else None, error)
+    with records.pending_database(records_dir, search.target, task.mod) as database:
+        existing = records.workload_records(database, task.mod)
+        before = len(existing)
+        failed_before = sum(1 for rec in existing if records.mean_run_secs(rec) is None)
+        with _task_logger(work_dir, task.name) as logger:
+            error = _run_search(task, todo, database, work_dir, search, logger)
+        after = records.workload_records(database, task.mod)
+        failed = sum(1 for rec in after if records.mean_run_secs(rec) is None) - failed_before
+        best = records.best_record(database, task.mod)
+    return TaskStats(task.name, task.weight, before, len(after) - before, failed,
+                     time.perf_counter() - start, records.mean_run_secs(best) if best else None,
+                     error)
 
 
-def _run_search(task: Task, target, todo: int, database, work_dir: Path, builder, runner,
-                seed: int, num_threads: int, trials_per_iter: int, logger) -> str | None:
-    """Run MetaSchedule on one task; return the error when the search itself fails."""
+def _run_search(task: Task, todo: int, database, work_dir: Path, search: _Search,
+                logger) -> str | None:
+    """Run MetaSchedule on one task; return the error when the search itself fails.
+
+    A ``KeyboardInterrupt`` raised inside MetaSchedule's Python callbacks reaches here as a bare
+    ``RuntimeError`` (TVM's FFI converts it); ``search.interrupted`` tells the two apart, and an
+    interrupt is raised again as ``KeyboardInterrupt``.
+    """
     try:
-        context = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",
+        context = ms.TuneContext(mod=task.mod, target=search.target,
+                                 space_generator="post-order-apply",
                                  search_strategy="evolutionary", task_name=task.name,
-                                 logger=logger, rand_state=seed, num_threads=num_threads).clone()
+                                 logger=logger, rand_state=search.seed,
+                                 num_threads=search.num_threads).clone()
         ms.tune.tune_tasks(tasks=[context], task_weights=[float(task.weight)],
-                           work_dir=str(work_dir), max_trials_global=todo,
-                           max_trials_per_task=todo, num_trials_per_iter=min(trials_per_iter, todo),
-                           builder=builder, runner=runner, database=database, cost_model="xgb",
-                           task_scheduler="round-robin")
-    except tvm.error.TVMError as err:  # the search itself failed (not a candidate): report it
+                           work_dir=str(work_dir),
+                           max_trials_global=todo, max_trials_per_task=todo,
+                           num_trials_per_iter=min(search.trials_per_iter, todo),
+                           builder=search.builder, runner=search.runner, database=database,
+                           cost_model="xgb", task_scheduler="round-robin")
+    except (RuntimeError, ValueError, TypeError) as err:  # TVM's errors are these builtins
+        if search.interrupted:
+            raise KeyboardInterrupt from err
         return f"{type(err).__name__}: {err}"
     return None
+
+
+@contextlib.contextmanager
+def _watch_interrupts():
+    """Yield a list that gets an entry when SIGINT arrives (the usual ``KeyboardInterrupt`` too).
+
+    Only in the main thread, and only when the current handler is a Python one (not ignored).
+    """
+    fired: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield fired
+        return
+
+    def note(signum, frame):
+        fired.append(signum)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield fired
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

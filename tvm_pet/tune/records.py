@@ -8,6 +8,8 @@ Layout::
         database_tuning_record.json   one line per measured candidate: [workload index, record]
         untuned_times.json            measured times of untuned kernels (measure.kernel_times)
         logs/                         MetaSchedule's per-task logs
+        pending/<pid>-<id>/           private database of a task being tuned (or of a killed run)
+        database_*.json.corrupt       the original of a damaged file, kept when it was repaired
 
 Functions taking ``records_dir`` accept the root or the target's directory (see ``db_dir``).
 Why one directory per target: the database lookup ignores the target stored in a record
@@ -21,27 +23,40 @@ canonical fused form; extraction and ``MetaScheduleApplyDatabase`` both rename t
 survive a change of pipeline stage, but it keys on the conv or matmul alone and would apply a
 conv+add+relu schedule to a conv+relu kernel of the same shape, and measure the wrong thing.
 
-Writes: MetaSchedule appends one JSON line per commit. Two processes tuning the same target at
-the same time may interleave lines; do not do that (issue 6 hardens this).
+Faults (``dbfile`` has the details). MetaSchedule never writes the shared database: each task
+is tuned into a private database under ``pending/`` (``pending_database``), seeded with the task's
+earlier records, and its new records are merged into the shared files under an exclusive lock
+with atomic replacement when the task ends, fails or is interrupted; a run that was killed leaves
+its pending database behind, and the next ``tune`` merges it (``recover_pending``). Readers take
+a shared lock. A damaged database (truncated or garbage lines, as a crash or a foreign writer
+leaves) opens anyway: the damaged lines are skipped with a ``CorruptDatabaseWarning``, the
+original is kept as ``<file>.corrupt``. So concurrent runs on one target are safe; they may
+measure overlapping candidates, but never lose or mix up records. ``untuned_times.json`` is
+merged and replaced the same way.
 """
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import tempfile
+import warnings
 from pathlib import Path
+from typing import Iterator
 
 import tvm
+import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.errors import PetError
+from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
+from tvm_pet.tune import dbfile
+from tvm_pet.tune.dbfile import CorruptDatabaseWarning
 from tvm_pet.tune.targets import target_dir
 
 #: How MetaSchedule compares a task with the database's workloads (see the module docstring).
 MODULE_EQUALITY = "structural"
 #: The file names MetaSchedule's JSONDatabase uses inside a work_dir.
-WORKLOAD_FILE = "database_workload.json"
-RECORD_FILE = "database_tuning_record.json"
+WORKLOAD_FILE = dbfile.WORKLOAD_FILE
+RECORD_FILE = dbfile.RECORD_FILE
 #: The file of measured untuned kernel times (``UntunedTimes``) inside a target's directory.
 UNTUNED_FILE = "untuned_times.json"
 #: The default records root, relative to the working directory.
@@ -83,7 +98,12 @@ def count_records(records_dir: str | Path, target: tvm.target.Target) -> int:
 
 def open_database(records_dir: str | Path, target: tvm.target.Target,
                   create: bool = True) -> ms.database.JSONDatabase:
-    """Open (and by default create) the target's database.
+    """Open (and by default create) the target's database, repairing it when it is damaged.
+
+    The files are checked line by line under the directory's shared lock before MetaSchedule loads
+    them; damaged lines are dropped (``dbfile.repair``: a ``CorruptDatabaseWarning``, the original
+    kept as ``<file>.corrupt``) instead of failing or crashing the process. Treat the result as
+    read-only: new records go through ``pending_database``, never through its ``commit_*``.
 
     Args:
         records_dir: the records root, e.g. ``"tuning_logs"``.
@@ -96,7 +116,7 @@ def open_database(records_dir: str | Path, target: tvm.target.Target,
 
     Raises:
         PetError: when the database is missing and ``create`` is false, when the path is not a
-            directory, or when a file in it cannot be parsed.
+            directory, or when it cannot be loaded even after the repair.
     """
     work_dir = db_dir(records_dir, target)
     if work_dir.exists() and not work_dir.is_dir():
@@ -104,13 +124,64 @@ def open_database(records_dir: str | Path, target: tvm.target.Target,
     if not create and not (work_dir / WORKLOAD_FILE).exists():
         raise PetError(f"no tuning records for target {target_dir(target)} under {records_dir}: "
                        "run tvm_pet.tune.tune(...) first")
-    work_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=create,
-                                        module_equality=MODULE_EQUALITY)
-    except tvm.error.TVMError as err:
-        raise PetError(f"cannot read the tuning database in {work_dir}: {err}; "
-                       "move the directory away to start afresh") from err
+    dbfile.ensure_files(work_dir)
+    with dir_lock(work_dir, shared=True):
+        if not dbfile.read_tables(work_dir).dirty:
+            try:
+                return _load(work_dir)
+            except (RuntimeError, ValueError, TypeError):
+                pass  # valid JSON that TVM rejects: repair below, checking each line with TVM
+            deep = True
+        else:
+            deep = False
+    with dir_lock(work_dir):
+        dbfile.repair(work_dir, deep=deep)
+        try:
+            return _load(work_dir)
+        except (RuntimeError, ValueError, TypeError) as err:
+            raise PetError(f"cannot read the tuning database in {work_dir} even after skipping "
+                           f"its damaged lines: {err}; move the directory away to start afresh"
+                           ) from err
+
+
+def _load(work_dir: Path) -> ms.database.JSONDatabase:
+    """Load a checked database directory with MetaSchedule (the caller holds its lock)."""
+    return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False,
+                                    module_equality=MODULE_EQUALITY)
+
+
+@contextlib.contextmanager
+def pending_database(records_dir: str | Path, target: tvm.target.Target,
+                     task_mod: tvm.IRModule) -> Iterator[ms.database.JSONDatabase]:
+    """Yield a private database to tune one task in; merge its new records into the target's.
+
+    The private database lives in ``<target dir>/pending/<pid>-<id>/`` (``dbfile.pending``) and
+    starts with the task's records from the shared database, so that the search starts from the
+    best schedules found so far. On exit (also on an exception or ``KeyboardInterrupt``) the
+    records measured meanwhile are merged into the shared database under its exclusive lock and
+    the directory is removed; a killed process leaves it for ``recover_pending``.
+
+    Args:
+        records_dir: the records root or the target's directory.
+        target: the target.
+        task_mod: the task (MetaSchedule's ``main`` PrimFunc module).
+
+    Yields:
+        The private ``JSONDatabase``; pass it to MetaSchedule.
+    """
+    work_dir = db_dir(records_dir, target)
+    dbfile.ensure_files(work_dir)
+    with dbfile.pending(work_dir) as path:
+        with dir_lock(work_dir, shared=True):
+            shared = dbfile.read_tables(work_dir)
+        dbfile.seed(shared, str(tvm_ffi.structural_hash(task_mod)), path)
+        yield _load(path)
+
+
+def recover_pending(records_dir: str | Path, target: tvm.target.Target) -> int:
+    """Merge the private databases of killed tuning runs into the target's; return records added."""
+    work_dir = db_dir(records_dir, target)
+    return dbfile.recover(work_dir) if work_dir.is_dir() else 0
 
 
 def workload_records(db: ms.database.Database, task_mod: tvm.IRModule) -> list[ms.database.TuningRecord]:
@@ -141,20 +212,35 @@ def mean_run_secs(record: ms.database.TuningRecord) -> float | None:
 class UntunedTimes:
     """A cache of measured untuned kernel times, keyed by (target key, task structural hash).
 
-    With a ``path`` it is also a JSON file, rewritten atomically after each new measurement, so
-    later processes reuse it; without one it lives as long as the object.
+    With a ``path`` it is also a JSON file, so later processes reuse it; without one it lives as
+    long as the object. Each ``put`` re-reads the file under its directory's exclusive lock, adds
+    the new time and replaces the file atomically, so concurrent processes lose no entry. A damaged
+    file is set aside as ``<file>.corrupt`` with a ``CorruptDatabaseWarning`` (its times are
+    measured again).
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else None
-        self._times: dict[str, float] = {}
-        if self.path is not None and self.path.exists():
-            try:
-                stored = json.loads(self.path.read_text())
-                self._times = {str(k): float(v) for k, v in stored.items()}
-            except (ValueError, AttributeError) as err:
-                raise PetError(f"cannot read the untuned-time cache {self.path}: {err}; "
-                               "delete it to measure again") from err
+        self._times: dict[str, float] = self._read() if self.path is not None else {}
+
+    def _read(self) -> dict[str, float]:
+        """Return the times in the file, ``{}`` when it is missing or damaged (then backed up)."""
+        assert self.path is not None
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        try:
+            stored = json.loads(text)
+            return {str(k): float(v) for k, v in stored.items()}
+        except (ValueError, TypeError, AttributeError) as err:
+            backup = self.path.with_name(self.path.name + dbfile.BACKUP_SUFFIX)
+            atomic_write(backup, text)
+            self.path.unlink(missing_ok=True)
+            warnings.warn(f"untuned-time cache {self.path} is damaged ({err}); moved to "
+                          f"{backup}, its kernels will be measured again", CorruptDatabaseWarning,
+                          stacklevel=3)
+            return {}
 
     @staticmethod
     def key(target: tvm.target.Target, shash: int) -> str:
@@ -166,11 +252,11 @@ class UntunedTimes:
         return self._times.get(self.key(target, shash))
 
     def put(self, target: tvm.target.Target, shash: int, seconds: float) -> None:
-        """Cache a measured time, and write the file when the cache has one."""
+        """Cache a measured time, and merge it into the file when the cache has one."""
         self._times[self.key(target, shash)] = seconds
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w") as handle:
-                json.dump(self._times, handle, indent=0, sort_keys=True)
-            os.replace(tmp, self.path)
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with dir_lock(self.path.parent):
+            self._times = {**self._read(), **self._times}
+            atomic_write_json(self.path, self._times, indent=0, sort_keys=True)

@@ -82,7 +82,7 @@ def resolve_target(spec: str | dict | tvm.target.Target | None = None) -> tvm.ta
     full = {key: value for key, value in full.items() if value is not None}
     try:
         return tvm.target.Target(full)
-    except (ValueError, TypeError, tvm.error.TVMError) as err:
+    except (ValueError, TypeError, RuntimeError) as err:  # TVM raises these builtins
         raise PetError(f"TVM rejects the target {full}: {err}") from err
 
 

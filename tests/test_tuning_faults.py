@@ -1,0 +1,476 @@
+"""Faults during tuning and measurement: nothing is lost, no record file is ever half-written.
+
+The default run needs no tuning: the databases are written directly (records with empty traces),
+then damaged, merged from several processes at once, or left behind by a "killed" run. Tests
+marked ``tuning`` run MetaSchedule with injected faults (candidates that fail to build, time out or
+kill their worker; a run interrupted by SIGINT or killed by SIGKILL) and are selected with
+``python -m pytest tests/test_tuning_faults.py -m tuning``.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import multiprocessing
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.runner import PyRunner
+
+from tvm_pet.io import atomic_write, dir_lock
+from tvm_pet.tune import count_records, extract_tasks, measure, open_database, resolve_target, tune
+from tvm_pet.tune import dbfile
+from tvm_pet.tune.builder import make_builder
+from tvm_pet.tune.dbfile import CorruptDatabaseWarning
+from tvm_pet.tune.records import (UntunedTimes, db_dir, mean_run_secs, pending_database,
+                                  recover_pending, workload_records)
+
+F32 = "float32"
+TARGET = resolve_target("llvm")
+REPO = pathlib.Path(__file__).resolve().parents[1]
+only_when_selected = pytest.mark.skipif("'tuning' not in config.getoption('markexpr')",
+                                        reason="runs MetaSchedule; select it with -m tuning")
+
+
+def matmul_module(m: int, k: int, n: int, copies: int = 1) -> tvm.IRModule:
+    """a[m,k] @ W[k,n] with a constant W; ``copies`` chained shapes give distinct tasks."""
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((m, k), F32))
+    with bb.function("main", [a]):
+        with bb.dataflow():
+            out, width = a, k
+            for i in range(copies):
+                weight = rng.standard_normal((width, n * (i + 1))).astype(F32)
+                out = bb.emit(relax.op.matmul(out, relax.const(weight)))
+                width = n * (i + 1)
+            out = bb.emit_output(out)
+        bb.emit_func_output(out)
+    return bb.finalize()
+
+
+def task_mods(count: int = 2) -> list[tvm.IRModule]:
+    """Distinct small tasks (MetaSchedule ``main`` PrimFunc modules)."""
+    return [extract_tasks(matmul_module(8, 8, 8 * (i + 1)), TARGET)[0].mod for i in range(count)]
+
+
+def write_records(directory: pathlib.Path, mods, per_task: int = 3, base: float = 1e-3) -> None:
+    """Commit ``per_task`` records (empty trace, distinct times) per task with MetaSchedule."""
+    directory.mkdir(parents=True, exist_ok=True)
+    db = ms.database.JSONDatabase(work_dir=str(directory))
+    for t, mod in enumerate(mods):
+        workload = db.commit_workload(mod)
+        trace = tvm.s_tir.Schedule(mod).trace
+        args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+        for r in range(per_task):
+            secs = [base * (1 + 10 * t + r)]
+            db.commit_tuning_record(ms.database.TuningRecord(trace, workload, secs, TARGET, args))
+
+
+def times_by_task(db, mods) -> list[list[float]]:
+    """The sorted record times of each task, rounded to the nanosecond."""
+    return [sorted(round(mean_run_secs(rec), 9) for rec in workload_records(db, mod))
+            for mod in mods]
+
+
+@pytest.fixture(scope="module")
+def mods():
+    return task_mods(2)
+
+
+@pytest.fixture
+def shared(tmp_path, mods):
+    """A valid target database with 2 tasks x 3 records; returns its directory."""
+    directory = db_dir(tmp_path, TARGET)
+    write_records(directory, mods)
+    return directory
+
+
+def corrupt_warnings(action):
+    """Run ``action``; return (its result, the CorruptDatabaseWarnings it gave)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = action()
+    return result, [w for w in caught if issubclass(w.category, CorruptDatabaseWarning)]
+
+
+# ------------------------------------------------------------------------- damaged databases
+
+def test_a_clean_database_opens_without_a_write(shared, mods):
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in shared.iterdir()}
+    db, caught = corrupt_warnings(lambda: open_database(shared.parent, TARGET))
+    assert not caught and len(db) == 6
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in shared.iterdir()} == before
+
+
+def _edit(path: pathlib.Path, change) -> None:
+    lines = path.read_bytes().split(b"\n")[:-1]
+    path.write_bytes(change(lines))
+
+
+REC, WL = dbfile.RECORD_FILE, dbfile.WORKLOAD_FILE
+T0, T1 = [1e-3, 2e-3, 3e-3], [11e-3, 12e-3, 13e-3]  # the record times of the two tasks
+#: name -> (file, edit of its lines, expected record times per task after the repair)
+DAMAGE = {
+    "truncated last record": (REC, lambda ls: b"\n".join(ls + [ls[0][:len(ls[0]) // 2]]),
+                              [T0, T1]),
+    "garbage record line": (REC, lambda ls: b"\n".join(ls[:2] + [b"\xff#{"] + ls[2:]) + b"\n",
+                            [T0, T1]),
+    "blank record line": (REC, lambda ls: b"\n".join(ls[:2] + [b""] + ls[2:]) + b"\n", [T0, T1]),
+    "index past the workloads": (REC, lambda ls: b"\n".join(ls + [b"[7" + ls[0][2:]]) + b"\n",
+                                 [T0, T1]),
+    "valid JSON that TVM rejects": (
+        REC, lambda ls: b"\n".join(ls + [b'[0,[[[["NoSuchInstruction",[],[],[]]],[]],[0.5],'
+                                         b'{"kind":"llvm"},[]]]']) + b"\n", [T0, T1]),
+    "damaged first workload": (WL, lambda ls: b"\n".join([b'["12", "AAAA'] + ls[1:]) + b"\n",
+                               [[], T1]),
+    "truncated last workload": (WL, lambda ls: b"\n".join(ls[:-1] + [ls[-1][:100]]), [T0, []]),
+    "empty workload file": (WL, lambda ls: b"", [[], []]),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_database_opens_keeps_intact_records_and_backs_up(shared, mods, damage):
+    name, edit, expected = DAMAGE[damage]
+    _edit(shared / name, edit)
+    damaged = {n: (shared / n).read_bytes() for n in (REC, WL)}
+
+    db, caught = corrupt_warnings(lambda: open_database(shared.parent, TARGET))
+    assert len(caught) == 1 and "skipped" in str(caught[0].message)
+    assert times_by_task(db, mods) == expected
+    backups = sorted(shared.glob("*.corrupt"))
+    assert backups, "the damaged original must be kept"
+    for backup in backups:  # each backup is the damaged original, byte for byte
+        assert backup.read_bytes() == damaged[backup.name[:-len(".corrupt")]]
+
+    again, caught = corrupt_warnings(lambda: open_database(shared.parent, TARGET))
+    assert not caught and len(again) == len(db)
+    assert sorted(shared.glob("*.corrupt*")) == backups
+
+
+def test_empty_database_files_open_as_an_empty_database(tmp_path):
+    directory = db_dir(tmp_path, TARGET)
+    directory.mkdir(parents=True)
+    (directory / REC).write_bytes(b"")
+    (directory / WL).write_bytes(b"")
+    db, caught = corrupt_warnings(lambda: open_database(tmp_path, TARGET))
+    assert len(db) == 0 and not caught
+
+
+# ------------------------------------------------------------------ merging and pending runs
+
+def test_merge_remaps_indices_dedupes_and_is_idempotent(tmp_path, shared, mods):
+    source = tmp_path / "run"
+    write_records(source, [mods[1], mods[0]], per_task=2, base=1e-4)  # other order, new times
+    assert dbfile.merge(source, shared) == 4
+    assert dbfile.merge(source, shared) == 0  # merging twice adds nothing
+    tables = dbfile.read_tables(shared)
+    assert len(tables.workloads) == 2 and not tables.dirty
+    db = open_database(shared.parent, TARGET)  # the source's task 0 is the shared task 1
+    assert times_by_task(db, mods) == [sorted(T0 + [1.1e-3, 1.2e-3]), sorted(T1 + [1e-4, 2e-4])]
+
+
+def _merge_worker(args) -> int:
+    """Merge each source into the destination; after each merge the files must be whole."""
+    sources, destination = args
+    added = 0
+    for source in sources:
+        added += dbfile.merge(source, destination)
+        with dir_lock(destination, shared=True):
+            assert not dbfile.read_tables(destination).dirty
+    return added
+
+
+def test_concurrent_merges_lose_nothing(tmp_path, mods):
+    destination = db_dir(tmp_path, TARGET)
+    sources = []
+    for i in range(12):  # 12 runs, 2 records each, tasks shared between the processes
+        source = tmp_path / f"run{i}"
+        write_records(source, [mods[i % 2]], per_task=2, base=1e-4 * (2 * i + 1))
+        sources.append(str(source))
+    jobs = [(sources[p::4], str(destination)) for p in range(4)]
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        added = pool.map(_merge_worker, jobs)
+    assert sum(added) == 24
+    tables = dbfile.read_tables(destination)
+    assert not tables.dirty and len(tables.workloads) == 2 and len(tables.records) == 24
+    db = open_database(tmp_path, TARGET)
+    assert [len(t) for t in times_by_task(db, mods)] == [12, 12]
+
+
+def test_pending_database_is_seeded_and_merged_on_interrupt(shared, mods):
+    with pytest.raises(KeyboardInterrupt):
+        with pending_database(shared.parent, TARGET, mods[0]) as db:
+            assert len(workload_records(db, mods[0])) == 3  # seeded with the task's records
+            workload = db.commit_workload(mods[0])
+            trace = tvm.s_tir.Schedule(mods[0]).trace
+            db.commit_tuning_record(ms.database.TuningRecord(trace, workload, [0.5], TARGET))
+            raise KeyboardInterrupt
+    db = open_database(shared.parent, TARGET)
+    assert times_by_task(db, mods) == [T0 + [0.5], T1]  # seeds not duplicated
+    assert list((shared / dbfile.PENDING_DIR).iterdir()) == []
+
+
+def test_recover_merges_dead_runs_and_leaves_live_ones(shared, mods):
+    pending = shared / dbfile.PENDING_DIR
+    dead, live = pending / "1-dead", pending / "2-live"
+    write_records(dead, [mods[0]], per_task=2, base=0.1)
+    write_records(live, [mods[1]], per_task=2, base=0.2)
+    _edit(dead / REC, lambda ls: b"\n".join(ls + [ls[0][:40]]))  # killed in the middle of a line
+    with dir_lock(live):  # a live run holds its directory's lock
+        added, caught = corrupt_warnings(lambda: recover_pending(shared.parent, TARGET))
+    assert added == 2 and len(caught) == 1
+    assert not dead.exists() and live.exists()
+    assert recover_pending(shared.parent, TARGET) == 2  # now that the "live" run has died
+    db = open_database(shared.parent, TARGET)
+    assert [len(t) for t in times_by_task(db, mods)] == [5, 5]
+
+
+# --------------------------------------------------------------------- atomic writes, locks
+
+def test_atomic_write_failure_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "report.json"
+    path.write_text("old")
+    os.chmod(path, 0o640)
+
+    def fail(*_args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(path, "new" * 10000)
+    monkeypatch.undo()
+
+    def interrupt(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(path, "new")
+    monkeypatch.undo()
+    assert path.read_text() == "old" and os.listdir(tmp_path) == ["report.json"]
+    atomic_write(path, "new")
+    assert path.read_text() == "new" and path.stat().st_mode & 0o777 == 0o640
+
+
+def _rewrite_forever(path: str) -> None:
+    """Replace ``path`` with ever new complete JSON documents until killed."""
+    for i in range(10**9):
+        atomic_write(path, json.dumps({"i": i, "pad": "x" * 200_000}))
+
+
+def test_a_writer_killed_mid_write_never_leaves_a_partial_file(tmp_path):
+    path = tmp_path / "records.json"
+    atomic_write(path, json.dumps({"i": -1}))
+    proc = multiprocessing.get_context("fork").Process(target=_rewrite_forever, args=(str(path),))
+    proc.start()
+    deadline = time.monotonic() + 30
+    while json.loads(path.read_text())["i"] < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)  # every read along the way is a complete document too
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    assert json.loads(path.read_text())["i"] >= 5  # one complete document, the last one written
+
+
+def test_dir_lock_shared_and_exclusive(tmp_path):
+    with dir_lock(tmp_path, shared=True), dir_lock(tmp_path, shared=True, blocking=False) as held:
+        assert held
+        with dir_lock(tmp_path, blocking=False) as exclusive:
+            assert not exclusive
+    with dir_lock(tmp_path, blocking=False) as exclusive:
+        assert exclusive
+
+
+def test_untuned_times_merge_concurrent_writers_and_survive_damage(tmp_path):
+    path = tmp_path / "untuned_times.json"
+    first, second = UntunedTimes(path), UntunedTimes(path)
+    first.put(TARGET, 1, 0.5)
+    second.put(TARGET, 2, 0.25)  # second never saw the first's entry: it must not drop it
+    assert UntunedTimes(path).get(TARGET, 1) == 0.5 and UntunedTimes(path).get(TARGET, 2) == 0.25
+    path.write_text('{"llvm/1": 0.5, "trunc')
+    cache, caught = corrupt_warnings(lambda: UntunedTimes(path))
+    assert cache.get(TARGET, 1) is None and len(caught) == 1
+    assert (tmp_path / "untuned_times.json.corrupt").read_text() == '{"llvm/1": 0.5, "trunc'
+
+
+# ------------------------------------------------------------------------------- interrupts
+
+def test_sigint_during_tuning_is_noticed_and_raised():
+    handler = signal.getsignal(signal.SIGINT)
+    with measure._watch_interrupts() as fired:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs at the next bytecode
+        assert fired == [signal.SIGINT]
+    assert signal.getsignal(signal.SIGINT) is handler
+
+
+def test_an_interrupt_converted_by_tvm_is_raised_again(monkeypatch, mods):
+    def interrupted_in_callback(**_kwargs):
+        raise RuntimeError("")  # what TVM's FFI makes of a KeyboardInterrupt in a callback
+
+    class Context:  # a real TuneContext imports MetaSchedule's tensor intrinsics (slow)
+        def __init__(self, **_kwargs):
+            pass
+
+        def clone(self):
+            return self
+
+    monkeypatch.setattr(ms, "TuneContext", Context)
+    monkeypatch.setattr(ms.tune, "tune_tasks", interrupted_in_callback)
+    task = measure.Task("matmul", 1, mods[0], 0)
+    search = measure._Search(TARGET, None, None, 0, 1, 1, interrupted=[])
+    error = measure._run_search(task, 1, None, pathlib.Path(), search, None)
+    assert error.startswith("RuntimeError")
+    search = measure._Search(TARGET, None, None, 0, 1, 1, interrupted=[signal.SIGINT])
+    with pytest.raises(KeyboardInterrupt):
+        measure._run_search(task, 1, None, pathlib.Path(), search, None)
+
+
+# ---------------------------------------------------------------- tuning (-m tuning only)
+
+def claim(fault_dir: str, name: str) -> bool:
+    """Claim a one-time fault: true for its first caller, over all processes."""
+    try:
+        os.close(os.open(os.path.join(fault_dir, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def faulty_build(fault_dir: str, mod, target, params):
+    """``fast_build``, except that one candidate raises and one kills its worker process."""
+    from tvm_pet.tune.builder import fast_build
+    if claim(fault_dir, "build_error"):
+        raise RuntimeError("injected build failure")
+    if claim(fault_dir, "build_kill"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return fast_build(mod, target, params)
+
+
+def faulty_run(fault_dir: str, rt_mod, device, evaluator_config, repeated_args):
+    """The default evaluator, except that one candidate hangs and one kills its worker process."""
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_run_evaluator
+    if claim(fault_dir, "run_timeout"):
+        time.sleep(600)
+    if claim(fault_dir, "run_kill"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return default_run_evaluator(rt_mod, device, evaluator_config, repeated_args)
+
+
+FAST_EVALUATOR = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=10)
+
+
+@pytest.mark.tuning
+@only_when_selected
+def test_candidates_that_fail_hang_or_kill_their_worker_are_survived(tmp_path):
+    import cloudpickle
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    builder = make_builder(max_workers=2, timeout_s=60)
+    builder.f_build = functools.partial(faulty_build, str(faults))
+    runner = ms.runner.LocalRunner(timeout_sec=5, evaluator_config=FAST_EVALUATOR,
+                                   f_run_evaluator=functools.partial(faulty_run, str(faults)))
+    try:
+        stats = tune(matmul_module(32, 32, 32), TARGET, trials=8, records_dir=tmp_path,
+                     trials_per_iter=8, builder=builder, runner=runner)
+    finally:
+        runner.pool.shutdown()
+    task = stats.per_task[0]
+    assert sorted(os.listdir(faults)) == ["build_error", "build_kill", "run_kill", "run_timeout"]
+    assert task.error is None and task.new_trials == 8 and task.failed_trials >= 4
+    assert task.best_s is not None  # the good candidates were measured and stored
+    assert count_records(tmp_path, TARGET) == 8
+    assert not dbfile.read_tables(db_dir(tmp_path, TARGET)).dirty
+
+
+@derived_object
+class SignalAtCall(PyRunner):
+    """A LocalRunner that sends ``signum`` to its own process on its ``at_call``-th batch."""
+
+    def __init__(self, at_call: int, signum: int) -> None:
+        super().__init__()
+        self.inner = ms.runner.LocalRunner(timeout_sec=60, evaluator_config=FAST_EVALUATOR)
+        self.at_call, self.signum, self.calls = at_call, signum, 0
+
+    def run(self, runner_inputs):
+        self.calls += 1
+        if self.calls == self.at_call:
+            os.kill(os.getpid(), self.signum)
+        return self.inner.run(runner_inputs)
+
+
+def run_until_signal(records_dir, copies: int, trials: int, at_call: int, signum: int) -> int:
+    """In a child process: tune ``copies`` tasks, one candidate per batch, signalled at
+    ``at_call``; return its exit code (130 after a KeyboardInterrupt, -9 after SIGKILL)."""
+    code = ("import sys\n"
+            "from tests.test_tuning_faults import SignalAtCall, matmul_module, tune, TARGET\n"
+            f"runner = SignalAtCall({at_call}, {int(signum)})\n"
+            "try:\n"
+            f"    tune(matmul_module(16, 16, 16, {copies}), TARGET, trials={trials},\n"
+            f"         records_dir={str(records_dir)!r}, trials_per_iter=1, runner=runner)\n"
+            "except KeyboardInterrupt:\n"
+            "    sys.exit(130)\n"
+            "sys.exit(3)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, timeout=600,
+                          capture_output=True, text=True)
+    assert proc.returncode in (130, -signal.SIGKILL), proc.stderr[-3000:]
+    return proc.returncode
+
+
+@pytest.mark.tuning
+@only_when_selected
+def test_interrupted_run_keeps_finished_work_and_the_rerun_resumes(tmp_path):
+    # in this process (a second process would pay MetaSchedule's start-up again): 2 tasks x 2
+    # trials, one candidate per batch, Ctrl-C on the 4th batch (task 2's second)
+    mod = matmul_module(16, 16, 16, 2)
+    runner = SignalAtCall(4, signal.SIGINT)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tune(mod, TARGET, trials=2, records_dir=tmp_path, trials_per_iter=1, runner=runner)
+        assert signal.getsignal(signal.SIGINT) is handler
+        directory = db_dir(tmp_path, TARGET)
+        assert list((directory / dbfile.PENDING_DIR).iterdir()) == []
+        tables = dbfile.read_tables(directory)  # task 1 complete, task 2's first batch kept
+        assert not tables.dirty and len(tables.workloads) == 2
+        assert sorted(np.bincount([idx for idx, _ in tables.records])) == [1, 2]
+
+        stats = tune(mod, TARGET, trials=2, records_dir=tmp_path, trials_per_iter=1,
+                     runner=runner)
+    finally:
+        runner.inner.pool.shutdown()
+    assert sorted((t.records_before, t.new_trials) for t in stats.per_task) == [(1, 1), (2, 0)]
+    assert count_records(tmp_path, TARGET) == 4
+
+
+@pytest.mark.tuning
+@only_when_selected
+def test_killed_run_is_recovered_and_the_rerun_resumes(tmp_path):
+    # 1 task x 2 trials: SIGKILL on the 2nd batch, after the first batch was committed
+    assert run_until_signal(tmp_path, 1, 2, 2, signal.SIGKILL) == -signal.SIGKILL
+    directory = db_dir(tmp_path, TARGET)
+    assert count_records(tmp_path, TARGET) == 0  # the task never finished...
+    assert len(list((directory / dbfile.PENDING_DIR).iterdir())) == 1  # ...its work is pending
+
+    runner = ms.runner.LocalRunner(timeout_sec=60, evaluator_config=FAST_EVALUATOR)
+    try:
+        stats = tune(matmul_module(16, 16, 16), TARGET, trials=2, records_dir=tmp_path,
+                     trials_per_iter=1, runner=runner)
+    finally:
+        runner.pool.shutdown()
+    assert [(t.records_before, t.new_trials) for t in stats.per_task] == [(1, 1)]
+    assert count_records(tmp_path, TARGET) == 2
+    assert list((directory / dbfile.PENDING_DIR).iterdir()) == []

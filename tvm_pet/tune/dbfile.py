@@ -1,0 +1,415 @@
+"""The two files of a MetaSchedule ``JSONDatabase``, line by line: check, repair, merge, recover.
+
+The format (TVM 0.27, ``src/s_tir/meta_schedule/database/json_database.cc``), one JSON value a line:
+
+* ``database_workload.json``: ``["<structural hash>", "<base64 of the task's JSON graph>"]``; a
+  workload's index is its line number, counting from 0.
+* ``database_tuning_record.json``: ``[<workload index>, [trace, run_secs, target, args_info]]``.
+
+MetaSchedule appends one line per commit, without a lock or an fsync, and its loader trusts every
+line: a truncated or garbage line, or an index past the workload file, raises, and a blank line
+crashes the process (segfault, checked on TVM 0.27). So tvm_pet never lets MetaSchedule write the
+shared database, and checks every line before the loader sees it:
+
+* ``read_tables`` parses both files in Python and keeps the valid lines as text (``Tables``).
+* ``repair`` (under the directory's exclusive lock) writes the original of a damaged file to a
+  ``.corrupt`` backup and the valid lines back. A damaged workload line in the middle of the file
+  becomes a placeholder workload that no task matches, so that no index moves; its records go.
+* ``pending`` gives a tuning task a private database directory under ``pending/``, locked while
+  its process lives; on exit ``merge`` adds its new records to the shared files under the
+  exclusive lock (workloads deduplicated by structural hash, record indices remapped, records
+  already present skipped) and the directory is removed.
+* ``recover`` merges the pending directories whose process died (SIGKILL, power loss) into the
+  shared database, so their measured candidates are kept.
+
+Every write is ``tvm_pet.io.atomic_write`` (temporary file, fsync, rename), ordered so that a crash
+between the two files never makes a record point at the wrong workload: a repair writes the
+records first (they only point at unchanged lines), a merge the workloads first (it appends).
+Readers take the directory's shared lock, so they never see one file old and the other new.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from tvm_pet.io import atomic_write, dir_lock
+
+#: The file names MetaSchedule's JSONDatabase uses inside a work_dir.
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+#: The directory of private per-task databases, inside a target's directory.
+PENDING_DIR = "pending"
+#: Suffix of the backup of a damaged file (``.corrupt``, then ``.corrupt.1``, ...).
+BACKUP_SUFFIX = ".corrupt"
+
+
+class CorruptDatabaseWarning(UserWarning):
+    """Lines of a tuning database could not be read and were skipped (a backup is kept)."""
+
+
+@dataclass(slots=True)
+class Tables:
+    """The valid content of a database directory, as the text of its lines.
+
+    ``workloads[i]`` is the line of workload ``i`` and ``shashes[i]`` its structural hash, ``None``
+    for a placeholder; ``records`` holds (workload index, record JSON text) in file order;
+    ``skipped`` says why each dropped line was dropped; ``dirty`` is true when the files on disk
+    differ from these tables (a line was dropped, or the last line lacks its newline).
+    """
+    workloads: list[str] = field(default_factory=list)
+    shashes: list[str | None] = field(default_factory=list)
+    records: list[tuple[int, str]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    dirty: bool = False
+
+    def record_keys(self) -> set[tuple[str | None, str]]:
+        """Return (workload hash, record text) of every record: a record's identity."""
+        return {(self.shashes[idx], text) for idx, text in self.records}
+
+    def workload_text(self) -> str:
+        """Return the content of the workload file."""
+        return "".join(line + "\n" for line in self.workloads)
+
+    def record_text(self) -> str:
+        """Return the content of the record file."""
+        return "".join(f"[{idx},{text}]\n" for idx, text in self.records)
+
+
+def read_tables(directory: str | Path, deep: bool = False) -> Tables:
+    """Read a database directory, keeping the valid lines and noting the others.
+
+    Args:
+        directory: a directory holding ``WORKLOAD_FILE`` and ``RECORD_FILE`` (missing files read
+            as empty).
+        deep: also load every line with TVM (``Workload.from_json``, ``TuningRecord.from_json``);
+            slow (about 20 ms a record), for files that pass the JSON check but that the loader
+            still rejects.
+
+    Returns:
+        The ``Tables``; nothing is written.
+    """
+    directory = Path(directory)
+    tables = Tables()
+    wl_lines, wl_dirty = _lines(directory / WORKLOAD_FILE)
+    rec_lines, rec_dirty = _lines(directory / RECORD_FILE)
+    tables.dirty = wl_dirty or rec_dirty
+    checked = [_workload_hash(line, deep) for line in wl_lines]
+    last_good = max((i for i, (shash, _) in enumerate(checked) if shash is not None), default=-1)
+    for i, (shash, why) in enumerate(checked):
+        if shash is not None:
+            tables.workloads.append(wl_lines[i])
+            tables.shashes.append(shash)
+            continue
+        tables.skipped.append(f"{WORKLOAD_FILE} line {i + 1}: {why}")
+        if i < last_good:  # keep the indices of the lines after it
+            tables.workloads.append(placeholder_workload())
+            tables.shashes.append(None)
+    tables.dirty |= len(tables.skipped) > 0
+    objects: dict[int, object] = {}  # workload index -> tvm Workload, for the deep check
+    for j, line in enumerate(rec_lines):
+        parsed, why = _record(line, tables.shashes)
+        if parsed is not None and deep:
+            why = _deep_record_error(parsed, tables.workloads, objects)
+            parsed = parsed if why is None else None
+        if parsed is None:
+            tables.skipped.append(f"{RECORD_FILE} line {j + 1}: {why}")
+            tables.dirty = True
+        else:
+            tables.records.append(parsed)
+    return tables
+
+
+def _lines(path: Path) -> tuple[list[str], bool]:
+    """Return a file's lines without newlines, and whether it is not cleanly newline-terminated.
+
+    Blank lines are returned too (as ``""``), and a line that is not UTF-8 as ``"\\x00"`` (not
+    JSON), so that they are reported and dropped.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], False
+    if not data:
+        return [], False
+    lines = data.split(b"\n")
+    unterminated = lines[-1] != b""
+    if not unterminated:
+        lines.pop()
+    return [_decode(line) for line in lines], unterminated
+
+
+def _decode(line: bytes) -> str:
+    """Decode one line; an undecodable one becomes ``"\\x00"``, which no check accepts."""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return "\x00"
+
+
+def _workload_hash(line: str, deep: bool) -> tuple[str | None, str]:
+    """Return (the structural hash of a valid workload line, ``""``) or (``None``, why not)."""
+    if not line.strip():
+        return None, "blank line"
+    try:
+        value = json.loads(line)
+    except ValueError as err:
+        return None, f"not JSON ({err}); truncated by a crash?"
+    if (not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, str) for v in value)
+            or not value[0].isdigit() or not value[1]):
+        return None, "not a [hash, module] pair"
+    if deep:
+        from tvm.s_tir import meta_schedule as ms
+        try:
+            ms.database.Workload.from_json(value)
+        except (RuntimeError, ValueError, TypeError) as err:
+            return None, f"TVM cannot load the module ({type(err).__name__}: {err})"
+    return value[0], ""
+
+
+def _record(line: str, shashes: list[str | None]) -> tuple[tuple[int, str] | None, str]:
+    """Return ((workload index, record text), ``""``) for a valid record line, else (None, why)."""
+    if not line.strip():
+        return None, "blank line"
+    try:
+        value = json.loads(line)
+    except ValueError as err:
+        return None, f"not JSON ({err}); truncated by a crash?"
+    if not isinstance(value, list) or len(value) != 2 or type(value[0]) is not int:
+        return None, "not a [workload index, record] pair"
+    idx, record = value
+    if not 0 <= idx < len(shashes):
+        return None, f"workload index {idx} is not in {WORKLOAD_FILE} ({len(shashes)} lines)"
+    if shashes[idx] is None:
+        return None, f"its workload (line {idx + 1}) is damaged"
+    if not _record_shape_ok(record):
+        return None, "not a [trace, run_secs, target, args_info] record"
+    text = line[line.index(",") + 1:line.rindex("]")].strip()
+    return (idx, text), ""
+
+
+def _record_shape_ok(record: object) -> bool:
+    """Whether a parsed record has the shape TuningRecord.AsJSON writes."""
+    if not isinstance(record, list) or len(record) != 4:
+        return False
+    trace, run_secs, target, args_info = record
+    return (isinstance(trace, list) and len(trace) == 2 and all(isinstance(t, list) for t in trace)
+            and (run_secs is None or (isinstance(run_secs, list) and all(
+                isinstance(s, (int, float)) and not isinstance(s, bool) for s in run_secs)))
+            and (target is None or isinstance(target, dict))
+            and (args_info is None or isinstance(args_info, list)))
+
+
+def _deep_record_error(parsed: tuple[int, str], workloads: list[str],
+                       objects: dict[int, object]) -> str | None:
+    """Load one record with TVM; return why it fails, or ``None``."""
+    from tvm.s_tir import meta_schedule as ms
+    idx, text = parsed
+    try:
+        if idx not in objects:
+            objects[idx] = ms.database.Workload.from_json(json.loads(workloads[idx]))
+        ms.database.TuningRecord.from_json(json.loads(text), objects[idx])
+    except (RuntimeError, ValueError, TypeError) as err:
+        return f"TVM cannot load the record ({type(err).__name__}: {err})"
+    return None
+
+
+@functools.cache
+def placeholder_workload() -> str:
+    """Return a valid workload line that no task matches: an empty PrimFunc ``tvm_pet_placeholder``.
+
+    It stands in for a damaged workload line that has valid lines after it, so that their indices,
+    which the records use, stay the same.
+    """
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    func = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(0)).with_attr("global_symbol",
+                                                                "tvm_pet_placeholder")
+    shash, module = ms.database.Workload(tvm.IRModule({"main": func})).as_json()
+    return json.dumps([str(shash), str(module)], separators=(",", ":"))
+
+
+def repair(directory: str | Path, deep: bool = False) -> Tables:
+    """Rewrite a damaged database with its valid lines; the caller holds the exclusive lock.
+
+    A damaged file is first copied to ``<file>.corrupt`` (``.corrupt.1``, ... when taken), and a
+    ``CorruptDatabaseWarning`` names the skipped lines. An undamaged database is not written.
+
+    Args:
+        directory: the database directory.
+        deep: check every line with TVM too (see ``read_tables``).
+
+    Returns:
+        The tables as now on disk.
+    """
+    directory = Path(directory)
+    tables = read_tables(directory, deep)
+    if not tables.dirty:
+        return tables
+    backups = []
+    # records first: each one points at a workload line that the repair leaves where it is
+    contents = ((RECORD_FILE, tables.record_text()), (WORKLOAD_FILE, tables.workload_text()))
+    for name, text in contents:
+        path = directory / name
+        old = path.read_bytes() if path.exists() else b""
+        if old == text.encode():
+            continue
+        if tables.skipped:  # not when only the final newline was missing
+            backup = _free_backup_path(path)
+            atomic_write(backup, old)
+            backups.append(backup.name)
+        atomic_write(path, text)
+    if tables.skipped:
+        shown = "; ".join(tables.skipped[:5]) + (" ..." if len(tables.skipped) > 5 else "")
+        warnings.warn(f"tuning database {directory}: skipped {len(tables.skipped)} damaged "
+                      f"line(s) ({shown}); kept {len(tables.records)} record(s); the originals "
+                      f"are in {', '.join(backups) or 'place'}", CorruptDatabaseWarning,
+                      stacklevel=3)
+    tables.dirty = False
+    return tables
+
+
+def _free_backup_path(path: Path) -> Path:
+    """Return ``<path>.corrupt``, or the first free ``<path>.corrupt.<n>``."""
+    candidate = path.with_name(path.name + BACKUP_SUFFIX)
+    n = 0
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}{BACKUP_SUFFIX}.{n}")
+    return candidate
+
+
+def ensure_files(directory: str | Path) -> None:
+    """Create the directory and empty database files where missing (under the exclusive lock)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if all((directory / name).exists() for name in (WORKLOAD_FILE, RECORD_FILE)):
+        return
+    with dir_lock(directory):
+        for name in (WORKLOAD_FILE, RECORD_FILE):
+            if not (directory / name).exists():
+                atomic_write(directory / name, b"")
+
+
+def merge(source: str | Path, destination: str | Path) -> int:
+    """Add the records of the database in ``source`` to the one in ``destination``.
+
+    Takes the exclusive lock of ``destination``, repairs it if damaged, then appends the source's
+    workloads that it lacks and the records that it does not hold yet (same workload hash, same
+    text), with their indices remapped. Damaged lines of the source (a process killed in the middle
+    of a write) are skipped with a warning. Merging the same source twice adds nothing.
+
+    Args:
+        source: a database directory (e.g. a ``pending`` one); it is only read.
+        destination: the shared database directory; created when missing.
+
+    Returns:
+        The number of records added.
+    """
+    destination = Path(destination)
+    ensure_files(destination)
+    incoming = read_tables(source)
+    if incoming.skipped:
+        warnings.warn(f"pending tuning database {source}: skipped {len(incoming.skipped)} damaged "
+                      f"line(s) ({'; '.join(incoming.skipped[:3])})", CorruptDatabaseWarning,
+                      stacklevel=2)
+    if not incoming.records:
+        return 0
+    with dir_lock(destination):
+        tables = repair(destination)
+        index = {}
+        for i, shash in enumerate(tables.shashes):
+            if shash is not None:
+                index.setdefault(shash, i)
+        known = tables.record_keys()
+        new_workloads: list[str] = []
+        new_records: list[tuple[int, str]] = []
+        for idx, text in incoming.records:
+            shash = incoming.shashes[idx]
+            if (shash, text) in known:
+                continue
+            known.add((shash, text))
+            if shash not in index:
+                index[shash] = len(tables.workloads) + len(new_workloads)
+                new_workloads.append(incoming.workloads[idx])
+            new_records.append((index[shash], text))
+        if new_workloads:  # workloads first: a record never points past the workload file
+            tables.workloads += new_workloads
+            atomic_write(destination / WORKLOAD_FILE, tables.workload_text())
+        if new_records:
+            tables.records += new_records
+            atomic_write(destination / RECORD_FILE, tables.record_text())
+    return len(new_records)
+
+
+def seed(source: Tables, shash: str, destination: str | Path) -> int:
+    """Start a database in ``destination`` with one workload's lines from ``source``.
+
+    Returns:
+        The number of records copied (0 when ``source`` does not have the workload).
+    """
+    destination = Path(destination)
+    found = [i for i, s in enumerate(source.shashes) if s == shash]
+    workloads = [source.workloads[found[0]]] if found else []
+    records = [(0, text) for idx, text in source.records if idx in found]
+    seeded = Tables(workloads, [shash] * len(workloads), records)
+    atomic_write(destination / WORKLOAD_FILE, seeded.workload_text())
+    atomic_write(destination / RECORD_FILE, seeded.record_text())
+    return len(records)
+
+
+@contextlib.contextmanager
+def pending(directory: str | Path) -> Iterator[Path]:
+    """Yield a new private database directory under ``<directory>/pending/``; merge it on exit.
+
+    The directory stays locked while the ``with`` block runs, which tells ``recover`` that its
+    process is alive. On exit, normal or not (an exception, ``KeyboardInterrupt``), its records are
+    merged into ``directory`` and it is removed; if the merge itself fails, it is left for
+    ``recover``.
+    """
+    root = Path(directory) / PENDING_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    # created under a dot-name that ``recover`` skips, renamed once locked: never seen unlocked
+    staging = Path(tempfile.mkdtemp(prefix=".", dir=root))
+    with dir_lock(staging):
+        path = root / f"{os.getpid()}-{staging.name[1:]}"
+        os.rename(staging, path)
+        try:
+            yield path
+        finally:
+            merge(path, directory)
+            shutil.rmtree(path)
+
+
+def recover(directory: str | Path) -> int:
+    """Merge the pending databases left by dead processes into ``directory``, and remove them.
+
+    A pending directory whose lock is free belongs to a process that has exited without merging
+    (killed); one that is locked belongs to a live tuning run and is left alone.
+
+    Returns:
+        The number of records recovered.
+    """
+    root = Path(directory) / PENDING_DIR
+    if not root.is_dir():
+        return 0
+    added = 0
+    for path in sorted(root.iterdir()):
+        if path.name.startswith(".") or not path.is_dir():
+            continue
+        try:
+            with dir_lock(path, blocking=False) as held:
+                if not held or not path.is_dir():  # alive, or another process recovered it
+                    continue
+                added += merge(path, directory)
+                shutil.rmtree(path)
+        except FileNotFoundError:  # removed by another process recovering at the same time
+            continue
+    return added
