@@ -1,10 +1,15 @@
 """A cost model measured with TVM: the time of the kernels TVM builds (and tunes) for a program.
 
-The program is costed per multi-linear subprogram (opaque operators cost the same in every
-candidate, so they are left out). Each subprogram becomes a Relax module
-(:func:`tvm_pet.relax.adapter.program_to_module`), is brought to the form the final build sees
-(legalized and fused, :func:`tvm_pet.tune.measure.prepare`), and each fused kernel is timed: the
-best tuning record's time when ``tuning_logs/<target>/`` has one, else a measured untuned time.
+The whole program is costed, in the form the final build sees: it becomes a Relax module
+(:func:`tvm_pet.relax.adapter.program_to_module`), is legalized and fused
+(:func:`tvm_pet.tune.measure.prepare`), and each fused kernel is timed: the best tuning record's
+time when ``tuning_logs/<target>/`` has one, else a measured untuned time (cached per kernel).
+Costing a subprogram on its own would be wrong here: TVM fuses a mutant's last kernel with the
+non-linear operator after it (conv + bias + ReLU is one kernel), so a standalone subprogram's
+kernels are not the ones the model runs, and their tuning records do not apply.
+
+Because of that fusion the cost is not additive over subprograms (``additive = False``): the
+optimizer costs every candidate as a whole program.
 
 Untuned CPU kernels are naive loops (``shared/CALIBRATION.md``): mixing tuned and untuned times
 is unfair to whichever side is untuned. Mutant kernels without records therefore look slow, and
@@ -17,7 +22,7 @@ from tvm_pet.ir.node import Program
 
 
 class MeasuredCost:
-    """Seconds per run of a program's multi-linear parts on ``target``, measured with TVM.
+    """Seconds per run of a program on ``target``: the sum of its fused kernels' times.
 
     Args:
         target: a target spec (``"llvm"``, ``"cuda"``, a dict, or a ``tvm.target.Target``).
@@ -27,6 +32,8 @@ class MeasuredCost:
     """
 
     name = "measured"
+    #: Costs of subprograms do not add up to the program's (TVM fuses across their borders).
+    additive = False
 
     def __init__(self, target="llvm", records_dir=None, tuned: bool = True):
         from tvm_pet.tune.records import default_records_dir
@@ -36,18 +43,27 @@ class MeasuredCost:
         self._memo: dict = {}
 
     def cost(self, program: Program) -> float:
-        from tvm_pet.search.optimizer import canonical
-        from tvm_pet.search.partition import partition
-        total = 0.0
-        for sub in partition(program, max_merge=1):
-            key = canonical(sub.program)[0]
-            if key not in self._memo:
-                self._memo[key] = self._measure(sub.program)
-            total += self._memo[key]
-        return total
+        """Seconds per run: ``sum(weight * seconds)`` over the program's distinct kernels."""
+        return float(sum(w * s for w, s in self.kernels(program).values()))
 
-    def _measure(self, program: Program) -> float:
-        from tvm_pet.relax.adapter import program_to_module
-        from tvm_pet.tune.measure import kernel_times
-        times = kernel_times(program_to_module(program), self.target, self.records_dir)
-        return float(sum(t.seconds * t.weight for t in times))
+    def kernels(self, program: Program) -> dict[int, tuple[int, float]]:
+        """The program's fused kernels: structural hash -> (calls per run, seconds per call)."""
+        from tvm_pet.search.optimizer import canonical
+        key = canonical(program)[0]
+        if key not in self._memo:
+            from tvm_pet.relax.adapter import program_to_module
+            from tvm_pet.tune.measure import kernel_times
+            times = kernel_times(program_to_module(program), self.target, self.records_dir)
+            self._memo[key] = {t.shash: (t.weight, t.seconds) for t in times}
+        return self._memo[key]
+
+    def changed_ratio(self, before: Program, after: Program) -> float:
+        """Time of the kernels only ``after`` has over the time of those only ``before`` has.
+
+        The kernels both share cancel, so this compares just what a rewrite changed (the screen
+        of ``tvm-pet tune``); ``inf`` when ``before`` loses no kernel time.
+        """
+        a, b = self.kernels(before), self.kernels(after)
+        lost = sum(max(0, w - b.get(h, (0,))[0]) * s for h, (w, s) in a.items())
+        gained = sum(max(0, w - a.get(h, (0,))[0]) * s for h, (w, s) in b.items())
+        return gained / lost if lost > 0 else float("inf")

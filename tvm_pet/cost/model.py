@@ -8,7 +8,13 @@ from tvm_pet.ir.node import Program
 
 @runtime_checkable
 class CostModel(Protocol):
-    """Estimates the run time of a program, in seconds. Lower is better."""
+    """Estimates the run time of a program, in seconds. Lower is better.
+
+    A model may set ``additive = False`` when the cost of a program is not the sum of its
+    subprograms' costs (the measured model: TVM fuses kernels across subprogram borders); the
+    optimizer then costs every candidate as a whole program. Without the attribute, costs are
+    taken as additive and only the replaced subprogram is costed.
+    """
 
     name: str
 

@@ -270,6 +270,7 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
     from tvm_pet.search.progress import progress
     cost = cost or AnalyticCost()
     opt = Optimizer(config, cost)
+    additive = getattr(cost, "additive", True)
     start = time.perf_counter()
     base = opt.cost(program)
     heap: list[tuple[float, Program, list[Applied]]] = [(base, program, [])]
@@ -285,16 +286,17 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
                     if opt.out_of_time():
                         break
                     part, mutants = opt.mutants_of(prog, subset, sub.name)
-                    part_cost = opt.cost(part.program) if mutants else 0.0
+                    part_cost = opt.cost(part.program) if mutants and additive else 0.0
                     for mutant, corrected in mutants:
                         new = replace_subprogram(prog, part, corrected)
                         key = canonical(new, opt.keys)[0]
                         if key in seen:
                             continue
                         seen.add(key)
-                        # costs are additive over subprograms: only the replaced part changes,
-                        # so only small programs are ever costed (measured models build them)
-                        c = cost_now - part_cost + opt.cost(corrected)
+                        # with additive costs only the replaced part changes, so only small
+                        # programs are costed; otherwise the whole candidate is
+                        c = (cost_now - part_cost + opt.cost(corrected) if additive
+                             else opt.cost(new))
                         step = Applied(sub.name, _op_names(part.program.nodes), mutant.ops,
                                        mutant.partially_equivalent, mutant.corrected_boxes,
                                        cost_now, c)
