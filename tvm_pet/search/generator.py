@@ -110,6 +110,8 @@ class _Search:
     # -------------------------------------------------------------------------- enumeration
     def run(self) -> Iterator[Mutant]:
         """Iterative deepening: every mutant of depth k is found before any of depth k + 1."""
+        if not self.targets:
+            return  # nothing is read outside (dead nodes): there is nothing to reproduce
         shapes = {k: v for k, v in self.sub.shapes.items() if k in self.needed}
         leaves = {k: frozenset([k]) for k in shapes}
         for depth in range(1, self.config.depth + 1):
