@@ -17,6 +17,7 @@ How a node is imported, in order:
 """
 from __future__ import annotations
 
+import math
 import os
 from fractions import Fraction
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ from tvm_pet.ir.builder import ProgramBuilder
 from tvm_pet.ir.node import Program, Shape
 from tvm_pet.ir.ops import Op
 from tvm_pet.onnx.convert import LINEAR_CONVERTERS, _describe
+from tvm_pet.verify.limits import MAX_TENSOR_ELEMENTS
 
 #: Default-domain opsets whose operator semantics this importer follows.
 SUPPORTED_OPSETS = range(13, 22)
@@ -149,7 +151,9 @@ def _input_shape(vi: onnx.ValueInfoProto) -> Shape:
     t = vi.type.tensor_type
     if not vi.type.HasField("tensor_type") or t.elem_type != onnx.TensorProto.FLOAT:
         kind = helper.tensor_dtype_to_np_dtype(t.elem_type) if t.elem_type else "not a tensor"
-        raise ModelError(f"input {vi.name!r} is {kind}; {supported}")
+        raise ModelError(f"input {vi.name!r} is {kind}; {supported} (export the model in "
+                         f"float32, or run PETPass on TVM's own import, which leaves other "
+                         f"dtypes unchanged)")
     if not t.HasField("shape"):
         raise ModelError(f"input {vi.name!r} has no shape; {supported}")
     for axis, d in enumerate(t.shape.dim):
@@ -311,6 +315,13 @@ class _Importer:
             and all(i in self.consts and self.consts[i].dtype.kind != "f" for i in present))
         if not foldable:
             return False
+        for o in node.output:
+            shape = self.inferred.get(o)
+            if shape is not None and math.prod(shape) > MAX_TENSOR_ELEMENTS:
+                raise ModelError(f"{_describe(node)} makes the constant {o!r} of shape "
+                                 f"{list(shape)} ({math.prod(shape)} elements); tvm_pet folds "
+                                 f"and verifies tensors of at most {MAX_TENSOR_ELEMENTS} "
+                                 f"elements: use smaller shapes")
         try:
             evaluator = ReferenceEvaluator(node, opsets=self.domains)
             values = evaluator.run(None, {i: self.consts[i] for i in present})

@@ -5,11 +5,14 @@ Strategy (tuning every candidate is unaffordable on a CPU: 1-3 minutes per kerne
 1. **Tune the original.** Its kernels are tuned with MetaSchedule (``--trials`` per task) into
    ``tuning_logs/<target>/``; records are reused with zero new trials afterwards.
 2. **Screen cheaply, tune the promising few.** The generator lists verified mutants per subset.
-   Each is costed with *untuned* TVM kernels; only the ``promising`` best per subset whose untuned
-   cost is within ``screen_ratio`` of the untuned original get their kernels tuned, with the same
-   trials per task as the original.
+   Each is put in place in the whole model and costed with *untuned* TVM kernels, comparing only
+   the kernels it changes; only the ``promising`` best per subset whose changed kernels take at
+   most ``screen_ratio`` times the replaced ones get tuned, with the same trials per task as the
+   original. They are tuned in the whole model, as TVM fuses them there (a mutant's last kernel
+   takes the bias and ReLU after it), so that their records match the final build.
 3. **Search with measured costs.** The optimizer (Algorithm 2) uses
-   :class:`~tvm_pet.cost.measured.MeasuredCost`: tuned record times where they exist, untuned
+   :class:`~tvm_pet.cost.measured.MeasuredCost` on whole candidate programs, in their fused
+   form: tuned record times where they exist, untuned
    times elsewhere, so an untuned mutant never wins against a tuned original.
 4. **Confirm end to end.** Baseline and optimized modules are built by the same pipeline with the
    same records and timed interleaved (A B A B ...) over several rounds. The optimized module is
@@ -29,6 +32,7 @@ import time
 import numpy as np
 
 from tvm_pet.errors import PetError
+from tvm_pet.io import atomic_write
 from tvm_pet.ir.node import Program
 from tvm_pet.search.config import SearchConfig
 
@@ -45,6 +49,8 @@ class DriverOptions:
     promising: int = 2
     screen_ratio: float = 2.0
     timing_rounds: int = 5
+    timing_number: int = 3
+    timing_repeat: int = 3
     seed: int = 0
 
 
@@ -80,7 +86,7 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions) -
     from tvm_pet.cost.measured import MeasuredCost
     from tvm_pet.relax.adapter import program_to_module
     from tvm_pet.search.optimizer import Optimizer, operator_subsets
-    from tvm_pet.search.partition import partition
+    from tvm_pet.search.partition import partition, replace_subprogram
     from tvm_pet.tune.measure import tune
     from tvm_pet.tune.records import open_database
     from tvm_pet.tune.targets import resolve_target
@@ -95,28 +101,31 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions) -
     for sub in partition(program):
         for subset in operator_subsets(program, sub, config.max_subset):
             part, mutants = opt.mutants_of(program, subset, sub.name)
-            if not mutants:
+            # each mutant in place in the whole model: TVM fuses its kernels with their
+            # neighbours, and those fused kernels are what gets tuned and run
+            whole = [(m, replace_subprogram(program, part, c)) for m, c in mutants]
+            if not whole:
                 continue
             # mutants tuned by an earlier run keep their places: the untuned screen is noisy,
             # and a rerun must not pick (and tune) different ones
             if db is None and pathlib.Path(records).exists():
                 db = open_database(records, target)  # reopened only after tuning wrote to it
-            done = [(m, c) for m, c in mutants if db is not None and _tuned_before(c, target, db)]
+            done = [(m, w) for m, w in whole if db is not None and _tuned_before(w, target, db)]
             chosen += [{"subprogram": sub.name, "mutant": list(m.ops), "untuned_ratio": None}
                        for m, _ in done[:options.promising]]
             slots = options.promising - len(done)
             if slots <= 0:
                 continue
-            base = untuned.cost(part.program)
-            fresh = [(m, c) for m, c in mutants if all(c is not d for _, d in done)]
-            ranked = sorted(((untuned.cost(c), m, c) for m, c in fresh), key=lambda r: r[0])
-            for cost, mutant, corrected in ranked[:slots]:
-                if cost <= options.screen_ratio * base:
-                    stats.append(tune(program_to_module(corrected), target, options.trials,
+            fresh = [(m, w) for m, w in whole if all(w is not d for _, d in done)]
+            ranked = sorted(((untuned.changed_ratio(program, w), m, w) for m, w in fresh),
+                            key=lambda r: r[0])
+            for ratio, mutant, candidate in ranked[:slots]:
+                if ratio <= options.screen_ratio:
+                    stats.append(tune(program_to_module(candidate), target, options.trials,
                                       records, seed=options.seed, rpc=options.rpc))
                     db = None
                     chosen.append({"subprogram": sub.name, "mutant": list(mutant.ops),
-                                   "untuned_ratio": cost / base})
+                                   "untuned_ratio": ratio})
     return {"records": str(records), "trials_per_task": options.trials,
             "tasks": sum(s.tasks for s in stats), "new_trials": sum(s.new_trials for s in stats),
             "tuning_time_s": time.perf_counter() - start, "tuned_mutants": chosen}
@@ -134,6 +143,22 @@ def _device(target):
                            "none (use --target llvm, or --rpc to measure on a GPU machine)")
         return tvm.cuda(0)
     raise PetError(f"tvm-pet optimize runs on llvm or cuda targets, not {kind!r}")
+
+
+def _check_supported(program: Program) -> None:
+    """Refuse, before any tuning or search, a program too large to verify or one that cannot be
+    emitted in Relax (an operator tvm_pet imports as opaque but cannot lower)."""
+    from tvm_pet.errors import UnsupportedOperator
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.verify.limits import check_tensor_sizes
+    check_tensor_sizes(program)
+    try:
+        program_to_module(program)
+    except UnsupportedOperator as e:
+        raise UnsupportedOperator(
+            f"{e}. tvm-pet optimize rebuilds the whole model from tvm_pet's own import; to keep "
+            f"such operators as they are, run PETPass on TVM's import instead "
+            f"(relax.frontend.onnx.from_onnx, then relax_pipeline=\"pet\")") from None
 
 
 def _relative_iqr(t) -> float:
@@ -188,6 +213,7 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     program = import_model(model)
+    _check_supported(program)
     target = resolve_target(options.target)
     device = _device(target)
     records = _records(target, options)
@@ -210,15 +236,16 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
                                                                 outputs["optimized"]))
     ort_err = _onnxruntime_error(model, x, outputs["optimized"])
     timings = time_interleaved(built, [x[t.name] for t in program.inputs], device,
-                               rounds=options.timing_rounds)
+                               rounds=options.timing_rounds, number=options.timing_number,
+                               repeat=options.timing_repeat)
     keep, rule = _decide(timings)
     final = result.program if keep else program
     final_ex = built["optimized"] if keep else built["baseline"]
     with _quiet_native_stderr():
         built["baseline"].export_library(str(out / "baseline.so"))
         final_ex.export_library(str(out / "optimized.so"))
-    (out / "optimized.onnx").write_bytes(export_model(final).SerializeToString())
-    (out / "optimized.py").write_text(program_to_module(final).script())
+    atomic_write(out / "optimized.onnx", export_model(final).SerializeToString())
+    atomic_write(out / "optimized.py", program_to_module(final).script())
     report = {
         "model": str(model), "target": str(target), "cost_model": cost.name,
         "baseline_time_s": timings["baseline"].median,
@@ -236,7 +263,7 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
                      "cost_after_s": a.cost_after} for a in (result.applied if keep else [])],
         "search": result.to_json(),
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    atomic_write(out / "report.json", json.dumps(report, indent=2, default=str) + "\n")
     return report
 
 

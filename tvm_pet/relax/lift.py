@@ -77,7 +77,7 @@ class _Lifter:
             if expr not in self.env:
                 raise ProgramError(f"variable {expr.name!r} is used before it is bound")
             return self.env[expr]
-        if isinstance(expr, tvm.ir.expr.Constant):
+        if isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.ty, relax.TensorType):
             key = expr.__chandle__()
             if key not in self.consts:
                 self.consts[key] = self.constant(expr.value.numpy(), expr)
@@ -218,7 +218,8 @@ class _Lifter:
         """Record the tensor operands of ``expr`` as leaves; returns ``expr`` with Vars bound to
         non-float constants replaced by those constants."""
         if isinstance(expr, relax.Var) or (isinstance(expr, tvm.ir.expr.Constant)
-                                           and _is_f32(expr)):
+                                           and isinstance(expr.ty, relax.TensorType)
+                                           and _is_f32(expr)):  # not a FloatImm operand
             value = self.value_of(expr)
             if isinstance(value, _Const) and value.array.dtype != np.float32:
                 if value.origin is None:

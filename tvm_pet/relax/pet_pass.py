@@ -20,6 +20,7 @@ from tvm_pet.cost.model import CostModel
 from tvm_pet.errors import PetError
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.optimizer import SearchResult, optimize
+from tvm_pet.verify.limits import check_tensor_sizes
 
 
 def _cost_model(cost, target) -> CostModel:
@@ -65,6 +66,18 @@ class PETPass:
 
     After it runs, ``.report`` maps each function name to its search result as JSON (with
     ``changed`` and, when unchanged, ``reason``); ``.results`` holds the search results.
+
+    Data types and other input it does not rewrite (it never raises on these):
+
+    - PET rewrites float32 computation only. A function with a parameter that is not a float32
+      tensor (float16, bfloat16, int32, ..., or not a tensor) is left unchanged whole. Inside a
+      float32 function, an operator that reads or produces another dtype (a cast to float16, an
+      int32 add) stays as it is, an opaque boundary of the search, like an unknown operator.
+    - A function with a symbolic or zero-size dimension is left unchanged.
+    - A function with a tensor above :data:`~tvm_pet.verify.limits.MAX_TENSOR_ELEMENTS`
+      (2**27) elements is left unchanged, so that the search and the verifier stay bounded.
+
+    In each case ``.report[name]["reason"]`` says why.
     """
 
     def __init__(self, target=None, config: SearchConfig | None = None, cost=None,
@@ -84,10 +97,16 @@ class PETPass:
             else f"function{len(self.report)}"
         try:
             lifted = from_relax(func)
+            check_tensor_sizes(lifted.program)
         except PetError as e:
             self.report[name] = {"changed": False, "reason": f"not searched: {e}"}
             return func
-        result = optimize(lifted.program, self.config, _cost_model(self.cost, self.target))
+        cost = _cost_model(self.cost, self.target)  # a bad ``cost`` argument raises
+        try:
+            result = optimize(lifted.program, self.config, cost)
+        except PetError as e:  # an expected rejection (e.g. a kernel the cost model cannot build)
+            self.report[name] = {"changed": False, "reason": f"search stopped: {e}"}
+            return func
         self.results[name] = result
         entry = {"changed": False, **result.to_json()}
         self.report[name] = entry
@@ -99,8 +118,13 @@ class PETPass:
         if diff is not None and diff > 1e-6:
             entry["reason"] = f"numeric self-check failed (relative difference {diff:.2e})"
             return func
+        try:
+            new = to_relax(result.program, lifted)
+        except PetError as e:
+            entry["reason"] = f"cannot emit the optimized program: {e}"
+            return func
         entry["changed"] = True
-        return to_relax(result.program, lifted)
+        return new
 
 
 def register_pipeline() -> None:
