@@ -306,13 +306,18 @@ def test_untuned_times_merge_concurrent_writers_and_survive_damage(tmp_path):
 # ------------------------------------------------------------------------------- interrupts
 
 def test_sigint_during_tuning_is_noticed_and_raised():
-    handler = signal.getsignal(signal.SIGINT)
-    with measure._watch_interrupts() as fired:
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)  # the handler runs at the next bytecode
-        assert fired == [signal.SIGINT]
-    assert signal.getsignal(signal.SIGINT) is handler
+    # Python's own handler, as in an interactive run: pytest-xdist workers and earlier tests may
+    # leave SIGINT ignored, and the watch (rightly) leaves an ignored SIGINT alone
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with measure._watch_interrupts() as fired:
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs at the next bytecode
+            assert fired == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 def test_an_interrupt_converted_by_tvm_is_raised_again(monkeypatch, mods):

@@ -41,6 +41,7 @@ class MeasuredCost:
         self.target = resolve_target(target)
         self.records_dir = (records_dir or default_records_dir(self.target)) if tuned else None
         self._memo: dict = {}
+        self._opened = None  # (database or None, untuned-times cache), opened on first use
 
     def cost(self, program: Program) -> float:
         """Seconds per run: ``sum(weight * seconds)`` over the program's distinct kernels."""
@@ -53,9 +54,24 @@ class MeasuredCost:
         if key not in self._memo:
             from tvm_pet.relax.adapter import program_to_module
             from tvm_pet.tune.measure import kernel_times
-            times = kernel_times(program_to_module(program), self.target, self.records_dir)
+            database, cache = self._open()
+            times = kernel_times(program_to_module(program), self.target, self.records_dir,
+                                 cache=cache, database=database)
             self._memo[key] = {t.shash: (t.weight, t.seconds) for t in times}
         return self._memo[key]
+
+    def _open(self):
+        """The records database and the untuned-times cache, opened once (the records do not
+        change during a search; loading them takes seconds)."""
+        if self._opened is None:
+            from tvm_pet.tune import records
+            db = (records.open_database(self.records_dir, self.target, create=False)
+                  if records.has_records(self.records_dir, self.target) else None)
+            untuned = records.UntunedTimes(
+                records.db_dir(self.records_dir, self.target) / records.UNTUNED_FILE
+                if self.records_dir is not None else None)
+            self._opened = (db, untuned)
+        return self._opened
 
     def changed_ratio(self, before: Program, after: Program) -> float:
         """Time of the kernels only ``after`` has over the time of those only ``before`` has.

@@ -469,7 +469,8 @@ def _timing(values: list[float]) -> Timing:
 
 
 def kernel_times(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None, *,
-                 cache: records.UntunedTimes | None = None, repeat: int = 3) -> list[KernelTime]:
+                 cache: records.UntunedTimes | None = None, repeat: int = 3,
+                 database: ms.database.Database | None = None) -> list[KernelTime]:
     """Estimate the time of each task of a module: tuned from the records, else measured untuned.
 
     A task with a valid record takes the best record's mean ``run_secs``. Any other task's PrimFunc
@@ -483,6 +484,8 @@ def kernel_times(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
         records_dir: the records root, or ``None``.
         cache: where untuned times are kept.
         repeat: samples (median taken) of an untuned measurement.
+        database: the records, already open (a caller costing many modules opens them once;
+            loading the JSON database takes seconds); default: opened from ``records_dir``.
 
     Returns:
         One ``KernelTime`` per task; the module's estimate is ``sum(k.weight * k.seconds)``.
@@ -491,8 +494,8 @@ def kernel_times(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
     if cache is None:
         cache = records.UntunedTimes(records.db_dir(records_dir, target) / records.UNTUNED_FILE
                                      if records_dir is not None else None)
-    database = (records.open_database(records_dir, target, create=False)
-                if records.has_records(records_dir, target) else None)
+    if database is None and records.has_records(records_dir, target):
+        database = records.open_database(records_dir, target, create=False)
     times = []
     for task in extract_tasks(mod, target):
         best = records.best_record(database, task.mod) if database is not None else None
