@@ -291,11 +291,14 @@ def main() -> int:
         return 0
     names = args.models.split(",") if args.models else (QUICK if args.quick else PAPER)
     batches = [int(b) for b in args.batch.split(",")]
+    run = {"target": args.target, "quick": args.quick, "trials": args.trials,
+           "rounds": args.rounds, "number": args.number}
     rows = []
     for name in names:
         for batch in batches:
             row = _run_child(name, batch, args)
             rows.append(row)
+            path = write_results(rows, run, pathlib.Path(args.out))  # kept if a later one fails
             if "error" in row:
                 print(f"{name} b={batch}: FAILED {row['error']}", flush=True)
             else:
@@ -303,9 +306,6 @@ def main() -> int:
                       f"×{row['speedup_pet_vs_tvm']:.3f}, PET/onnxruntime "
                       f"×{row['speedup_pet_vs_onnxruntime']:.3f} ({row['wall_s']:.0f} s)",
                       flush=True)
-    run = {"target": args.target, "quick": args.quick, "trials": args.trials,
-           "rounds": args.rounds, "number": args.number}
-    path = write_results(rows, run, pathlib.Path(args.out))
     print(path.with_suffix(".md").read_text())
     print(f"wrote {path}, .md and .png")
     return 0 if all("error" not in r for r in rows) else 1

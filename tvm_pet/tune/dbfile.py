@@ -154,14 +154,21 @@ def _decode(line: bytes) -> str:
         return "\x00"
 
 
-def _workload_hash(line: str, deep: bool) -> tuple[str | None, str]:
-    """Return (the structural hash of a valid workload line, ``""``) or (``None``, why not)."""
+def _json_line(line: str) -> tuple[object, str]:
+    """Return (the parsed JSON of a line, ``""``), or (``None``, why it is not JSON)."""
     if not line.strip():
         return None, "blank line"
     try:
-        value = json.loads(line)
+        return json.loads(line), ""
     except ValueError as err:
         return None, f"not JSON ({err}); truncated by a crash?"
+
+
+def _workload_hash(line: str, deep: bool) -> tuple[str | None, str]:
+    """Return (the structural hash of a valid workload line, ``""``) or (``None``, why not)."""
+    value, why = _json_line(line)
+    if why:
+        return None, why
     if (not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, str) for v in value)
             or not value[0].isdigit() or not value[1]):
         return None, "not a [hash, module] pair"
@@ -176,12 +183,9 @@ def _workload_hash(line: str, deep: bool) -> tuple[str | None, str]:
 
 def _record(line: str, shashes: list[str | None]) -> tuple[tuple[int, str] | None, str]:
     """Return ((workload index, record text), ``""``) for a valid record line, else (None, why)."""
-    if not line.strip():
-        return None, "blank line"
-    try:
-        value = json.loads(line)
-    except ValueError as err:
-        return None, f"not JSON ({err}); truncated by a crash?"
+    value, why = _json_line(line)
+    if why:
+        return None, why
     if not isinstance(value, list) or len(value) != 2 or type(value[0]) is not int:
         return None, "not a [workload index, record] pair"
     idx, record = value
