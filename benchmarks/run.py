@@ -44,6 +44,8 @@ TABLE3 = ["conv5x5", "dilated_conv", "two_1x1_convs", "three_matmuls"]
 #: --quick: the graphs the shipped records cover, at batch 1 (the README's table).
 QUICK = TABLE3 + ["csrnet_backend"]
 CONTENDERS = ("tvm", "pet", "onnxruntime")
+#: Models whose untuned TVM run takes seconds: timed with one call per sample.
+SLOW = {"resnet3d_18", "inception_v3", "csrnet", "bert_encoder", "resnet18"}
 #: The trial budget per task of the records shipped in tuning_logs/ for the QUICK graphs.
 SHIPPED_TRIALS = 32
 
@@ -140,7 +142,7 @@ def summary(values: list[float]) -> dict:
 
 def _run_child(name: str, batch: int, args) -> dict:
     """Run one model in a fresh process (peak memory per model; a crash costs one row)."""
-    slow = name in {"resnet3d_18", "inception_v3"} or batch > 1
+    slow = name in SLOW or batch > 1
     cmd = [sys.executable, __file__, "--one", name, "--batch", str(batch),
            "--target", args.target, "--trials", str(args.trials),
            "--rounds", str(args.rounds), "--number", str(1 if slow else args.number),
