@@ -64,13 +64,8 @@ class MeasuredCost:
         """The records database and the untuned-times cache, opened once (the records do not
         change during a search; loading them takes seconds)."""
         if self._opened is None:
-            from tvm_pet.tune import records
-            db = (records.open_database(self.records_dir, self.target, create=False)
-                  if records.has_records(self.records_dir, self.target) else None)
-            untuned = records.UntunedTimes(
-                records.db_dir(self.records_dir, self.target) / records.UNTUNED_FILE
-                if self.records_dir is not None else None)
-            self._opened = (db, untuned)
+            from tvm_pet.tune.records import costing_sources
+            self._opened = costing_sources(self.records_dir, self.target)
         return self._opened
 
     def changed_ratio(self, before: Program, after: Program) -> float:

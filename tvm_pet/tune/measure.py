@@ -491,11 +491,10 @@ def kernel_times(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
         One ``KernelTime`` per task; the module's estimate is ``sum(k.weight * k.seconds)``.
     """
     target = resolve_target(target)
-    if cache is None:
-        cache = records.UntunedTimes(records.db_dir(records_dir, target) / records.UNTUNED_FILE
-                                     if records_dir is not None else None)
-    if database is None and records.has_records(records_dir, target):
-        database = records.open_database(records_dir, target, create=False)
+    if cache is None or database is None:
+        opened_db, opened_cache = records.costing_sources(records_dir, target)
+        database = opened_db if database is None else database
+        cache = opened_cache if cache is None else cache
     times = []
     for task in extract_tasks(mod, target):
         best = records.best_record(database, task.mod) if database is not None else None

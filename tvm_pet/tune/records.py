@@ -184,6 +184,20 @@ def recover_pending(records_dir: str | Path, target: tvm.target.Target) -> int:
     return dbfile.recover(work_dir) if work_dir.is_dir() else 0
 
 
+def costing_sources(records_dir: str | Path | None, target: tvm.target.Target):
+    """Return what kernel costing reads: (the records database, or ``None`` without records;
+    the untuned-times cache, in ``records_dir`` or in memory when it is ``None``).
+
+    Opening the database loads its JSON (seconds for the shipped records): a caller costing many
+    modules opens these once and passes them on (``measure.kernel_times``).
+    """
+    database = (open_database(records_dir, target, create=False)
+                if has_records(records_dir, target) else None)
+    cache = UntunedTimes(db_dir(records_dir, target) / UNTUNED_FILE
+                         if records_dir is not None else None)
+    return database, cache
+
+
 def workload_records(db: ms.database.Database, task_mod: tvm.IRModule) -> list[ms.database.TuningRecord]:
     """Return every record of one task (failed candidates included), without adding the task."""
     if not db.has_workload(task_mod):
