@@ -97,7 +97,8 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 def _driver_options(args: argparse.Namespace):
     from tvm_pet.relax.driver import DriverOptions
     return DriverOptions(target=args.target, trials=args.trials, records_dir=args.records,
-                         rpc=args.rpc, cost=getattr(args, "cost", "measured"))
+                         rpc=args.rpc, cost=getattr(args, "cost", "measured"),
+                         second_look=not getattr(args, "no_second_look", False))
 
 
 def _search_config(args: argparse.Namespace):
@@ -113,6 +114,9 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     print(f"  baseline  {report['baseline_time_s'] * 1e3:9.3f} ms (median of interleaved rounds)")
     print(f"  candidate {report['timings']['optimized']['median'] * 1e3:9.3f} ms  "
           f"(x{report['measured_speedup_of_candidate']:.3f})")
+    for look in report["looks"][:-1]:
+        print(f"  close call: x{look['ratio']:.3f} within the noise ({look['noise']:.3f}); "
+              f"looked again")
     print(f"  speedup   x{report['speedup']:.3f}   rule: {report['decision_rule']}")
     print(f"  search {report['search_time_s']:.1f} s, tuning {report['tuning_time_s']:.1f} s "
           f"({report['new_trials']} new trials), max |optimized - original| "
@@ -202,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "optimize":
             o.add_argument("--out", required=True, help="output folder")
             o.add_argument("--cost", choices=("measured", "analytic"), default="measured")
+            o.add_argument("--no-second-look", action="store_true",
+                           help="decide close calls on the first timing alone (by default they "
+                                "are tuned again with a second seed, or timed over more rounds)")
             o.set_defaults(func=_cmd_optimize)
         else:
             o.set_defaults(func=_cmd_tune)

@@ -18,6 +18,12 @@ Strategy (tuning every candidate is unaffordable on a CPU: 1-3 minutes per kerne
    same records and timed interleaved (A B A B ...) over several rounds. The optimized module is
    kept only when its median beats the baseline's by more than the measured spread; otherwise the
    original is kept, and the report says so.
+5. **Look again at close calls.** When the optimized module measures faster but not beyond the
+   spread, the decision is close: with a tuning budget, both modules are tuned again with a second
+   seed and twice the trials per task (equal budgets: MetaSchedule keeps the best record of both
+   seeds for each side), rebuilt, and timed again over twice the rounds; without one, they are
+   timed again over three times the rounds. The second look decides, by the same rule. Every
+   look is in the report (``looks``).
 """
 from __future__ import annotations
 
@@ -52,6 +58,7 @@ class DriverOptions:
     timing_number: int = 3
     timing_repeat: int = 3
     seed: int = 0
+    second_look: bool = True
 
 
 @contextlib.contextmanager
@@ -176,11 +183,12 @@ def _tuned_before(program: Program, target, db) -> bool:
     return bool(tasks) and all(workload_records(db, t.mod) for t in tasks)
 
 
-def _decide(timings: dict) -> tuple[bool, str]:
+def _decide(timings: dict) -> tuple[bool, dict]:
     """Keep the optimized module only when it wins beyond the noise of both measurements.
 
     The noise is the larger relative interquartile range of the interleaved samples (robust to
-    a single outlier round), and at least 5 %.
+    a single outlier round), and at least 5 %. Returns the decision and its figures (``ratio``,
+    ``noise``, ``close``: faster, but not beyond the noise, and ``rule`` in words).
     """
     base, opt = timings["baseline"], timings["optimized"]
     noise = max(_relative_iqr(base), _relative_iqr(opt), 0.05)
@@ -189,7 +197,18 @@ def _decide(timings: dict) -> tuple[bool, str]:
     rule = (f"keep the optimized module only if baseline median / optimized median "
             f"({ratio:.3f}) exceeds 1 + the noise ({noise:.3f}: the larger relative "
             f"interquartile range of the two, at least 0.05)")
-    return keep, rule
+    return keep, {"ratio": ratio, "noise": noise, "close": 1 < ratio <= 1 + noise,
+                  "kept": "optimized" if keep else "original", "rule": rule}
+
+
+def _look(built, x, program, device, options: DriverOptions, rounds: int, **what):
+    """Time baseline and optimized interleaved and decide; returns (keep, timings, look)."""
+    from tvm_pet.tune.measure import time_interleaved
+    timings = time_interleaved(built, [x[t.name] for t in program.inputs], device,
+                               rounds=rounds, number=options.timing_number,
+                               repeat=options.timing_repeat)
+    keep, look = _decide(timings)
+    return keep, timings, {**what, "rounds": rounds, **look}
 
 
 def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
@@ -207,7 +226,7 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     from tvm_pet.onnx import export_model, import_model
     from tvm_pet.relax.adapter import program_to_module
     from tvm_pet.search.optimizer import optimize
-    from tvm_pet.tune.measure import build, time_interleaved
+    from tvm_pet.tune.measure import build
     from tvm_pet.tune.targets import resolve_target
 
     out = pathlib.Path(out_dir)
@@ -227,6 +246,19 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
                "optimized": program_to_module(result.program)}
     built = {k: build(m, target, records) for k, m in modules.items()}
     x = _inputs(program, options.seed)
+    keep, timings, look = _look(built, x, program, device, options, options.timing_rounds,
+                                what="first look", trials_per_task=options.trials,
+                                seed=options.seed)
+    if not result.applied:  # the candidate is the original: any measured difference is noise
+        keep, look = False, {**look, "kept": "original", "close": False,
+                             "rule": "the search applied no mutant: the original is kept"}
+    looks = [look]
+    if look["close"] and options.second_look:
+        keep, timings, built, look = _second_look(modules, built, x, program, target, device,
+                                                  records, options)
+        looks.append(look)
+    rule = look["rule"]
+    # the executables that are written out are the ones checked
     outputs = {}
     for k, ex in built.items():
         vm = relax.VirtualMachine(ex, device)
@@ -235,10 +267,6 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     max_abs_err = max(float(np.abs(a - b).max()) for a, b in zip(outputs["baseline"],
                                                                 outputs["optimized"]))
     ort_err = _onnxruntime_error(model, x, outputs["optimized"])
-    timings = time_interleaved(built, [x[t.name] for t in program.inputs], device,
-                               rounds=options.timing_rounds, number=options.timing_number,
-                               repeat=options.timing_repeat)
-    keep, rule = _decide(timings)
     final = result.program if keep else program
     final_ex = built["optimized"] if keep else built["baseline"]
     with _quiet_native_stderr():
@@ -253,9 +281,11 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
         "speedup": timings["baseline"].median / timings["optimized"].median if keep else 1.0,
         "measured_speedup_of_candidate": timings["baseline"].median / timings["optimized"].median,
         "timings": {k: dataclasses.asdict(v) for k, v in timings.items()},
-        "decision_rule": rule, "kept": "optimized" if keep else "original",
-        "search_time_s": search_time, "tuning_time_s": tuning["tuning_time_s"],
-        "new_trials": tuning["new_trials"], "tuning": tuning,
+        "decision_rule": rule, "kept": "optimized" if keep else "original", "looks": looks,
+        "search_time_s": search_time,
+        "tuning_time_s": tuning["tuning_time_s"] + sum(k.get("tuning_time_s", 0.0) for k in looks),
+        "new_trials": tuning["new_trials"] + sum(k.get("new_trials", 0) for k in looks),
+        "tuning": tuning,
         "max_abs_err": max_abs_err, "max_abs_err_vs_onnxruntime": ort_err,
         "applied": [{"mutant": " -> ".join(a.mutant_ops), "subprogram": a.subprogram,
                      "partially_equivalent": a.partially_equivalent,
@@ -265,6 +295,28 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     }
     atomic_write(out / "report.json", json.dumps(report, indent=2, default=str) + "\n")
     return report
+
+
+def _second_look(modules, built, x, program, target, device, records, options: DriverOptions):
+    """A close call looked at again (module docstring, step 5); returns (keep, timings, built,
+    look)."""
+    from tvm_pet.tune.measure import build, tune
+    if options.trials > 0:
+        trials, seed = 2 * options.trials, options.seed + 1
+        stats = [tune(m, target, trials, records, seed=seed, rpc=options.rpc)
+                 for m in modules.values()]
+        built = {k: build(m, target, records) for k, m in modules.items()}
+        keep, timings, look = _look(
+            built, x, program, device, options, 2 * options.timing_rounds,
+            what="second look: both sides tuned again with a second seed",
+            trials_per_task=trials, seed=seed, new_trials=sum(s.new_trials for s in stats),
+            tuning_time_s=sum(s.wall_s for s in stats))
+    else:
+        keep, timings, look = _look(
+            built, x, program, device, options, 3 * options.timing_rounds,
+            what="second look: timed again over more rounds (no tuning budget)",
+            trials_per_task=0, seed=options.seed)
+    return keep, timings, built, look
 
 
 def _onnxruntime_error(model, x, outputs) -> float | None:

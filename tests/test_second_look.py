@@ -1,0 +1,127 @@
+"""Close calls are looked at again before a mutant replaces the original (issue 4: "a second seed
+or a larger budget when the decision is close"). The timings are stubbed so that the decision
+path is exercised exactly; the search, build and output checks are real."""
+import dataclasses
+import json
+
+import onnx
+import pytest
+
+pytest.importorskip("tvm")
+
+from tests.test_pet_pass import PenaliseDilation, dilated_model  # noqa: E402
+from tvm_pet.cost import analytic  # noqa: E402
+from tvm_pet.relax import driver  # noqa: E402
+from tvm_pet.search.config import SearchConfig  # noqa: E402
+from tvm_pet.tune import measure  # noqa: E402
+from tvm_pet.tune.measure import Timing  # noqa: E402
+
+
+def _timing(median, rel_iqr):
+    # eight samples whose interquartile range is rel_iqr * median
+    lo, hi = median * (1 - rel_iqr / 2), median * (1 + rel_iqr / 2)
+    values = (lo, lo, lo, median, median, hi, hi, hi)
+    return Timing(median, min(values), max(values), values)
+
+
+@dataclasses.dataclass
+class FakeTimer:
+    """Answers time_interleaved with one scripted (baseline, optimized) ratio per call."""
+    ratios: list
+    calls: list = dataclasses.field(default_factory=list)
+
+    def __call__(self, executables, inputs, device=None, *, rounds, number, repeat, **_):
+        self.calls.append(rounds)
+        ratio = self.ratios[len(self.calls) - 1]
+        return {"baseline": _timing(1e-3 * ratio, 0.04), "optimized": _timing(1e-3, 0.04)}
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(dilated_model(), path)
+    return path
+
+
+def _optimize(model, tmp_path, monkeypatch, ratios, **options):
+    # a search that provably rewrites the dilated convolution, so that there is a candidate
+    monkeypatch.setattr(analytic, "AnalyticCost", PenaliseDilation)
+    timer = FakeTimer(ratios)
+    monkeypatch.setattr(measure, "time_interleaved", timer)
+    opts = driver.DriverOptions(cost="analytic", timing_rounds=2,
+                                records_dir=str(tmp_path / "records"), **options)
+    report = driver.optimize_model(model, tmp_path / "out", SearchConfig(rounds=1), opts)
+    assert report["search"]["applied"], "the search should have rewritten the dilated conv"
+    return report, timer
+
+
+def test_decide_names_close_calls():
+    keep, look = driver._decide({"baseline": _timing(1.03e-3, 0.04),
+                                 "optimized": _timing(1e-3, 0.04)})
+    assert not keep and look["close"] and look["noise"] == pytest.approx(0.05)
+    keep, look = driver._decide({"baseline": _timing(1.3e-3, 0.04),
+                                 "optimized": _timing(1e-3, 0.04)})
+    assert keep and not look["close"]
+    keep, look = driver._decide({"baseline": _timing(0.9e-3, 0.04),
+                                 "optimized": _timing(1e-3, 0.04)})
+    assert not keep and not look["close"]
+
+
+def test_close_call_without_budget_is_timed_again_over_more_rounds(model, tmp_path,
+                                                                   monkeypatch):
+    # first look close (x1.03 within 5 %), second look clear (x1.3): kept
+    report, timer = _optimize(model, tmp_path, monkeypatch, [1.03, 1.3])
+    assert timer.calls == [2, 6]
+    assert [k["what"].split(":")[0] for k in report["looks"]] == ["first look", "second look"]
+    assert report["looks"][0]["close"] and report["kept"] == "optimized"
+    assert report["speedup"] == pytest.approx(1.3)
+    # first look close, second look within the noise again: the original stays
+    report, timer = _optimize(model, tmp_path, monkeypatch, [1.03, 1.02])
+    assert timer.calls == [2, 6] and report["kept"] == "original" and report["applied"] == []
+    assert report["max_abs_err"] < 1e-4
+
+
+def test_close_call_with_budget_tunes_both_sides_with_a_second_seed(model, tmp_path,
+                                                                    monkeypatch):
+    tuned = []
+
+    def fake_tune(mod, target, trials, records_dir, *, seed, rpc=None):
+        tuned.append((trials, seed, len(mod.functions)))
+        return measure.TuneStats("k", str(records_dir), (), 0.5)
+
+    monkeypatch.setattr(driver, "tune_model", lambda *a: {"tuning_time_s": 1.0, "new_trials": 7,
+                                                           "records": "r"})
+    monkeypatch.setattr(measure, "tune", fake_tune)
+    report, timer = _optimize(model, tmp_path, monkeypatch, [1.03, 0.97], trials=8, seed=3)
+    # both sides, the same doubled budget, the next seed; timed over twice the rounds
+    assert [t[:2] for t in tuned] == [(16, 4), (16, 4)]
+    assert timer.calls == [2, 4]
+    assert report["kept"] == "original" and report["looks"][1]["trials_per_task"] == 16
+    assert report["tuning_time_s"] == pytest.approx(2.0)
+    json.dumps(report, default=str)
+
+
+def test_clear_decisions_get_one_look(model, tmp_path, monkeypatch):
+    report, timer = _optimize(model, tmp_path, monkeypatch, [0.8])
+    assert timer.calls == [2] and report["kept"] == "original" and len(report["looks"]) == 1
+    report, timer = _optimize(model, tmp_path, monkeypatch, [1.03],
+                              second_look=False)
+    assert timer.calls == [2] and report["kept"] == "original"
+
+
+class Flat:
+    """Every program costs the same: the search has no reason to apply anything."""
+    name = "flat"
+
+    def cost(self, program):
+        return 1.0
+
+
+def test_an_unchanged_candidate_is_never_kept_on_timing_noise(model, tmp_path, monkeypatch):
+    monkeypatch.setattr(analytic, "AnalyticCost", Flat)
+    timer = FakeTimer([2.0])
+    monkeypatch.setattr(measure, "time_interleaved", timer)
+    report = driver.optimize_model(model, tmp_path / "out", SearchConfig(rounds=1),
+                                   driver.DriverOptions(cost="analytic", timing_rounds=2))
+    assert report["search"]["applied"] == [] and report["kept"] == "original"
+    assert report["speedup"] == 1.0 and "no mutant" in report["decision_rule"]
