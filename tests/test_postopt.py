@@ -14,8 +14,9 @@ from tvm_pet.errors import VerificationError
 from tvm_pet.ir import BIJECTIVE_LAYOUT, Op, Program, ProgramBuilder, check_program
 from tvm_pet.search import postopt
 from tvm_pet.search.postopt import (POST_OPTIMIZATIONS, eliminate_inverse_layouts,
-                                    fuse_layout_chains, move_layout_across_elementwise,
-                                    post_optimize, precompute_weights)
+                                    fuse_layout_chains, move_layout_across_constant,
+                                    move_layout_across_elementwise, post_optimize,
+                                    precompute_weights)
 from tvm_pet.verify.interpreter import evaluate
 
 
@@ -37,8 +38,8 @@ def ops(program: Program) -> list:
 
 def test_table_names_its_rules():
     assert list(POST_OPTIMIZATIONS) == [
-        "move_layout_across_elementwise", "eliminate_inverse_layouts", "fuse_layout_chains",
-        "precompute_weights"]
+        "move_layout_across_elementwise", "move_layout_across_constant",
+        "eliminate_inverse_layouts", "fuse_layout_chains", "precompute_weights"]
     assert all(rule.__name__ == name for name, rule in POST_OPTIMIZATIONS.items())
 
 
@@ -71,6 +72,48 @@ def test_no_move_when_the_opaque_output_is_shared_or_not_elementwise():
     (s,) = b.opaque("Softmax", [x], params={"axis": 1})
     p = b.build([b.transpose(r, (1, 0)), r, b.transpose(s, (1, 0))])
     assert move_layout_across_elementwise(p) is p
+
+
+def test_move_space_to_batch_above_a_per_channel_bias_keeps_it_per_channel():
+    rng = np.random.default_rng(3)
+    b = ProgramBuilder()
+    x = b.input("x", (1, 5, 4, 6))
+    bias = b.weight("bias", rng.normal(size=(1, 5, 1, 1)))
+    y = b.add(x, bias)
+    # space-to-batch by parity: [1,5,4,6] -> [4,5,2,3]
+    p = b.build([b.reshape_transpose(y, (1, 5, 2, 2, 3, 2), (3, 5, 0, 1, 2, 4), (4, 5, 2, 3),
+                                     out="z")])
+    q = move_layout_across_constant(p)
+    assert ops(q) == [Op.RESHAPE_TRANSPOSE, Op.ADD] and q.producers["z"].op is Op.ADD
+    (w,) = [i for i in q.producers["z"].inputs if i in q.weights]
+    assert q.weights[w].shape == (1, 5, 1, 1) and "bias" not in q.weights
+    assert_same_function(p, q)
+
+
+def test_move_above_a_scale_that_varies_along_the_moved_axes():
+    rng = np.random.default_rng(4)
+    b = ProgramBuilder()
+    x = b.input("x", (2, 3, 4))
+    y = b.mul(b.weight("s", rng.normal(size=(3, 1))), x)
+    p = b.build([b.transpose(y, (2, 0, 1), out="z")])
+    q = move_layout_across_constant(p)
+    assert ops(q) == [Op.TRANSPOSE, Op.MUL]
+    (w,) = [i for i in q.producers["z"].inputs if i in q.weights]
+    assert q.weights[w].shape == (1, 1, 3)
+    assert_same_function(p, q)
+
+
+def test_no_move_across_a_constant_when_shared_or_broadcasting_x():
+    b = ProgramBuilder()
+    x = b.input("x", (1, 4))
+    y = b.add(x, b.weight("w", np.ones((3, 4))))          # x broadcasts into w's shape
+    p = b.build([b.transpose(y, (1, 0))])
+    assert move_layout_across_constant(p) is p
+    b = ProgramBuilder()
+    x = b.input("x", (3, 4))
+    y = b.add(x, b.weight("w", np.ones((1, 4))))
+    p = b.build([b.transpose(y, (1, 0)), y])               # y is read twice
+    assert move_layout_across_constant(p) is p
 
 
 # --------------------------------------------------------------------------------- fuse
@@ -199,6 +242,29 @@ def test_post_optimize_cancels_layouts_between_two_matmuls():
                        "precompute_weights"]
     assert_same_function(p, q, rtol=1e-6)
     assert post_optimize(q) == (q, [])
+
+
+def test_post_optimize_joins_space_to_batch_convs_across_bias_and_relu():
+    """Two dilated convs, each rewritten as space-to-batch -> conv -> batch-to-space, with a
+    bias and a ReLU between them: the layouts between the two convs vanish."""
+    rng = np.random.default_rng(5)
+    b = ProgramBuilder()
+    x = b.input("x", (1, 3, 4, 4))
+    s2b = dict(split_shape=(1, 3, 2, 2, 2, 2), perm=(3, 5, 0, 1, 2, 4), shape=(4, 3, 2, 2))
+    b2s = dict(split_shape=(2, 2, 3, 2, 2), perm=(2, 3, 0, 4, 1), shape=(1, 3, 4, 4))
+    h = x
+    for layer in range(2):
+        h = b.reshape_transpose(h, **s2b)
+        h = b.conv(h, b.weight(f"w{layer}", rng.normal(size=(3, 3, 3, 3))), pads=1)
+        h = b.reshape_transpose(h, **b2s)
+        h = b.add(h, b.weight(f"b{layer}", rng.normal(size=(1, 3, 1, 1))))
+        (h,) = b.opaque("Relu", [h])
+    p = b.build([h])
+    q, applied = post_optimize(p)
+    assert ops(q) == [Op.RESHAPE_TRANSPOSE, Op.CONV, Op.ADD, "Relu", Op.CONV,
+                      Op.RESHAPE_TRANSPOSE, Op.ADD, "Relu"]
+    assert "move_layout_across_constant" in applied
+    assert_same_function(p, q, rtol=1e-12)
 
 
 # --------------------------------------------------------------------------------- properties

@@ -154,3 +154,56 @@ def test_report_has_a_row_per_subprogram_and_post_optimizations_keep_results():
     x = _inputs(program)
     np.testing.assert_allclose(evaluate(result.program, x, np.float64)["out"],
                                evaluate(program, x, np.float64)["out"], rtol=1e-9, atol=1e-9)
+
+
+def dilated_chain(layers=3, channels=4, size=8):
+    """A CSRNet-like back end: dilated 3x3 convs (pad 2) with a bias and a ReLU each."""
+    rng = np.random.default_rng(2)
+    b = ProgramBuilder("chain")
+    h = b.input("x", (1, channels, size, size))
+    for k in range(layers):
+        h = b.conv(h, b.weight(f"w{k}", rng.standard_normal((channels, channels, 3, 3)) * 0.3),
+                   pads=2, dilations=2)
+        h = b.add(h, b.weight(f"b{k}", rng.standard_normal((1, channels, 1, 1))))
+        (h,) = b.opaque("Relu", [h])
+    return b.build([h])
+
+
+class PenaliseDilationAndLayouts(PenaliseDilation):
+    """Dilated convs are slow, and so is every layout node: a rewrite of one conv pays only when
+    its layouts cancel against a neighbour's."""
+
+    name = "penalise-dilation-and-layouts"
+
+    def cost(self, program):
+        layouts = sum(n.op in (Op.RESHAPE, Op.TRANSPOSE, Op.RESHAPE_TRANSPOSE)
+                      for n in program.nodes)
+        return super().cost(program) + 0.4 * layouts
+
+
+def test_one_round_rewrites_every_layer_of_a_chain_at_once():
+    """Space-to-batch on each dilated conv, combined in one round: the layouts between layers
+    cancel, leaving one space-to-batch at the start and one batch-to-space at the end."""
+    program = dilated_chain()
+    result = optimize(program, SearchConfig(depth=3, rounds=1, time_limit=120),
+                      cost=PenaliseDilationAndLayouts())
+    convs = [n for n in result.program.nodes if n.op is Op.CONV]
+    assert len(convs) == 3 and all(n.attrs["dilations"] == (1, 1) for n in convs)
+    layouts = [n for n in result.program.nodes
+               if n.op in (Op.RESHAPE, Op.TRANSPOSE, Op.RESHAPE_TRANSPOSE)]
+    assert len(layouts) <= 2 and len(result.applied) == 3
+    check_program(result.program)
+    (y,) = program.outputs
+    assert result.program.outputs == (y,)
+    for seed in range(3):
+        x = _inputs(program, seed)
+        np.testing.assert_allclose(evaluate(result.program, x, np.float64)[y],
+                                   evaluate(program, x, np.float64)[y], rtol=1e-9, atol=1e-9)
+
+
+def test_without_combining_one_round_changes_at_most_one_layer(monkeypatch):
+    from tvm_pet.search import optimizer
+    monkeypatch.setattr(optimizer, "combine", lambda *a: None)
+    result = optimize(dilated_chain(), SearchConfig(depth=3, rounds=1, time_limit=120),
+                      cost=PenaliseDilationAndLayouts())
+    assert len(result.applied) <= 1

@@ -9,7 +9,10 @@ Strategy (tuning every candidate is unaffordable on a CPU: 1-3 minutes per kerne
    the kernels it changes; only the ``promising`` best per subset whose changed kernels take at
    most ``screen_ratio`` times the replaced ones get tuned, with the same trials per task as the
    original. They are tuned in the whole model, as TVM fuses them there (a mutant's last kernel
-   takes the bias and ReLU after it), so that their records match the final build.
+   takes the bias and ReLU after it), so that their records match the final build. Then the
+   tuned mutants that beat the original by themselves are applied together, one per subset,
+   and post-optimized (layouts between neighbouring layers cancel): that combination, which
+   the search's combine step will cost, is tuned as well.
 3. **Search with measured costs.** The optimizer (Algorithm 2) uses
    :class:`~tvm_pet.cost.measured.MeasuredCost` on whole candidate programs, in their fused
    form: tuned record times where they exist, untuned
@@ -104,38 +107,67 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions) -
                   seed=options.seed, rpc=options.rpc)]
     untuned = MeasuredCost(target, tuned=False)
     opt = Optimizer(config, untuned)
-    chosen, db = [], None
+    chosen, db, tuned_singles = [], None, []
     for sub in partition(program):
         for subset in operator_subsets(program, sub, config.max_subset):
             part, mutants = opt.mutants_of(program, subset, sub.name)
             # each mutant in place in the whole model: TVM fuses its kernels with their
             # neighbours, and those fused kernels are what gets tuned and run
-            whole = [(m, replace_subprogram(program, part, c)) for m, c in mutants]
+            whole = [(m, replace_subprogram(program, part, c), c) for m, c in mutants]
             if not whole:
                 continue
             # mutants tuned by an earlier run keep their places: the untuned screen is noisy,
             # and a rerun must not pick (and tune) different ones
             if db is None and pathlib.Path(records).exists():
                 db = open_database(records, target)  # reopened only after tuning wrote to it
-            done = [(m, w) for m, w in whole if db is not None and _tuned_before(w, target, db)]
+            done = [e for e in whole if db is not None and _tuned_before(e[1], target, db)]
+            done = done[:options.promising]
             chosen += [{"subprogram": sub.name, "mutant": list(m.ops), "untuned_ratio": None}
-                       for m, _ in done[:options.promising]]
+                       for m, _, _ in done]
+            tuned_singles += [(part, w, c) for _, w, c in done]
             slots = options.promising - len(done)
             if slots <= 0:
                 continue
-            fresh = [(m, w) for m, w in whole if all(w is not d for _, d in done)]
-            ranked = sorted(((untuned.changed_ratio(program, w), m, w) for m, w in fresh),
+            fresh = [e for e in whole if all(e[1] is not d[1] for d in done)]
+            ranked = sorted(((untuned.changed_ratio(program, w), m, w, c) for m, w, c in fresh),
                             key=lambda r: r[0])
-            for ratio, mutant, candidate in ranked[:slots]:
+            for ratio, mutant, candidate, corrected in ranked[:slots]:
                 if ratio <= options.screen_ratio:
                     stats.append(tune(program_to_module(candidate), target, options.trials,
                                       records, seed=options.seed, rpc=options.rpc))
                     db = None
                     chosen.append({"subprogram": sub.name, "mutant": list(mutant.ops),
                                    "untuned_ratio": ratio})
+                    tuned_singles.append((part, candidate, corrected))
+    combined = _combination(program, tuned_singles, target, records)
+    if combined is not None:
+        stats.append(tune(program_to_module(combined), target, options.trials, records,
+                          seed=options.seed, rpc=options.rpc))
+        chosen.append({"subprogram": "combined", "mutant": [n.op.value for n in combined.nodes],
+                       "untuned_ratio": None})
     return {"records": str(records), "trials_per_task": options.trials,
             "tasks": sum(s.tasks for s in stats), "new_trials": sum(s.new_trials for s in stats),
             "tuning_time_s": time.perf_counter() - start, "tuned_mutants": chosen}
+
+
+def _combination(program: Program, tuned: list, target, records) -> Program | None:
+    """The tuned mutants that beat the original by themselves (tuned costs), the best of each
+    subset, applied together and post-optimized (:func:`~tvm_pet.search.optimizer.combine`):
+    the program the search's combine step will cost, so its kernels (layouts cancelled between
+    neighbours, new fusions) must be tuned too. None when fewer than two subsets improve."""
+    from tvm_pet.cost.measured import MeasuredCost
+    from tvm_pet.search.optimizer import combine
+    if len(tuned) < 2:
+        return None
+    cost = MeasuredCost(target, records)
+    base = cost.cost(program)
+    best: dict[tuple[int, ...], tuple] = {}
+    for part, whole, corrected in tuned:
+        c = cost.cost(whole)
+        if c < base and c < best.get(part.nodes, (c + 1,))[0]:
+            best[part.nodes] = (c, part, corrected)
+    together = combine(program, list(best.values()))
+    return None if together is None else together[0]
 
 
 def _device(target):

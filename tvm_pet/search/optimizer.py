@@ -11,6 +11,13 @@ costs more than the input. Generator results are cached by the subset's structur
 abstracted (verification treats weights symbolically), so repeated layers are searched once.
 Post-optimizations (paper 6.3, :mod:`tvm_pet.search.postopt`) then polish the best program; they
 are kept only when they do not raise its cost.
+
+One mutation per program per round would take r rounds to rewrite r layers, and a rewrite that
+pays off only across layers (space-to-batch on every dilated conv of a chain, whose layout
+nodes cancel between neighbours) would need all of them at once. So each round also
+**combines**: for every heap program, the best improving candidate of each subset is applied
+together with those of the other disjoint subsets (:func:`combine`), post-optimized so that
+inverse layouts between neighbours vanish, and costed as a whole like any other candidate.
 """
 from __future__ import annotations
 
@@ -185,6 +192,47 @@ def _rename(mutant: Program, mapping: dict[str, str], like: Program) -> Program:
     return Program(inputs, weights, nodes, like.outputs, like.name)
 
 
+def replace_all(program: Program, replacements: Sequence[tuple[Subprogram, Program]]) -> Program:
+    """``program`` with several subprograms replaced at once.
+
+    Each subprogram is found again by its node objects (earlier replacements move positions but
+    keep every other node as it was); the subprograms must not share nodes.
+    """
+    for part, new in replacements:
+        ids = {id(n) for n in part.program.nodes}
+        here = tuple(k for k, n in enumerate(program.nodes) if id(n) in ids)
+        if len(here) != len(part.nodes):
+            raise ValueError(f"subprogram {part.name} overlaps another replacement")
+        program = replace_subprogram(program, dataclasses.replace(part, nodes=here), new)
+    return program
+
+
+def combine(program: Program, picks: Sequence[tuple[float, Subprogram, Program]]
+            ) -> tuple[Program, list[int]] | None:
+    """Apply the cheapest pick of each disjoint subset together, then post-optimize.
+
+    Args:
+        program: the program the picks were made on.
+        picks: ``(cost, subprogram, corrected mutant)``, at most one per subset, each an
+            improvement on ``program`` by itself.
+
+    Returns:
+        The combined program and the indices of the picks it applies (cheapest first), or None
+        when fewer than two disjoint picks exist.
+    """
+    used: set[int] = set()
+    chosen: list[int] = []
+    for k in sorted(range(len(picks)), key=lambda k: picks[k][0]):
+        nodes = set(picks[k][1].nodes)
+        if not nodes & used:
+            used |= nodes
+            chosen.append(k)
+    if len(chosen) < 2:
+        return None
+    combined = replace_all(program, [(picks[k][1], picks[k][2]) for k in chosen])
+    return post_optimize(combined)[0], chosen
+
+
 def operator_subsets(program: Program, sub: Subprogram, size: int) -> list[tuple[int, ...]]:
     """Connected subsets (node positions) of at most ``size`` nodes with a reducing operator."""
     nodes = set(sub.nodes)
@@ -280,6 +328,7 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
     for rounds in range(1, config.rounds + 1):
         fresh = []
         for cost_now, prog, history in heap:
+            best_of_subset: dict[tuple[int, ...], tuple[float, Subprogram, Program, Applied]] = {}
             subs = partition(prog, max_merge=3)
             for sub in progress(subs, config.progress, f"round {rounds}: subprograms"):
                 for subset in operator_subsets(prog, sub, config.max_subset):
@@ -301,6 +350,16 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
                                        mutant.partially_equivalent, mutant.corrected_boxes,
                                        cost_now, c)
                         fresh.append((c, new, history + [step]))
+                        if c < cost_now and c < best_of_subset.get(part.nodes, (c + 1,))[0]:
+                            best_of_subset[part.nodes] = (c, part, corrected, step)
+            picks = list(best_of_subset.values())
+            together = None if opt.out_of_time() else combine(prog, [p[:3] for p in picks])
+            if together is not None:
+                new, chosen = together
+                key = canonical(new, opt.keys)[0]
+                if key not in seen:
+                    seen.add(key)
+                    fresh.append((opt.cost(new), new, history + [picks[k][3] for k in chosen]))
         if opt.out_of_time():
             stop = StopReason.TIME_LIMIT
         improved = [f for f in fresh if f[0] < best[0]]

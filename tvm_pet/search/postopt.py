@@ -11,6 +11,7 @@ returns the *same object* when nothing applies; program outputs keep their names
 passes :func:`~tvm_pet.ir.check.check_program`. The rules, by name (:data:`POST_OPTIMIZATIONS`):
 
 ``move_layout_across_elementwise``  layout(f(x)) -> f(layout(x)) for element-wise opaque f
+``move_layout_across_constant``     layout(x + w) -> layout(x) + w' for a weight w (also x * w)
 ``eliminate_inverse_layouts``       a chain of layout nodes that is the identity disappears
 ``fuse_layout_chains``              layout2(layout1(x)) -> one layout node
 ``precompute_weights``              multi-linear nodes over constants become weights
@@ -208,6 +209,72 @@ def _move_layout_across_elementwise(program: Program) -> Program | None:
     return None
 
 
+def _compact(value: np.ndarray) -> np.ndarray:
+    """``value`` with every axis along which it is constant reduced to size 1 (it broadcasts back
+    to ``value``)."""
+    for axis in range(value.ndim):
+        first = np.take(value, [0], axis=axis)
+        if value.shape[axis] > 1 and np.array_equal(value, np.broadcast_to(first, value.shape)):
+            value = first
+    return np.ascontiguousarray(value)
+
+
+def _move_layout_across_constant(program: Program) -> Program | None:
+    """Move a layout node above the ADD or MUL with a weight that feeds only it:
+    ``layout(x + w) -> layout(x) + w'``, where ``w'`` is ``w`` broadcast to ``x``'s shape, put
+    through the same layout, and compacted back to a broadcast (a per-channel bias stays one
+    value per channel). Together with ``move_layout_across_elementwise`` this lets the layout
+    nodes of neighbouring subprograms meet across ``bias + ReLU``."""
+    for k, node in enumerate(program.nodes):
+        if node.op not in BIJECTIVE_LAYOUT:
+            continue
+        src = program.producers.get(node.inputs[0])
+        if (src is None or src.op not in (Op.ADD, Op.MUL) or not _private(program, src.output)
+                or sum(i in program.weights for i in src.inputs) != 1):
+            continue
+        (w,) = [i for i in src.inputs if i in program.weights]
+        (x,) = [i for i in src.inputs if i not in program.weights]
+        shape = program.shapes[src.output]
+        if program.shapes[x] != shape:
+            continue                        # the weight must broadcast into x, not x into it
+        full = np.broadcast_to(np.asarray(program.weights[w]), shape)
+        (moved_w,) = FLOAT_RULES[node.op](node.attrs, [full])
+        moved_w = _compact(np.asarray(moved_w)).astype(np.asarray(program.weights[w]).dtype)
+        names = ProgramBuilder(reserved=set(program.shapes))
+        moved, w_name = names.fresh(node.outputs[0]), names.fresh(w)
+        before = [src, node]
+        layout = Node(node.op, (x,), (moved,), node.attrs)
+        op = Node(src.op, (moved, w_name) if src.inputs[0] == x else (w_name, moved),
+                  node.outputs, src.attrs)
+        _check_constant_move(before, [layout, op], x, program.shapes[x], node.output,
+                             {w: program.weights[w], w_name: moved_w})
+        nodes = list(program.nodes)
+        nodes[nodes.index(src)] = layout
+        nodes[k] = op
+        weights = {**program.weights, w_name: moved_w}
+        if len(program.consumers.get(w, ())) == 1 and w not in program.outputs:
+            del weights[w]
+        return program.replace(nodes=tuple(nodes), weights=weights)
+    return None
+
+
+def _check_constant_move(before, after, source, shape, out, weights) -> None:
+    """Raise unless ``before`` and ``after`` agree exactly on random data: both add (or
+    multiply) the same numbers, only permuted, so float results are bit-identical."""
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    results = []
+    for chain in (before, after):
+        values = {source: x, **{k: np.asarray(v) for k, v in weights.items()}}
+        for n in chain:
+            outs = FLOAT_RULES[n.op](n.attrs, [values[i] for i in n.inputs])
+            values.update(zip(n.outputs, outs))
+        results.append(values[out])
+    if results[0].shape != results[1].shape or not np.array_equal(results[0], results[1]):
+        raise VerificationError(
+            f"moving {[n.describe() for n in before]} to {[n.describe() for n in after]} changes "
+            f"the result; this is a bug in the layout algebra")
+
+
 def _fuse_layout_chains(program: Program) -> Program | None:
     """Fuse two consecutive bijective layout nodes (the first read only by the second) into one
     RESHAPE, TRANSPOSE or RESHAPE_TRANSPOSE, when one node can express the composite."""
@@ -289,12 +356,14 @@ def precompute_weights(program: Program) -> Program:
 
 
 move_layout_across_elementwise = _to_fixed_point(_move_layout_across_elementwise)
+move_layout_across_constant = _to_fixed_point(_move_layout_across_constant)
 fuse_layout_chains = _to_fixed_point(_fuse_layout_chains)
 eliminate_inverse_layouts = _to_fixed_point(_eliminate_inverse_layouts)
 
 #: The post-optimizations by name, in the order :func:`post_optimize` tries them.
 POST_OPTIMIZATIONS: dict[str, Rule] = {
     "move_layout_across_elementwise": move_layout_across_elementwise,
+    "move_layout_across_constant":    move_layout_across_constant,
     "eliminate_inverse_layouts":      eliminate_inverse_layouts,
     "fuse_layout_chains":             fuse_layout_chains,
     "precompute_weights":             precompute_weights,

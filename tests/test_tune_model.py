@@ -1,0 +1,76 @@
+"""`tune_model`'s choice of what to tune, with the tuner and the measured cost stubbed: the
+original, the screened mutants, then their combination across layers (no MetaSchedule here)."""
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from tests.test_search import PenaliseDilationAndLayouts, dilated_chain  # noqa: E402
+from tvm_pet.cost import measured  # noqa: E402
+from tvm_pet.ir import Op  # noqa: E402
+from tvm_pet.relax import driver  # noqa: E402
+from tvm_pet.search.config import SearchConfig  # noqa: E402
+from tvm_pet.tune import measure  # noqa: E402
+from tvm_pet.verify.interpreter import evaluate  # noqa: E402
+
+
+class StubCost(PenaliseDilationAndLayouts):
+    """Stands in for MeasuredCost: same constructor, the test cost, a flat screen."""
+
+    additive = False
+
+    def __init__(self, target=None, records_dir=None, tuned=True):
+        super().__init__()
+
+    def changed_ratio(self, before, after):
+        return 1.0
+
+
+def test_the_combination_of_improving_mutants_is_tuned_too(tmp_path, monkeypatch):
+    tuned = []
+
+    def fake_tune(mod, target, trials, records_dir, *, seed, rpc=None):
+        tuned.append(mod)
+        return measure.TuneStats("k", str(records_dir), (), 0.0)
+
+    monkeypatch.setattr(measure, "tune", fake_tune)
+    monkeypatch.setattr(measured, "MeasuredCost", StubCost)
+    program = dilated_chain()
+    options = driver.DriverOptions(trials=4, records_dir=str(tmp_path / "none"), promising=50)
+    summary = driver.tune_model(program, SearchConfig(rounds=1, time_limit=120), options)
+    # the original, the screened mutants (all of them here), then the layers rewritten together
+    singles = summary["tuned_mutants"][:-1]
+    assert len(tuned) == 1 + len(singles) + 1 and len({m["subprogram"] for m in singles}) == 3
+    last = summary["tuned_mutants"][-1]
+    assert last["subprogram"] == "combined"
+    layouts = [op for op in last["mutant"] if op in ("Reshape", "Transpose", "ReshapeTranspose")]
+    assert last["mutant"].count("Conv") == 3 and len(layouts) <= 2
+
+
+def test_combination_of_fewer_than_two_improving_subsets_is_none(monkeypatch):
+    monkeypatch.setattr(measured, "MeasuredCost", StubCost)
+    program = dilated_chain(layers=1)
+    assert driver._combination(program, [], "llvm", None) is None
+
+
+def test_combination_is_exact():
+    from tvm_pet.search.optimizer import Optimizer, combine, operator_subsets
+    from tvm_pet.search.partition import partition, replace_subprogram
+    program = dilated_chain()
+    cost = PenaliseDilationAndLayouts()
+    opt = Optimizer(SearchConfig(rounds=1, time_limit=120), cost)
+    base, picks = cost.cost(program), []
+    for sub in partition(program):
+        for subset in operator_subsets(program, sub, 1):
+            part, mutants = opt.mutants_of(program, subset, sub.name)
+            scored = [(cost.cost(replace_subprogram(program, part, c)), part, c)
+                      for _, c in mutants]
+            scored = [s for s in scored if s[0] < base]
+            picks.append(min(scored, key=lambda s: s[0]))
+    combined, chosen = combine(program, picks)
+    assert len(chosen) == 3
+    assert not any(n.op is Op.CONV and n.attrs["dilations"] != (1, 1) for n in combined.nodes)
+    (y,) = program.outputs
+    x = {"x": np.random.default_rng(0).standard_normal((1, 4, 8, 8))}
+    np.testing.assert_allclose(evaluate(combined, x, np.float64)[y],
+                               evaluate(program, x, np.float64)[y], rtol=1e-9, atol=1e-9)
