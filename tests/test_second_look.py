@@ -58,13 +58,31 @@ def _optimize(model, tmp_path, monkeypatch, ratios, **options):
 def test_decide_names_close_calls():
     keep, look = driver._decide({"baseline": _timing(1.03e-3, 0.04),
                                  "optimized": _timing(1e-3, 0.04)})
-    assert not keep and look["close"] and look["noise"] == pytest.approx(0.05)
+    # told apart by the rank test, but less than the 5 % worth a change
+    assert look["p_value"] < driver.ALPHA and look["ratio"] < 1 + driver.MIN_GAIN
+    assert not keep and look["close"] and look["noise"] == pytest.approx(0.04)
     keep, look = driver._decide({"baseline": _timing(1.3e-3, 0.04),
                                  "optimized": _timing(1e-3, 0.04)})
     assert keep and not look["close"]
     keep, look = driver._decide({"baseline": _timing(0.9e-3, 0.04),
                                  "optimized": _timing(1e-3, 0.04)})
     assert not keep and not look["close"]
+
+
+def _samples(values):
+    return Timing(sorted(values)[len(values) // 2], min(values), max(values), tuple(values))
+
+
+def test_decide_wants_the_samples_told_apart_not_just_the_medians():
+    # bimodal samples (a run slowed by a scheduling quantum): medians x1.1 apart, samples mixed
+    base = _samples([1.0, 1.0, 1.05, 1.1, 1.65, 2.0, 2.0, 2.1, 2.1])
+    opt = _samples([0.9, 0.95, 0.95, 1.0, 1.5, 1.9, 1.9, 2.0, 2.0])
+    keep, look = driver._decide({"baseline": base, "optimized": opt})
+    assert look["ratio"] > 1.05 and look["p_value"] > driver.ALPHA and not keep and look["close"]
+    # the same bimodal shape, every optimized sample below every baseline one
+    opt = _samples([v / 2.5 for v in base.samples])
+    keep, look = driver._decide({"baseline": base, "optimized": opt})
+    assert keep and look["p_value"] < driver.ALPHA
 
 
 def test_close_call_without_budget_is_timed_again_over_more_rounds(model, tmp_path,

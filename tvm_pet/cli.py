@@ -115,7 +115,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     print(f"  candidate {report['timings']['optimized']['median'] * 1e3:9.3f} ms  "
           f"(x{report['measured_speedup_of_candidate']:.3f})")
     for look in report["looks"][:-1]:
-        print(f"  close call: x{look['ratio']:.3f} within the noise ({look['noise']:.3f}); "
+        print(f"  close call: x{look['ratio']:.3f} (rank test p = {look['p_value']:.2g}); "
               f"looked again")
     print(f"  speedup   x{report['speedup']:.3f}   rule: {report['decision_rule']}")
     print(f"  search {report['search_time_s']:.1f} s, tuning {report['tuning_time_s']:.1f} s "

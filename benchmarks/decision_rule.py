@@ -1,0 +1,143 @@
+"""How often does optimize's keep-or-not rule keep a change that is not there, and how often
+does it keep a real candidate?
+
+    python benchmarks/decision_rule.py                 # the --quick graphs, 20 decisions each
+    python benchmarks/decision_rule.py --models csrnet_backend --reps 40
+
+For each model (built from code, seeded) PET's search runs with the measured cost and the
+shipped records. Then, ``--reps`` times, the driver's confirmation timing
+(:func:`tvm_pet.tune.measure.time_interleaved` with ``DriverOptions``' rounds, number and
+repeat) is taken twice:
+
+- **A/A**: the baseline against a second, separate build of the baseline. Any "keep" here is a
+  false one: the rule's false-positive rate on this machine.
+- **A/B**: the baseline against PET's candidate (when the search changed the model).
+
+Each timing is judged by the rule ``optimize`` uses (:func:`tvm_pet.relax.driver._decide`: the
+ratio of medians above 1.05 and a one-sided Mann-Whitney test at p < 0.01) and by the rule used
+before it (the ratio of medians above 1 + the larger relative interquartile range, at least
+0.05), on the same samples. Results go to ``benchmarks/results/decision_rule.{json,md}``;
+nothing here fails on timing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+QUICK = ["conv5x5", "dilated_conv", "two_1x1_convs", "three_matmuls", "csrnet_backend"]
+
+
+def iqr_rule(timings: dict) -> bool:
+    """The rule optimize used before: the ratio of medians above 1 + the larger relative
+    interquartile range of the two sample sets, and at least 1.05."""
+    from tvm_pet.relax.driver import _relative_iqr
+    base, opt = timings["baseline"], timings["optimized"]
+    noise = max(_relative_iqr(base), _relative_iqr(opt), 0.05)
+    return base.median / opt.median > 1 + noise
+
+
+def measure_model(name: str, reps: int) -> dict:
+    import numpy as np
+
+    from tvm_pet.cost.measured import MeasuredCost
+    from tvm_pet.models import build as build_model
+    from tvm_pet.onnx import import_model
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.relax.driver import DriverOptions, _decide
+    from tvm_pet.search.config import SearchConfig
+    from tvm_pet.search.optimizer import optimize
+    from tvm_pet.tune.measure import build, time_interleaved
+    from tvm_pet.tune.records import default_records_dir
+    from tvm_pet.tune.targets import resolve_target
+
+    target = resolve_target("llvm")
+    records = default_records_dir(target)
+    program = import_model(build_model(name, batch=1))
+    result = optimize(program, SearchConfig(depth=3, rounds=1, time_limit=600),
+                      MeasuredCost(target, records))
+    executables = {"baseline": build(program_to_module(program), target, records),
+                   "baseline_again": build(program_to_module(program), target, records)}
+    if result.applied:
+        executables["candidate"] = build(program_to_module(result.program), target, records)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(t.shape).astype(np.float32) for t in program.inputs]
+    options = DriverOptions()
+    trials = {"aa": [], "ab": []}
+    for _ in range(reps):
+        for kind, other in (("aa", "baseline_again"), ("ab", "candidate")):
+            if other not in executables:
+                continue
+            t = time_interleaved({"baseline": executables["baseline"],
+                                  "optimized": executables[other]}, inputs,
+                                 rounds=options.timing_rounds, number=options.timing_number,
+                                 repeat=options.timing_repeat)
+            keep, look = _decide(t)
+            trials[kind].append({"ratio": look["ratio"], "p_value": look["p_value"],
+                                 "noise": look["noise"], "keep_rank_rule": keep,
+                                 "keep_iqr_rule": iqr_rule(t)})
+    return {"model": name, "candidate": [" -> ".join(a.mutant_ops) for a in result.applied],
+            "reps": reps, **trials}
+
+
+def summarise(row: dict, kind: str) -> dict | None:
+    runs = row[kind]
+    if not runs:
+        return None
+    ratios = [r["ratio"] for r in runs]
+    return {"decisions": len(runs),
+            "kept_rank_rule": sum(r["keep_rank_rule"] for r in runs),
+            "kept_iqr_rule": sum(r["keep_iqr_rule"] for r in runs),
+            "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+            "spread_median": statistics.median(r["noise"] for r in runs)}
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| model | timing | decisions | kept (rank rule) | kept (IQR rule) | ratio of medians "
+             "median [min–max] | median relative IQR |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        for kind, label in (("aa", "A/A: baseline vs baseline"),
+                            ("ab", "A/B: baseline vs candidate")):
+            s = summarise(row, kind)
+            if s is None:
+                lines.append(f"| {row['model']} | {label} | no candidate | | | | |")
+                continue
+            lines.append(f"| {row['model']} | {label} | {s['decisions']} | {s['kept_rank_rule']} "
+                         f"| {s['kept_iqr_rule']} | ×{s['ratio_median']:.3f} "
+                         f"[{s['ratio_min']:.3f}–{s['ratio_max']:.3f}] "
+                         f"| {s['spread_median']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(QUICK))
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = parser.parse_args()
+    rows = []
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in args.models.split(","):
+        start = time.perf_counter()
+        rows.append(measure_model(name, args.reps))
+        rows[-1]["wall_s"] = time.perf_counter() - start
+        summary = {"machine": "2-core x86-64 (AVX-512), no GPU", "target": "llvm",
+                   "rows": [{**r, "aa_summary": summarise(r, "aa"),
+                             "ab_summary": summarise(r, "ab")} for r in rows]}
+        (out / "decision_rule.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (out / "decision_rule.md").write_text(markdown(rows))
+        print(f"{name}: {rows[-1]['wall_s']:.0f} s", flush=True)
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
