@@ -103,7 +103,7 @@ def _child(args) -> dict:
         "target_detail": report["target"],
         "kept": report["kept"], "decision_rule": report["decision_rule"],
         "candidate_speedup_in_decision": report["measured_speedup_of_candidate"],
-        "decision_looks": [{k: look[k] for k in ("what", "ratio", "noise", "rounds",
+        "decision_looks": [{k: look.get(k) for k in ("what", "ratio", "p_value", "noise", "rounds",
                                                  "trials_per_task", "kept")}
                            for look in report["looks"]],
         "times_ms": times,

@@ -135,6 +135,27 @@ def test_records_dir_may_be_the_root_or_the_target_directory(tmp_path):
     assert db_dir(tmp_path / key, other) == tmp_path / key / "cuda-sm_90"  # never shared
 
 
+def test_default_records_dir_finds_the_shipped_records_from_anywhere(tmp_path, monkeypatch):
+    from tvm_pet.tune import records
+    target = resolve_target("llvm")
+    key = target_dir(target)
+    monkeypatch.setattr(records, "SHIPPED_RECORDS_DIR", tmp_path / "checkout" / "tuning_logs")
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert default_records_dir(target) == f"tuning_logs/{key}"       # nothing shipped: here
+    shipped = tmp_path / "checkout" / "tuning_logs" / key
+    shipped.mkdir(parents=True)
+    (shipped / "database_workload.json").write_text("")
+    assert default_records_dir(target) == str(shipped)
+    # a folder holding only the untuned-times cache does not hide the shipped records
+    (work / "tuning_logs" / key).mkdir(parents=True)
+    (work / "tuning_logs" / key / "untuned_times.json").write_text("{}")
+    assert default_records_dir(target) == str(shipped)
+    (work / "tuning_logs" / key / "database_workload.json").write_text("")
+    assert default_records_dir(target) == f"tuning_logs/{key}"       # the project's own first
+
+
 # ------------------------------------------------------------------------------ prepare and build
 
 def test_prepare_fuses_and_is_idempotent():

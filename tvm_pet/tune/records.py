@@ -74,9 +74,24 @@ def db_dir(records_dir: str | Path, target: tvm.target.Target) -> Path:
     return path if path.name == key else path / key
 
 
+#: The records shipped with a source checkout (or an editable install) of tvm_pet.
+SHIPPED_RECORDS_DIR = Path(__file__).resolve().parents[2] / DEFAULT_RECORDS_DIR
+
+
 def default_records_dir(target: tvm.target.Target) -> str:
-    """Return ``tuning_logs/<target_dir(target)>``, relative to the working directory."""
-    return str(Path(DEFAULT_RECORDS_DIR) / target_dir(target))
+    """Return the target's records directory: ``tuning_logs/<target_dir(target)>`` in the
+    working directory when it holds a database there, else the shipped one of this checkout of
+    tvm_pet when that holds one, else the working directory's (created when tuning writes).
+
+    So ``tvm-pet optimize`` finds the shipped records from any directory, and a project that
+    tunes in its own ``tuning_logs/`` keeps them there.
+    """
+    key = target_dir(target)
+    here = Path(DEFAULT_RECORDS_DIR) / key
+    shipped = SHIPPED_RECORDS_DIR / key
+    if not (here / dbfile.WORKLOAD_FILE).exists() and (shipped / dbfile.WORKLOAD_FILE).exists():
+        return str(shipped)
+    return str(here)
 
 
 def has_records(records_dir: str | Path | None, target: tvm.target.Target) -> bool:
