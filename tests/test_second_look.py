@@ -43,11 +43,12 @@ def model(tmp_path):
     return path
 
 
-def _optimize(model, tmp_path, monkeypatch, ratios, **options):
-    # a search that provably rewrites the dilated convolution, so that there is a candidate
-    monkeypatch.setattr(analytic, "AnalyticCost", PenaliseDilation)
+def _optimize(model, tmp_path, monkeypatch, ratios, cost=PenaliseDilation, **options):
+    # by default a search that provably rewrites the dilated convolution: there is a candidate
+    monkeypatch.setattr(analytic, "AnalyticCost", cost)
     timer = FakeTimer(ratios)
     monkeypatch.setattr(measure, "time_interleaved", timer)
+    options = {"confirm": 1, **options}
     opts = driver.DriverOptions(cost="analytic", timing_rounds=2,
                                 records_dir=str(tmp_path / "records"), **options)
     report = driver.optimize_model(model, tmp_path / "out", SearchConfig(rounds=1), opts)
@@ -143,3 +144,37 @@ def test_an_unchanged_candidate_is_never_kept_on_timing_noise(model, tmp_path, m
                                    driver.DriverOptions(cost="analytic", timing_rounds=2))
     assert report["search"]["applied"] == [] and report["kept"] == "original"
     assert report["speedup"] == 1.0 and "no mutant" in report["decision_rule"]
+
+
+class MoreNodesCheaper:
+    """Every mutant (each has more nodes than the one conv) looks cheaper than the original, so
+    that the search has runners-up."""
+    name = "more-nodes-cheaper"
+
+    def cost(self, program):
+        return 1.0 / len(program.nodes)
+
+
+def test_runners_up_are_timed_when_the_best_candidate_loses(model, tmp_path, monkeypatch):
+    # the best candidate measures slower, the first runner-up clearly faster: it is kept
+    report, timer = _optimize(model, tmp_path, monkeypatch, [0.9, 1.3], MoreNodesCheaper,
+                              confirm=3)
+    assert timer.calls == [2, 2] and report["kept"] == "optimized"
+    assert [k["candidate"] for k in report["looks"]] == [0, 1]
+    assert report["looks"][1]["what"] == "runner-up 1"
+    runner_up = report["search"]["applied"]  # the best one's history, not the kept one's
+    assert report["applied"] and report["max_abs_err"] < 1e-4
+    assert "p < 0.0033" in report["decision_rule"]  # 0.01 shared by three candidates
+    assert report["candidates_confirmed"] == 2 and runner_up
+    # all three lose: the original stays, and it is what optimized.so holds
+    report, timer = _optimize(model, tmp_path, monkeypatch, [0.9, 0.95, 0.8], MoreNodesCheaper,
+                              confirm=3)
+    assert timer.calls == [2, 2, 2] and report["kept"] == "original" and report["applied"] == []
+    assert report["max_abs_err"] == 0.0
+
+
+def test_confirm_must_be_positive(model, tmp_path):
+    from tvm_pet.errors import PetError
+    with pytest.raises(PetError, match="confirm"):
+        driver.optimize_model(model, tmp_path / "out", SearchConfig(rounds=1),
+                              driver.DriverOptions(confirm=0))

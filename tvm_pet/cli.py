@@ -98,7 +98,8 @@ def _driver_options(args: argparse.Namespace):
     from tvm_pet.relax.driver import DriverOptions
     return DriverOptions(target=args.target, trials=args.trials, records_dir=args.records,
                          rpc=args.rpc, cost=getattr(args, "cost", "measured"),
-                         second_look=not getattr(args, "no_second_look", False))
+                         second_look=not getattr(args, "no_second_look", False),
+                         confirm=getattr(args, "confirm", 3))
 
 
 def _search_config(args: argparse.Namespace):
@@ -206,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "optimize":
             o.add_argument("--out", required=True, help="output folder")
             o.add_argument("--cost", choices=("measured", "analytic"), default="measured")
+            o.add_argument("--confirm", type=int, default=3,
+                           help="candidates timed end to end, best first, before the original "
+                                "is kept (default 3)")
             o.add_argument("--no-second-look", action="store_true",
                            help="decide close calls on the first timing alone (by default they "
                                 "are tuned again with a second seed, or timed over more rounds)")

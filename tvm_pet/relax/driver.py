@@ -18,7 +18,10 @@ Strategy (tuning every candidate is unaffordable on a CPU: 1-3 minutes per kerne
    form: tuned record times where they exist, untuned
    times elsewhere, so an untuned mutant never wins against a tuned original.
 4. **Confirm end to end.** Baseline and optimized modules are built by the same pipeline with the
-   same records and timed interleaved (A B A B ...) over several rounds. The optimized module is
+   same records and timed interleaved (A B A B ...) over several rounds. When the search's best
+   program loses there, its runners-up are timed in turn (``confirm`` candidates in all, the
+   rank test's threshold divided among them), since kernel times summed do not always predict
+   the whole module. The optimized module is
    kept only when it is faster beyond the noise (:func:`_decide`: at least 5 % by the medians,
    and told apart from the baseline by a rank test at p < 0.01); otherwise the original is
    kept, and the report says so.
@@ -63,6 +66,7 @@ class DriverOptions:
     timing_repeat: int = 3
     seed: int = 0
     second_look: bool = True
+    confirm: int = 3
 
 
 @contextlib.contextmanager
@@ -222,13 +226,14 @@ MIN_GAIN = 0.05
 ALPHA = 0.01
 
 
-def _decide(timings: dict) -> tuple[bool, dict]:
+def _decide(timings: dict, alpha: float = ALPHA) -> tuple[bool, dict]:
     """Keep the optimized module only when it wins beyond the noise of the measurement.
 
     Two conditions, on the interleaved samples of both modules:
 
     - the baseline's median over the optimized one's exceeds ``1 + MIN_GAIN``;
-    - a one-sided Mann-Whitney U test says the optimized samples are smaller at p < ``ALPHA``.
+    - a one-sided Mann-Whitney U test says the optimized samples are smaller at p < ``alpha``
+      (``ALPHA``, divided by the number of candidates when several are tried: Bonferroni).
 
     The rank test asks whether the two sample sets are told apart, whatever the shape of the
     noise. On this 2-core machine a run is often slowed by a whole scheduling quantum, so
@@ -244,23 +249,24 @@ def _decide(timings: dict) -> tuple[bool, dict]:
     noise = max(_relative_iqr(base), _relative_iqr(opt))
     ratio = base.median / opt.median
     p_value = float(mannwhitneyu(base.samples, opt.samples, alternative="greater").pvalue)
-    keep = ratio > 1 + MIN_GAIN and p_value < ALPHA
+    keep = ratio > 1 + MIN_GAIN and p_value < alpha
     rule = (f"keep the optimized module only if baseline median / optimized median "
             f"({ratio:.3f}) exceeds {1 + MIN_GAIN:.2f} and a one-sided Mann-Whitney test on the "
-            f"interleaved samples says it is faster at p < {ALPHA} (p = {p_value:.2g}; spread: "
+            f"interleaved samples says it is faster at p < {alpha:.2g} (p = {p_value:.2g}; spread: "
             f"relative interquartile range up to {noise:.3f})")
     return keep, {"ratio": ratio, "p_value": p_value, "noise": noise,
                   "close": ratio > 1 and not keep, "kept": "optimized" if keep else "original",
                   "rule": rule}
 
 
-def _look(built, x, program, device, options: DriverOptions, rounds: int, **what):
+def _look(built, x, program, device, options: DriverOptions, rounds: int, alpha: float = ALPHA,
+          **what):
     """Time baseline and optimized interleaved and decide; returns (keep, timings, look)."""
     from tvm_pet.tune.measure import time_interleaved
     timings = time_interleaved(built, [x[t.name] for t in program.inputs], device,
                                rounds=rounds, number=options.timing_number,
                                repeat=options.timing_repeat)
-    keep, look = _decide(timings)
+    keep, look = _decide(timings, alpha)
     return keep, timings, {**what, "rounds": rounds, **look}
 
 
@@ -271,19 +277,18 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     Writes ``report.json``, ``optimized.so``, ``baseline.so``, ``optimized.onnx`` and
     ``optimized.py`` into ``out_dir`` and returns the report.
     """
-    import tvm
-    from tvm import relax
-
     from tvm_pet.cost.analytic import AnalyticCost
     from tvm_pet.cost.measured import MeasuredCost
     from tvm_pet.onnx import export_model, import_model
     from tvm_pet.relax.adapter import program_to_module
-    from tvm_pet.search.optimizer import optimize
+    from tvm_pet.search.optimizer import Candidate, optimize
     from tvm_pet.tune.measure import build
     from tvm_pet.tune.targets import resolve_target
 
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if options.confirm < 1:
+        raise PetError(f"confirm={options.confirm}: at least one candidate must be timed")
     program = import_model(model)
     _check_supported(program)
     target = resolve_target(options.target)
@@ -295,33 +300,46 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     start = time.perf_counter()
     result = optimize(program, config, cost)
     search_time = time.perf_counter() - start
-    modules = {"baseline": program_to_module(program),
-               "optimized": program_to_module(result.program)}
-    built = {k: build(m, target, records) for k, m in modules.items()}
     x = _inputs(program, options.seed)
-    keep, timings, look = _look(built, x, program, device, options, options.timing_rounds,
-                                what="first look", trials_per_task=options.trials,
-                                seed=options.seed)
-    if not result.applied:  # the candidate is the original: any measured difference is noise
-        keep, look = False, {**look, "kept": "original", "close": False,
-                             "rule": "the search applied no mutant: the original is kept"}
-    looks = [look]
-    if look["close"] and options.second_look:
-        keep, timings, built, look = _second_look(modules, built, x, program, target, device,
-                                                  records, options)
+    base_module = program_to_module(program)
+    base_ex = build(base_module, target, records)
+    # the best candidate, then the runners-up, until one wins end to end
+    candidates = ([Candidate(result.program, result.cost, result.applied)] + result.runners_up
+                  if result.applied else [])[:options.confirm]
+    alpha = ALPHA / max(1, len(candidates))
+    looks, keep, chosen = [], False, None
+    for index, candidate in enumerate(candidates):
+        modules = {"baseline": base_module, "optimized": program_to_module(candidate.program)}
+        built = {"baseline": base_ex, "optimized": build(modules["optimized"], target, records)}
+        _check_outputs(built, x, program, device, index)
+        name = "first look" if index == 0 else f"runner-up {index}"
+        keep, timings, look = _look(built, x, program, device, options, options.timing_rounds,
+                                    alpha, what=name, candidate=index,
+                                    trials_per_task=options.trials, seed=options.seed)
+        looks.append(look)
+        if look["close"] and options.second_look:
+            keep, timings, built, look = _second_look(modules, built, x, program, target,
+                                                      device, records, options, alpha, index)
+            looks.append(look)
+            base_ex = built["baseline"]  # tuned again: later candidates meet this baseline
+        if keep:
+            chosen = candidate
+            break
+    if not candidates:  # the search applied no mutant: any measured difference is noise
+        built = {"baseline": base_ex, "optimized": base_ex}
+        _, timings, look = _look(built, x, program, device, options, options.timing_rounds,
+                                 what="first look", candidate=None,
+                                 trials_per_task=options.trials, seed=options.seed)
+        look = {**look, "kept": "original", "close": False,
+                "rule": "the search applied no mutant: the original is kept"}
         looks.append(look)
     rule = look["rule"]
-    # the executables that are written out are the ones checked
-    outputs = {}
-    for k, ex in built.items():
-        vm = relax.VirtualMachine(ex, device)
-        res = vm["main"](*[tvm.runtime.tensor(x[t.name], device) for t in program.inputs])
-        outputs[k] = [res.numpy()] if hasattr(res, "numpy") else [r.numpy() for r in res]
-    max_abs_err = max(float(np.abs(a - b).max()) for a, b in zip(outputs["baseline"],
-                                                                outputs["optimized"]))
-    ort_err = _onnxruntime_error(model, x, outputs["optimized"])
-    final = result.program if keep else program
+    final = chosen.program if keep else program
     final_ex = built["optimized"] if keep else built["baseline"]
+    # the executables that are written out are the ones checked
+    want, got = (_run(ex, x, program, device) for ex in (built["baseline"], final_ex))
+    max_abs_err = max(float(np.abs(a - b).max()) for a, b in zip(want, got))
+    ort_err = _onnxruntime_error(model, x, got)
     with _quiet_native_stderr():
         built["baseline"].export_library(str(out / "baseline.so"))
         final_ex.export_library(str(out / "optimized.so"))
@@ -343,14 +361,16 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
         "applied": [{"mutant": " -> ".join(a.mutant_ops), "subprogram": a.subprogram,
                      "partially_equivalent": a.partially_equivalent,
                      "corrected_boxes": a.corrected_boxes, "cost_before_s": a.cost_before,
-                     "cost_after_s": a.cost_after} for a in (result.applied if keep else [])],
+                     "cost_after_s": a.cost_after} for a in (chosen.applied if keep else [])],
+        "candidates_confirmed": len({k["candidate"] for k in looks} - {None}),
         "search": result.to_json(),
     }
     atomic_write(out / "report.json", json.dumps(report, indent=2, default=str) + "\n")
     return report
 
 
-def _second_look(modules, built, x, program, target, device, records, options: DriverOptions):
+def _second_look(modules, built, x, program, target, device, records, options: DriverOptions,
+                 alpha: float = ALPHA, candidate: int = 0):
     """A close call looked at again (module docstring, step 5); returns (keep, timings, built,
     look)."""
     from tvm_pet.tune.measure import build, tune
@@ -360,16 +380,35 @@ def _second_look(modules, built, x, program, target, device, records, options: D
                  for m in modules.values()]
         built = {k: build(m, target, records) for k, m in modules.items()}
         keep, timings, look = _look(
-            built, x, program, device, options, 2 * options.timing_rounds,
-            what="second look: both sides tuned again with a second seed",
+            built, x, program, device, options, 2 * options.timing_rounds, alpha,
+            what="second look: both sides tuned again with a second seed", candidate=candidate,
             trials_per_task=trials, seed=seed, new_trials=sum(s.new_trials for s in stats),
             tuning_time_s=sum(s.wall_s for s in stats))
     else:
         keep, timings, look = _look(
-            built, x, program, device, options, 3 * options.timing_rounds,
+            built, x, program, device, options, 3 * options.timing_rounds, alpha,
             what="second look: timed again over more rounds (no tuning budget)",
-            trials_per_task=0, seed=options.seed)
+            candidate=candidate, trials_per_task=0, seed=options.seed)
     return keep, timings, built, look
+
+
+def _check_outputs(built, x, program, device, index) -> None:
+    """Refuse a candidate whose compiled module computes something else than the baseline's
+    (the verifier proved the rewrite; this guards the lowering and TVM's build)."""
+    for a, b in zip(*(_run(ex, x, program, device) for ex in built.values())):
+        scale = max(1.0, float(np.abs(a).max()))
+        if not np.allclose(a, b, rtol=1e-4, atol=1e-4 * scale):
+            raise PetError(f"internal error: candidate {index}'s compiled module differs from the "
+                           f"original's by {float(np.abs(a - b).max()):.3g}; please report it")
+
+
+def _run(executable, x, program, device) -> list[np.ndarray]:
+    """The outputs of a compiled module's ``main`` on the inputs ``x``."""
+    import tvm
+    from tvm import relax
+    vm = relax.VirtualMachine(executable, device)
+    res = vm["main"](*[tvm.runtime.tensor(x[t.name], device) for t in program.inputs])
+    return [res.numpy()] if hasattr(res, "numpy") else [r.numpy() for r in res]
 
 
 def _onnxruntime_error(model, x, outputs) -> float | None:

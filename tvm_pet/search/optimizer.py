@@ -71,6 +71,15 @@ class SubsetReport:
 
 
 @dataclasses.dataclass
+class Candidate:
+    """A program the search found, its cost and the mutants applied to reach it."""
+
+    program: Program
+    cost: float
+    applied: list[Applied]
+
+
+@dataclasses.dataclass
 class SearchResult:
     """The optimizer's answer: the best program, its cost, and why the search stopped."""
 
@@ -83,6 +92,9 @@ class SearchResult:
     stop: StopReason
     seconds: float
     post_optimizations: list[str] = dataclasses.field(default_factory=list)
+    #: The next cheapest programs found, cheaper than the original, best first (at most
+    #: ``topk - 1``): what an end-to-end confirmation tries when the best one loses there.
+    runners_up: list["Candidate"] = dataclasses.field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -325,6 +337,7 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
     best = heap[0]
     seen = {canonical(program, opt.keys)[0]}
     stop, rounds = StopReason.ROUNDS, 0
+    cheaper: list[tuple[float, Program, list[Applied]]] = []
     for rounds in range(1, config.rounds + 1):
         fresh = []
         for cost_now, prog, history in heap:
@@ -362,6 +375,7 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
                     fresh.append((opt.cost(new), new, history + [picks[k][3] for k in chosen]))
         if opt.out_of_time():
             stop = StopReason.TIME_LIMIT
+        cheaper += [f for f in fresh if f[0] < base]
         improved = [f for f in fresh if f[0] < best[0]]
         if improved:
             best = min(improved, key=lambda f: f[0])
@@ -375,5 +389,15 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
     polished, names = post_optimize(best[1])
     if names and opt.cost(polished) <= cost_out:
         program_out, cost_out, post = polished, opt.cost(polished), names
+    others = [f for f in sorted(cheaper, key=lambda f: f[0]) if f[1] is not best[1]]
+    runners_up = [Candidate(*_polished(opt, f[1], f[0]), f[2]) for f in others[:config.topk - 1]]
     return SearchResult(program_out, base, cost_out, best[2], opt.reports, rounds, stop,
-                        time.perf_counter() - start, post)
+                        time.perf_counter() - start, post, runners_up)
+
+
+def _polished(opt: Optimizer, program: Program, cost: float) -> tuple[Program, float]:
+    """``program`` post-optimized when that does not raise its cost, and its cost."""
+    polished, names = post_optimize(program)
+    if names and opt.cost(polished) <= cost:
+        return polished, opt.cost(polished)
+    return program, cost
