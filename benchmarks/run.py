@@ -233,11 +233,18 @@ def markdown(rows: list[dict], result: dict) -> str:
 
 
 def kept(row: dict) -> str:
-    """The kept cell, with the looks that decided it when the first was a close call."""
+    """The kept cell, with the ratio of every look when the decision took more than one (a
+    close call's second look ``2nd``, a runner-up candidate ``rN``)."""
     looks = row.get("decision_looks", [])
     if len(looks) < 2:
         return row["kept"]
-    return f"{row['kept']} (close call ×{looks[0]['ratio']:.2f}; second look ×{looks[-1]['ratio']:.2f})"
+
+    def label(look: dict) -> str:
+        what = look["what"]
+        tag = ("2nd " if what.startswith("second look") else
+               f"r{what.split()[-1]} " if what.startswith("runner-up") else "")
+        return f"{tag}×{look['ratio']:.2f}"
+    return f"{row['kept']} (looks: {', '.join(label(k) for k in looks)})"
 
 
 def pet_vs_tvm(row: dict) -> str:

@@ -178,3 +178,22 @@ def test_confirm_must_be_positive(model, tmp_path):
     with pytest.raises(PetError, match="confirm"):
         driver.optimize_model(model, tmp_path / "out", SearchConfig(rounds=1),
                               driver.DriverOptions(confirm=0))
+
+
+def test_a_runner_up_after_a_second_look_gets_the_same_budget(model, tmp_path, monkeypatch):
+    tuned = []
+
+    def fake_tune(mod, target, trials, records_dir, *, seed, rpc=None):
+        tuned.append((trials, seed))
+        return measure.TuneStats("k", str(records_dir), (), 0.25)
+
+    monkeypatch.setattr(driver, "tune_model", lambda *a: {"tuning_time_s": 0.0, "new_trials": 0,
+                                                           "records": "r"})
+    monkeypatch.setattr(measure, "tune", fake_tune)
+    # best: close, second look loses; runner-up 1 is tuned to the baseline's new budget first
+    report, timer = _optimize(model, tmp_path, monkeypatch, [1.03, 0.9, 1.3], MoreNodesCheaper,
+                              trials=8, seed=3, confirm=2)
+    assert tuned == [(16, 4), (16, 4), (16, 4)]
+    assert timer.calls == [2, 4, 2] and report["kept"] == "optimized"
+    last = report["looks"][-1]
+    assert last["what"] == "runner-up 1" and (last["trials_per_task"], last["seed"]) == (16, 4)

@@ -282,7 +282,7 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     from tvm_pet.onnx import export_model, import_model
     from tvm_pet.relax.adapter import program_to_module
     from tvm_pet.search.optimizer import Candidate, optimize
-    from tvm_pet.tune.measure import build
+    from tvm_pet.tune.measure import build, tune
     from tvm_pet.tune.targets import resolve_target
 
     out = pathlib.Path(out_dir)
@@ -308,20 +308,28 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
                   if result.applied else [])[:options.confirm]
     alpha = ALPHA / max(1, len(candidates))
     looks, keep, chosen = [], False, None
+    budget = {"trials_per_task": options.trials, "seed": options.seed}
     for index, candidate in enumerate(candidates):
         modules = {"baseline": base_module, "optimized": program_to_module(candidate.program)}
+        extra = {}
+        if budget["trials_per_task"] != options.trials:
+            # the baseline was tuned again for an earlier close call: equal budgets for this one
+            stats = tune(modules["optimized"], target, budget["trials_per_task"], records,
+                         seed=budget["seed"], rpc=options.rpc)
+            extra = {"new_trials": stats.new_trials, "tuning_time_s": stats.wall_s}
         built = {"baseline": base_ex, "optimized": build(modules["optimized"], target, records)}
         _check_outputs(built, x, program, device, index)
         name = "first look" if index == 0 else f"runner-up {index}"
         keep, timings, look = _look(built, x, program, device, options, options.timing_rounds,
-                                    alpha, what=name, candidate=index,
-                                    trials_per_task=options.trials, seed=options.seed)
+                                    alpha, what=name, candidate=index, **budget, **extra)
         looks.append(look)
         if look["close"] and options.second_look:
             keep, timings, built, look = _second_look(modules, built, x, program, target,
                                                       device, records, options, alpha, index)
             looks.append(look)
-            base_ex = built["baseline"]  # tuned again: later candidates meet this baseline
+            # tuned again: later candidates meet this baseline, with the same budget
+            base_ex = built["baseline"]
+            budget = {"trials_per_task": look["trials_per_task"], "seed": look["seed"]}
         if keep:
             chosen = candidate
             break
