@@ -47,13 +47,12 @@ from tvm import relax
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import Program, check_program as check_structure, weight_key
-from tvm_pet.ops.modp import P, evaluate_modp
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.optimizer import Optimizer, operator_subsets
 from tvm_pet.search.partition import partition, replace_subprogram
 from tvm_pet.tune.targets import resolve_target
-from tvm_pet.verify.bruteforce import differing_masks, shared_values
+from tvm_pet.verify.bruteforce import differing_masks, outputs_modp
 from tvm_pet.verify.corrector import correct
 from tvm_pet.verify.interpreter import evaluate
 from tvm_pet.verify.verifier import verify
@@ -230,11 +229,7 @@ def exact_difference(original: Program, other: Program, seed: int) -> str | None
     if other.input_names != original.input_names or other.outputs != original.outputs:
         return (f"signature changed: inputs {other.input_names}, outputs {other.outputs} "
                 f"instead of {original.input_names}, {original.outputs}")
-    rng = np.random.default_rng(seed)
-    inputs, (w0, w1) = shared_values([original, other],
-                                     lambda s: rng.integers(0, P, size=s, dtype=np.int64))
-    a = evaluate_modp(original, {**inputs, **w0})
-    b = evaluate_modp(other, {**inputs, **w1})
+    a, b = outputs_modp(original, other, seed)
     for o in original.outputs:
         if a[o].shape != b[o].shape:
             return f"output {o}: shape {b[o].shape} instead of {a[o].shape}"

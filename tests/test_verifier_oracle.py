@@ -19,8 +19,7 @@ from hypothesis import HealthCheck, given, settings
 
 from tvm_pet import cases
 from tvm_pet.ir import ProgramBuilder, check_program
-from tvm_pet.ops.modp import P, evaluate_modp
-from tvm_pet.verify.bruteforce import compare_with_report, differing_masks, shared_values
+from tvm_pet.verify.bruteforce import compare_with_report, differing_masks, outputs_modp
 from tvm_pet.verify.corrector import correct
 from tvm_pet.verify.interpreter import evaluate
 from tvm_pet.verify.verifier import verify
@@ -58,11 +57,7 @@ def assert_same_signature(original, other):
 
 def assert_equal_modp(original, other, seed=0):
     """Exact equality in Z_p on shared random residues (inputs by name, weights by content)."""
-    rng = np.random.default_rng(seed)
-    inputs, (w0, w1) = shared_values([original, other],
-                                     lambda s: rng.integers(0, P, size=s, dtype=np.int64))
-    a = evaluate_modp(original, {**inputs, **w0})
-    b = evaluate_modp(other, {**inputs, **w1})
+    a, b = outputs_modp(original, other, seed)
     for o in original.outputs:
         assert a[o].shape == original.shapes[o]
         np.testing.assert_array_equal(a[o], b[o], err_msg=f"output {o} differs mod p")

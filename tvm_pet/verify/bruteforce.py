@@ -81,6 +81,17 @@ def shared_values(programs: Sequence[Program], sample: Sampler
     return inputs, weights
 
 
+def outputs_modp(original: Program, other: Program, seed: int = 0
+                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Both programs evaluated exactly in Z_p on the same random residues (inputs shared by name,
+    weights by content: :func:`shared_values`); returns (original's outputs, other's)."""
+    from tvm_pet.ops.modp import P, evaluate_modp
+    rng = np.random.default_rng(seed)
+    inputs, (w0, w1) = shared_values([original, other],
+                                     lambda s: rng.integers(0, P, size=s, dtype=np.int64))
+    return evaluate_modp(original, {**inputs, **w0}), evaluate_modp(other, {**inputs, **w1})
+
+
 def differing_masks(original: Program, candidate: Program, trials: int = 3, seed: int = 0,
                     rtol: float = RTOL) -> dict[str, np.ndarray]:
     """Mark every output position where the two programs differ on some random draw.
