@@ -59,16 +59,18 @@ def test_combination_is_exact():
     program = dilated_chain()
     cost = PenaliseDilationAndLayouts()
     opt = Optimizer(SearchConfig(rounds=1, time_limit=120), cost)
-    base, picks = cost.cost(program), []
+    base, scored = cost.cost(program), []
     for sub in partition(program):
         for subset in operator_subsets(program, sub, 1):
             part, mutants = opt.mutants_of(program, subset, sub.name)
-            scored = [(cost.cost(replace_subprogram(program, part, c)), part, c)
-                      for _, c in mutants]
-            scored = [s for s in scored if s[0] < base]
-            picks.append(min(scored, key=lambda s: s[0]))
-    combined, chosen = combine(program, picks)
-    assert len(chosen) == 3
+            scored += [(cost.cost(replace_subprogram(program, part, c)), part, c)
+                       for _, c in mutants]
+    combined, chosen = combine(program, scored, base)
+    # one candidate per layer, each the cheapest of its layer's, each an improvement
+    assert len(chosen) == 3 and len({scored[k][1].nodes for k in chosen}) == 3
+    for k in chosen:
+        same = [s[0] for s in scored if s[1].nodes == scored[k][1].nodes]
+        assert scored[k][0] == min(same) < base
     assert not any(n.op is Op.CONV and n.attrs["dilations"] != (1, 1) for n in combined.nodes)
     (y,) = program.outputs
     x = {"x": np.random.default_rng(0).standard_normal((1, 4, 8, 8))}

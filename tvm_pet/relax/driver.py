@@ -165,13 +165,8 @@ def _combination(program: Program, tuned: list, target, records) -> Program | No
     if len(tuned) < 2:
         return None
     cost = MeasuredCost(target, records)
-    base = cost.cost(program)
-    best: dict[tuple[int, ...], tuple] = {}
-    for part, whole, corrected in tuned:
-        c = cost.cost(whole)
-        if c < base and c < best.get(part.nodes, (c + 1,))[0]:
-            best[part.nodes] = (c, part, corrected)
-    together = combine(program, list(best.values()))
+    scored = [(cost.cost(whole), part, corrected) for part, whole, corrected in tuned]
+    together = combine(program, scored, cost.cost(program))
     return None if together is None else together[0]
 
 

@@ -219,29 +219,34 @@ def replace_all(program: Program, replacements: Sequence[tuple[Subprogram, Progr
     return program
 
 
-def combine(program: Program, picks: Sequence[tuple[float, Subprogram, Program]]
+def combine(program: Program, scored: Sequence[tuple], cost_now: float
             ) -> tuple[Program, list[int]] | None:
-    """Apply the cheapest pick of each disjoint subset together, then post-optimize.
+    """Apply together the cheapest improving candidate of each disjoint subset, post-optimized.
+
+    Candidates are taken cheapest first, skipping any that shares a node with one already taken:
+    so each subset contributes its best candidate (the others share its nodes), and overlapping
+    subsets (a merge and its parts) contribute the cheaper one.
 
     Args:
-        program: the program the picks were made on.
-        picks: ``(cost, subprogram, corrected mutant)``, at most one per subset, each an
-            improvement on ``program`` by itself.
+        program: the program the candidates were made on.
+        scored: ``(cost, subprogram, corrected mutant, ...)`` per candidate (extra items are
+            ignored), each costed as ``program`` with that one replacement.
+        cost_now: ``program``'s cost; only candidates below it are used.
 
     Returns:
-        The combined program and the indices of the picks it applies (cheapest first), or None
-        when fewer than two disjoint picks exist.
+        The combined program and the indices into ``scored`` of the candidates it applies
+        (cheapest first), or None when fewer than two disjoint improving candidates exist.
     """
     used: set[int] = set()
     chosen: list[int] = []
-    for k in sorted(range(len(picks)), key=lambda k: picks[k][0]):
-        nodes = set(picks[k][1].nodes)
-        if not nodes & used:
+    for k in sorted(range(len(scored)), key=lambda k: scored[k][0]):
+        nodes = set(scored[k][1].nodes)
+        if scored[k][0] < cost_now and not nodes & used:
             used |= nodes
             chosen.append(k)
     if len(chosen) < 2:
         return None
-    combined = replace_all(program, [(picks[k][1], picks[k][2]) for k in chosen])
+    combined = replace_all(program, [(scored[k][1], scored[k][2]) for k in chosen])
     return post_optimize(combined)[0], chosen
 
 
@@ -341,7 +346,7 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
     for rounds in range(1, config.rounds + 1):
         fresh = []
         for cost_now, prog, history in heap:
-            best_of_subset: dict[tuple[int, ...], tuple[float, Subprogram, Program, Applied]] = {}
+            scored: list[tuple[float, Subprogram, Program, Applied]] = []
             subs = partition(prog, max_merge=3)
             for sub in progress(subs, config.progress, f"round {rounds}: subprograms"):
                 for subset in operator_subsets(prog, sub, config.max_subset):
@@ -363,16 +368,14 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
                                        mutant.partially_equivalent, mutant.corrected_boxes,
                                        cost_now, c)
                         fresh.append((c, new, history + [step]))
-                        if c < cost_now and c < best_of_subset.get(part.nodes, (c + 1,))[0]:
-                            best_of_subset[part.nodes] = (c, part, corrected, step)
-            picks = list(best_of_subset.values())
-            together = None if opt.out_of_time() else combine(prog, [p[:3] for p in picks])
+                        scored.append((c, part, corrected, step))
+            together = None if opt.out_of_time() else combine(prog, scored, cost_now)
             if together is not None:
                 new, chosen = together
                 key = canonical(new, opt.keys)[0]
                 if key not in seen:
                     seen.add(key)
-                    fresh.append((opt.cost(new), new, history + [picks[k][3] for k in chosen]))
+                    fresh.append((opt.cost(new), new, history + [scored[k][3] for k in chosen]))
         if opt.out_of_time():
             stop = StopReason.TIME_LIMIT
         cheaper += [f for f in fresh if f[0] < base]
@@ -385,19 +388,19 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
         if not fresh:
             stop = StopReason.EXHAUSTED
             break
-    program_out, cost_out, post = best[1], best[0], []
-    polished, names = post_optimize(best[1])
-    if names and opt.cost(polished) <= cost_out:
-        program_out, cost_out, post = polished, opt.cost(polished), names
+    program_out, cost_out, post = _polished(opt, best[1], best[0])
     others = [f for f in sorted(cheaper, key=lambda f: f[0]) if f[1] is not best[1]]
-    runners_up = [Candidate(*_polished(opt, f[1], f[0]), f[2]) for f in others[:config.topk - 1]]
+    runners_up = [Candidate(*_polished(opt, f[1], f[0])[:2], f[2])
+                  for f in others[:config.topk - 1]]
     return SearchResult(program_out, base, cost_out, best[2], opt.reports, rounds, stop,
                         time.perf_counter() - start, post, runners_up)
 
 
-def _polished(opt: Optimizer, program: Program, cost: float) -> tuple[Program, float]:
-    """``program`` post-optimized when that does not raise its cost, and its cost."""
+def _polished(opt: Optimizer, program: Program, cost: float
+              ) -> tuple[Program, float, list[str]]:
+    """``program`` post-optimized when that does not raise its cost, its cost, and the
+    post-optimizations applied (none when the polished program was not kept)."""
     polished, names = post_optimize(program)
     if names and opt.cost(polished) <= cost:
-        return polished, opt.cost(polished)
-    return program, cost
+        return polished, opt.cost(polished), names
+    return program, cost, []
