@@ -261,14 +261,14 @@ def _move_layout_across_constant(program: Program) -> Program | None:
 def _check_constant_move(before, after, source, shape, out, weights) -> None:
     """Raise unless ``before`` and ``after`` agree exactly on random data: both add (or
     multiply) the same numbers, only permuted, so float results are bit-identical."""
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    from tvm_pet.verify.interpreter import evaluate
+    x = {source: np.random.default_rng(0).standard_normal(shape)}
     results = []
     for chain in (before, after):
-        values = {source: x, **{k: np.asarray(v) for k, v in weights.items()}}
-        for n in chain:
-            outs = FLOAT_RULES[n.op](n.attrs, [values[i] for i in n.inputs])
-            values.update(zip(n.outputs, outs))
-        results.append(values[out])
+        used = {i for n in chain for i in n.inputs}
+        program = Program((TensorSpec(source, shape),),
+                          {k: v for k, v in weights.items() if k in used}, tuple(chain), (out,))
+        results.append(evaluate(program, x)[out])
     if results[0].shape != results[1].shape or not np.array_equal(results[0], results[1]):
         raise VerificationError(
             f"moving {[n.describe() for n in before]} to {[n.describe() for n in after]} changes "
