@@ -115,9 +115,9 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     print(f"  baseline  {report['baseline_time_s'] * 1e3:9.3f} ms (median of interleaved rounds)")
     print(f"  candidate {report['timings']['optimized']['median'] * 1e3:9.3f} ms  "
           f"(x{report['measured_speedup_of_candidate']:.3f})")
-    for look in report["looks"][:-1]:
-        print(f"  close call: x{look['ratio']:.3f} (rank test p = {look['p_value']:.2g}); "
-              f"looked again")
+    for look in report["looks"][:-1]:  # the decisions before the last one, which is below
+        print(f"  {look['what']}: x{look['ratio']:.3f} (rank test p = {look['p_value']:.2g}), "
+              f"kept the {look['kept']}")
     print(f"  speedup   x{report['speedup']:.3f}   rule: {report['decision_rule']}")
     print(f"  search {report['search_time_s']:.1f} s, tuning {report['tuning_time_s']:.1f} s "
           f"({report['new_trials']} new trials), max |optimized - original| "
