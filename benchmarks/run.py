@@ -6,7 +6,7 @@
     python benchmarks/run.py --models resnet18 --batch 1,16 --trials 0 --rounds 5
 
 For each model (built from code, seeded) and batch size, one child process runs
-``tvm_pet.relax.driver.optimize_model``: PET's search with the measured cost, the end-to-end
+``tvm_pet.pipeline.optimize_model``: PET's search with the measured cost, the end-to-end
 confirmation (the optimized module is kept only when it wins beyond the noise) and the export of
 ``baseline.so`` and ``optimized.so``. The child then times the three contenders interleaved,
 A B C A B C ..., each sample the mean of ``number`` calls of a wall-clock timer around the call:
@@ -61,7 +61,7 @@ def _child(args) -> dict:
     from tvm import relax
 
     from tvm_pet.models import build
-    from tvm_pet.relax.driver import DriverOptions, optimize_model
+    from tvm_pet.pipeline import DriverOptions, optimize_model
     from tvm_pet.search.config import SearchConfig
 
     args.batch = int(args.batch)

@@ -112,10 +112,10 @@ import tvm
 from tvm import relax
 
 from tvm_pet.relax.adapter import program_to_module
-from tvm_pet.tune.measure import build, time_interleaved
+from tvm_pet.tune import build_with_records, time_interleaved
 
-built = {"original": build(program_to_module(original), "llvm"),
-         "corrected mutant": build(program_to_module(fixed), "llvm")}
+built = {"original": build_with_records(program_to_module(original), "llvm"),
+         "corrected mutant": build_with_records(program_to_module(fixed), "llvm")}
 out = relax.VirtualMachine(built["corrected mutant"], tvm.cpu())["main"](
     tvm.runtime.tensor(x["x"].astype(np.float32)))
 assert np.allclose(out.numpy(), evaluate(original, x, np.float64)["y"], atol=1e-4)

@@ -7,7 +7,7 @@ The entry points:
 
 - **cli**: ``tvm-pet optimize`` and ``tvm-pet verify`` must exit with code 2 and print one line,
   ``tvm-pet <command>: error: ...``, naming the offending thing (no traceback);
-- **api**: :func:`~tvm_pet.onnx.import_model`, :func:`~tvm_pet.relax.driver.optimize_model` and
+- **api**: :func:`~tvm_pet.onnx.import_model`, :func:`~tvm_pet.pipeline.optimize_model` and
   :func:`~tvm_pet.verify.verifier.verify` must raise the named :class:`~tvm_pet.errors.PetError`
   subclass, with a message naming the thing;
 - **pass**: :class:`~tvm_pet.relax.PETPass` must never raise; it leaves the function (or the
@@ -218,7 +218,7 @@ def _verify_argv(original, candidate=None) -> Callable[[pathlib.Path], list[str]
 def _optimize_model(source: Callable[[pathlib.Path], object]) -> Callable:
     """``optimize_model`` on what ``source(tmp)`` gives: a ModelProto or a path."""
     def call(tmp: pathlib.Path):
-        from tvm_pet.relax.driver import DriverOptions, optimize_model
+        from tvm_pet.pipeline import DriverOptions, optimize_model
         from tvm_pet.search.config import SearchConfig
         return optimize_model(source(tmp), tmp / "out", SearchConfig(rounds=1, time_limit=10),
                               DriverOptions(cost="analytic", timing_rounds=1))

@@ -1,6 +1,7 @@
 """Close calls are looked at again before a mutant replaces the original (issue 4: "a second seed
-or a larger budget when the decision is close"). The timings are stubbed so that the decision
-path is exercised exactly; the search, build and output checks are real."""
+or a larger budget when the decision is close"). The timings (and tuning) are scripted by a
+toolchain that overrides TVM's ``time`` (and ``tune``), so that the decision path is exercised
+exactly; the search, build and output checks are real."""
 import dataclasses
 import json
 
@@ -10,11 +11,11 @@ import pytest
 pytest.importorskip("tvm")
 
 from tests.test_pet_pass import PenaliseDilation, dilated_model  # noqa: E402
-from tvm_pet.cost import analytic  # noqa: E402
-from tvm_pet.relax import driver  # noqa: E402
+from tvm_pet.pipeline import DriverOptions, TuneSummary, optimize_model  # noqa: E402
+from tvm_pet.pipeline.confirm import ALPHA, MIN_GAIN, decide  # noqa: E402
+from tvm_pet.pipeline.tvm_toolchain import TVMToolchain  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402
-from tvm_pet.tune import measure  # noqa: E402
-from tvm_pet.tune.measure import Timing  # noqa: E402
+from tvm_pet.tune import Timing, TuneStats  # noqa: E402
 
 
 def _timing(median, rel_iqr):
@@ -30,10 +31,24 @@ class FakeTimer:
     ratios: list
     calls: list = dataclasses.field(default_factory=list)
 
-    def __call__(self, executables, inputs, device=None, *, rounds, number, repeat, **_):
+    def __call__(self, executables, inputs, *, rounds, number, repeat):
         self.calls.append(rounds)
         ratio = self.ratios[len(self.calls) - 1]
         return {"baseline": _timing(1e-3 * ratio, 0.04), "optimized": _timing(1e-3, 0.04)}
+
+
+class ScriptedToolchain(TVMToolchain):
+    """TVM's toolchain with scripted timings and, when given, a scripted tuner."""
+
+    def __init__(self, records_dir, timer, tuner=None):
+        super().__init__("llvm", records_dir)
+        self.timer, self.tuner = timer, tuner
+
+    def time(self, executables, inputs, *, rounds, number, repeat):
+        return self.timer(executables, inputs, rounds=rounds, number=number, repeat=repeat)
+
+    def tune(self, module, trials, *, seed):
+        return self.tuner(module, trials, seed=seed)
 
 
 @pytest.fixture
@@ -43,31 +58,29 @@ def model(tmp_path):
     return path
 
 
-def _optimize(model, tmp_path, monkeypatch, ratios, cost=PenaliseDilation, **options):
+def _optimize(model, tmp_path, ratios, cost=PenaliseDilation, tuner=None, tuning=None,
+              **options):
     # by default a search that provably rewrites the dilated convolution: there is a candidate
-    monkeypatch.setattr(analytic, "AnalyticCost", cost)
     timer = FakeTimer(ratios)
-    monkeypatch.setattr(measure, "time_interleaved", timer)
     options = {"confirm": 1, **options}
-    opts = driver.DriverOptions(cost="analytic", timing_rounds=2,
-                                records_dir=str(tmp_path / "records"), **options)
-    report = driver.optimize_model(model, tmp_path / "out", SearchConfig(rounds=1), opts)
+    opts = DriverOptions(cost="analytic", timing_rounds=2,
+                         records_dir=str(tmp_path / "records"), **options)
+    toolchain = ScriptedToolchain(opts.records_dir, timer, tuner)
+    report = optimize_model(model, tmp_path / "out", SearchConfig(rounds=1), opts,
+                            toolchain=toolchain, cost=cost(), tuning=tuning)
     assert report["search"]["applied"], "the search should have rewritten the dilated conv"
     return report, timer
 
 
 def test_decide_names_close_calls():
-    keep, look = driver._decide({"baseline": _timing(1.03e-3, 0.04),
-                                 "optimized": _timing(1e-3, 0.04)})
+    look = decide({"baseline": _timing(1.03e-3, 0.04), "optimized": _timing(1e-3, 0.04)})
     # told apart by the rank test, but less than the 5 % worth a change
-    assert look["p_value"] < driver.ALPHA and look["ratio"] < 1 + driver.MIN_GAIN
-    assert not keep and look["close"] and look["noise"] == pytest.approx(0.04)
-    keep, look = driver._decide({"baseline": _timing(1.3e-3, 0.04),
-                                 "optimized": _timing(1e-3, 0.04)})
-    assert keep and not look["close"]
-    keep, look = driver._decide({"baseline": _timing(0.9e-3, 0.04),
-                                 "optimized": _timing(1e-3, 0.04)})
-    assert not keep and not look["close"]
+    assert look.p_value < ALPHA and look.ratio < 1 + MIN_GAIN
+    assert not look.keep and look.close and look.noise == pytest.approx(0.04)
+    look = decide({"baseline": _timing(1.3e-3, 0.04), "optimized": _timing(1e-3, 0.04)})
+    assert look.keep and not look.close
+    look = decide({"baseline": _timing(0.9e-3, 0.04), "optimized": _timing(1e-3, 0.04)})
+    assert not look.keep and not look.close
 
 
 def _samples(values):
@@ -78,40 +91,37 @@ def test_decide_wants_the_samples_told_apart_not_just_the_medians():
     # bimodal samples (a run slowed by a scheduling quantum): medians x1.1 apart, samples mixed
     base = _samples([1.0, 1.0, 1.05, 1.1, 1.65, 2.0, 2.0, 2.1, 2.1])
     opt = _samples([0.9, 0.95, 0.95, 1.0, 1.5, 1.9, 1.9, 2.0, 2.0])
-    keep, look = driver._decide({"baseline": base, "optimized": opt})
-    assert look["ratio"] > 1.05 and look["p_value"] > driver.ALPHA and not keep and look["close"]
+    look = decide({"baseline": base, "optimized": opt})
+    assert look.ratio > 1.05 and look.p_value > ALPHA and not look.keep and look.close
     # the same bimodal shape, every optimized sample below every baseline one
     opt = _samples([v / 2.5 for v in base.samples])
-    keep, look = driver._decide({"baseline": base, "optimized": opt})
-    assert keep and look["p_value"] < driver.ALPHA
+    look = decide({"baseline": base, "optimized": opt})
+    assert look.keep and look.p_value < ALPHA
 
 
-def test_close_call_without_budget_is_timed_again_over_more_rounds(model, tmp_path,
-                                                                   monkeypatch):
+def test_close_call_without_budget_is_timed_again_over_more_rounds(model, tmp_path):
     # first look close (x1.03 within 5 %), second look clear (x1.3): kept
-    report, timer = _optimize(model, tmp_path, monkeypatch, [1.03, 1.3])
+    report, timer = _optimize(model, tmp_path, [1.03, 1.3])
     assert timer.calls == [2, 6]
     assert [k["what"].split(":")[0] for k in report["looks"]] == ["first look", "second look"]
     assert report["looks"][0]["close"] and report["kept"] == "optimized"
     assert report["speedup"] == pytest.approx(1.3)
     # first look close, second look within the noise again: the original stays
-    report, timer = _optimize(model, tmp_path, monkeypatch, [1.03, 1.02])
+    report, timer = _optimize(model, tmp_path, [1.03, 1.02])
     assert timer.calls == [2, 6] and report["kept"] == "original" and report["applied"] == []
     assert report["max_abs_err"] < 1e-4
 
 
-def test_close_call_with_budget_tunes_both_sides_with_a_second_seed(model, tmp_path,
-                                                                    monkeypatch):
+def test_close_call_with_budget_tunes_both_sides_with_a_second_seed(model, tmp_path):
     tuned = []
 
-    def fake_tune(mod, target, trials, records_dir, *, seed, rpc=None):
+    def fake_tune(mod, trials, *, seed):
         tuned.append((trials, seed, len(mod.functions)))
-        return measure.TuneStats("k", str(records_dir), (), 0.5)
+        return TuneStats("k", str(tmp_path / "records"), (), 0.5)
 
-    monkeypatch.setattr(driver, "tune_model", lambda *a: {"tuning_time_s": 1.0, "new_trials": 7,
-                                                           "records": "r"})
-    monkeypatch.setattr(measure, "tune", fake_tune)
-    report, timer = _optimize(model, tmp_path, monkeypatch, [1.03, 0.97], trials=8, seed=3)
+    report, timer = _optimize(model, tmp_path, [1.03, 0.97], tuner=fake_tune,
+                              tuning=TuneSummary("r", tuning_time_s=1.0, new_trials=7),
+                              trials=8, seed=3)
     # both sides, the same doubled budget, the next seed; timed over twice the rounds
     assert [t[:2] for t in tuned] == [(16, 4), (16, 4)]
     assert timer.calls == [2, 4]
@@ -120,11 +130,10 @@ def test_close_call_with_budget_tunes_both_sides_with_a_second_seed(model, tmp_p
     json.dumps(report, default=str)
 
 
-def test_clear_decisions_get_one_look(model, tmp_path, monkeypatch):
-    report, timer = _optimize(model, tmp_path, monkeypatch, [0.8])
+def test_clear_decisions_get_one_look(model, tmp_path):
+    report, timer = _optimize(model, tmp_path, [0.8])
     assert timer.calls == [2] and report["kept"] == "original" and len(report["looks"]) == 1
-    report, timer = _optimize(model, tmp_path, monkeypatch, [1.03],
-                              second_look=False)
+    report, timer = _optimize(model, tmp_path, [1.03], second_look=False)
     assert timer.calls == [2] and report["kept"] == "original"
 
 
@@ -136,12 +145,12 @@ class Flat:
         return 1.0
 
 
-def test_an_unchanged_candidate_is_never_kept_on_timing_noise(model, tmp_path, monkeypatch):
-    monkeypatch.setattr(analytic, "AnalyticCost", Flat)
+def test_an_unchanged_candidate_is_never_kept_on_timing_noise(model, tmp_path):
     timer = FakeTimer([2.0])
-    monkeypatch.setattr(measure, "time_interleaved", timer)
-    report = driver.optimize_model(model, tmp_path / "out", SearchConfig(rounds=1),
-                                   driver.DriverOptions(cost="analytic", timing_rounds=2))
+    options = DriverOptions(cost="analytic", timing_rounds=2)
+    report = optimize_model(model, tmp_path / "out", SearchConfig(rounds=1), options,
+                            toolchain=ScriptedToolchain(options.records_dir, timer),
+                            cost=Flat())
     assert report["search"]["applied"] == [] and report["kept"] == "original"
     assert report["speedup"] == 1.0 and "no mutant" in report["decision_rule"]
 
@@ -155,9 +164,9 @@ class MoreNodesCheaper:
         return 1.0 / len(program.nodes)
 
 
-def test_runners_up_are_timed_when_the_best_candidate_loses(model, tmp_path, monkeypatch):
+def test_runners_up_are_timed_when_the_best_candidate_loses(model, tmp_path):
     # the best candidate measures slower, the first runner-up clearly faster: it is kept
-    report, timer = _optimize(model, tmp_path, monkeypatch, [0.9, 1.3], MoreNodesCheaper,
+    report, timer = _optimize(model, tmp_path, [0.9, 1.3], MoreNodesCheaper,
                               confirm=3)
     assert timer.calls == [2, 2] and report["kept"] == "optimized"
     assert [k["candidate"] for k in report["looks"]] == [0, 1]
@@ -167,7 +176,7 @@ def test_runners_up_are_timed_when_the_best_candidate_loses(model, tmp_path, mon
     assert "p < 0.0033" in report["decision_rule"]  # 0.01 shared by three candidates
     assert report["candidates_confirmed"] == 2 and runner_up
     # all three lose: the original stays, and it is what optimized.so holds
-    report, timer = _optimize(model, tmp_path, monkeypatch, [0.9, 0.95, 0.8], MoreNodesCheaper,
+    report, timer = _optimize(model, tmp_path, [0.9, 0.95, 0.8], MoreNodesCheaper,
                               confirm=3)
     assert timer.calls == [2, 2, 2] and report["kept"] == "original" and report["applied"] == []
     assert report["max_abs_err"] == 0.0
@@ -176,23 +185,20 @@ def test_runners_up_are_timed_when_the_best_candidate_loses(model, tmp_path, mon
 def test_confirm_must_be_positive(model, tmp_path):
     from tvm_pet.errors import PetError
     with pytest.raises(PetError, match="confirm"):
-        driver.optimize_model(model, tmp_path / "out", SearchConfig(rounds=1),
-                              driver.DriverOptions(confirm=0))
+        optimize_model(model, tmp_path / "out", SearchConfig(rounds=1), DriverOptions(confirm=0))
 
 
-def test_a_runner_up_after_a_second_look_gets_the_same_budget(model, tmp_path, monkeypatch):
+def test_a_runner_up_after_a_second_look_gets_the_same_budget(model, tmp_path):
     tuned = []
 
-    def fake_tune(mod, target, trials, records_dir, *, seed, rpc=None):
+    def fake_tune(mod, trials, *, seed):
         tuned.append((trials, seed))
-        return measure.TuneStats("k", str(records_dir), (), 0.25)
+        return TuneStats("k", str(tmp_path / "records"), (), 0.25)
 
-    monkeypatch.setattr(driver, "tune_model", lambda *a: {"tuning_time_s": 0.0, "new_trials": 0,
-                                                           "records": "r"})
-    monkeypatch.setattr(measure, "tune", fake_tune)
     # best: close, second look loses; runner-up 1 is tuned to the baseline's new budget first
-    report, timer = _optimize(model, tmp_path, monkeypatch, [1.03, 0.9, 1.3], MoreNodesCheaper,
-                              trials=8, seed=3, confirm=2)
+    report, timer = _optimize(model, tmp_path, [1.03, 0.9, 1.3], MoreNodesCheaper,
+                              tuner=fake_tune, tuning=TuneSummary("r"), trials=8, seed=3,
+                              confirm=2)
     assert tuned == [(16, 4), (16, 4), (16, 4)]
     assert timer.calls == [2, 4, 2] and report["kept"] == "optimized"
     last = report["looks"][-1]

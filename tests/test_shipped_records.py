@@ -13,7 +13,7 @@ tvm = pytest.importorskip("tvm")
 from tvm_pet.models import build  # noqa: E402
 from tvm_pet.onnx import import_model  # noqa: E402
 from tvm_pet.relax.adapter import program_to_module  # noqa: E402
-from tvm_pet.tune.measure import kernel_times, tune  # noqa: E402
+from tvm_pet.tune import kernel_times, tune  # noqa: E402
 from tvm_pet.tune.targets import resolve_target, target_dir  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "tuning_logs"

@@ -21,9 +21,9 @@ from tvm import relax
 from tvm.relax.op import nn as rnn
 
 from tvm_pet.errors import PetError
-from tvm_pet.tune import (UntunedTimes, apply_records, build, count_records, extract_tasks,
-                          kernel_times, measure, open_database, prepare, resolve_target,
-                          target_dir, time_interleaved, tune)
+from tvm_pet.tune import (UntunedTimes, apply_records, build_with_records, count_records,
+                          extract_tasks, kernel_times, open_database, parse_rpc, prepare,
+                          resolve_target, target_dir, time_interleaved, tune)
 from tvm_pet.tune.records import db_dir, default_records_dir
 from tvm_pet.tune.targets import available_cores, detect_mcpu
 
@@ -136,24 +136,23 @@ def test_records_dir_may_be_the_root_or_the_target_directory(tmp_path):
 
 
 def test_default_records_dir_finds_the_shipped_records_from_anywhere(tmp_path, monkeypatch):
-    from tvm_pet.tune import records
     target = resolve_target("llvm")
     key = target_dir(target)
-    monkeypatch.setattr(records, "SHIPPED_RECORDS_DIR", tmp_path / "checkout" / "tuning_logs")
+    checkout = tmp_path / "checkout" / "tuning_logs"
     work = tmp_path / "elsewhere"
     work.mkdir()
     monkeypatch.chdir(work)
-    assert default_records_dir(target) == f"tuning_logs/{key}"       # nothing shipped: here
-    shipped = tmp_path / "checkout" / "tuning_logs" / key
+    assert default_records_dir(target, checkout) == f"tuning_logs/{key}"  # nothing shipped: here
+    shipped = checkout / key
     shipped.mkdir(parents=True)
     (shipped / "database_workload.json").write_text("")
-    assert default_records_dir(target) == str(shipped)
+    assert default_records_dir(target, checkout) == str(shipped)
     # a folder holding only the untuned-times cache does not hide the shipped records
     (work / "tuning_logs" / key).mkdir(parents=True)
     (work / "tuning_logs" / key / "untuned_times.json").write_text("{}")
-    assert default_records_dir(target) == str(shipped)
+    assert default_records_dir(target, checkout) == str(shipped)
     (work / "tuning_logs" / key / "database_workload.json").write_text("")
-    assert default_records_dir(target) == f"tuning_logs/{key}"       # the project's own first
+    assert default_records_dir(target, checkout) == f"tuning_logs/{key}"  # the project's own first
 
 
 # ------------------------------------------------------------------------------ prepare and build
@@ -177,13 +176,14 @@ def test_build_conv_matches_numpy():
     rng = np.random.default_rng(1)
     mod, weight, bias = conv_module(rng)
     x = rng.standard_normal((1, 4, 8, 8)).astype(F32)
-    np.testing.assert_allclose(run(build(mod), x), conv_oracle(x, weight, bias), rtol=1e-4,
-                               atol=1e-4)
+    np.testing.assert_allclose(run(build_with_records(mod), x), conv_oracle(x, weight, bias),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_cuda_build_generates_code_without_a_gpu():
     mod, _, _ = conv_module(np.random.default_rng(0))
-    executable = build(mod, "cuda")  # dlight schedules the untuned kernel; codegen only here
+    # dlight schedules the untuned kernel; codegen only here
+    executable = build_with_records(mod, "cuda")
 
     def kinds(module):
         yield module.kind
@@ -211,7 +211,7 @@ def test_time_interleaved_returns_sane_numbers():
     rng = np.random.default_rng(2)
     mod, _, _ = conv_module(rng)
     x = rng.standard_normal((1, 4, 8, 8)).astype(F32)
-    fused, plain = build(mod), tvm.compile(mod, target=resolve_target("llvm"))
+    fused, plain = build_with_records(mod), tvm.compile(mod, target=resolve_target("llvm"))
     timings = time_interleaved({"fused": fused, "plain": plain}, [x], rounds=2, number=2,
                                repeat=2)
     assert set(timings) == {"fused", "plain"}
@@ -226,7 +226,7 @@ def test_time_interleaved_rejects_empty_budgets():
         time_interleaved({}, [], rounds=0)
 
 
-def test_kernel_times_measures_untuned_once_then_caches(tmp_path, monkeypatch):
+def test_kernel_times_measures_untuned_once_then_caches(tmp_path):
     mod, _, _ = conv_module(np.random.default_rng(3))
     first = kernel_times(mod, None, tmp_path)
     assert [k.source for k in first] == ["untuned"] and first[0].seconds > 0
@@ -235,18 +235,17 @@ def test_kernel_times_measures_untuned_once_then_caches(tmp_path, monkeypatch):
     def fail(*_args, **_kwargs):
         raise AssertionError("measured again instead of reading the cache")
 
-    monkeypatch.setattr(measure, "measure_primfunc", fail)
-    assert kernel_times(mod, None, tmp_path) == first
+    assert kernel_times(mod, None, tmp_path, measure_untuned=fail) == first
     memory = UntunedTimes()
     memory.put(resolve_target("llvm"), first[0].shash, 1.5)
-    assert kernel_times(mod, None, None, cache=memory)[0].seconds == 1.5
+    assert kernel_times(mod, None, None, cache=memory, measure_untuned=fail)[0].seconds == 1.5
 
 
 def test_rpc_spec_is_checked():
-    assert measure.parse_rpc("127.0.0.1:9190:cpu") == ("127.0.0.1", 9190, "cpu")
+    assert parse_rpc("127.0.0.1:9190:cpu") == ("127.0.0.1", 9190, "cpu")
     for bad in ["127.0.0.1:9190", "host:port:key", ":1:k"]:
         with pytest.raises(PetError, match="host:port:key"):
-            measure.parse_rpc(bad)
+            parse_rpc(bad)
 
 
 def test_missing_database_is_a_pet_error(tmp_path):
@@ -277,8 +276,8 @@ def test_tune_writes_records_reuses_them_and_builds_correctly(tmp_path):
     _, applied = apply_records(mod, target, tmp_path)
     assert applied == 1
     a = rng.standard_normal((64, 64)).astype(F32)
-    np.testing.assert_allclose(run(build(mod, target, tmp_path), a), a @ weight, rtol=1e-4,
-                               atol=1e-3)
+    np.testing.assert_allclose(run(build_with_records(mod, target, tmp_path), a), a @ weight,
+                               rtol=1e-4, atol=1e-3)
     assert [k.source for k in kernel_times(mod, target, tmp_path)] == ["tuned"]
 
 

@@ -1,16 +1,18 @@
-"""`tune_model`'s choice of what to tune, with the tuner and the measured cost stubbed: the
-original, the screened mutants, then their combination across layers (no MetaSchedule here)."""
+"""`tune_model`'s choice of what to tune, with the tuner and the measured cost stubbed by a
+toolchain that overrides TVM's: the original, the screened mutants, then their combination across
+layers (no MetaSchedule here)."""
 import numpy as np
 import pytest
 
 pytest.importorskip("tvm")
 
 from tests.test_search import PenaliseDilationAndLayouts, dilated_chain  # noqa: E402
-from tvm_pet.cost import measured  # noqa: E402
 from tvm_pet.ir import Op  # noqa: E402
-from tvm_pet.relax import driver  # noqa: E402
+from tvm_pet.pipeline import DriverOptions, tune_model  # noqa: E402
+from tvm_pet.pipeline.plan import combination  # noqa: E402
+from tvm_pet.pipeline.tvm_toolchain import TVMToolchain  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402
-from tvm_pet.tune import measure  # noqa: E402
+from tvm_pet.tune import TuneStats  # noqa: E402
 from tvm_pet.verify.interpreter import evaluate  # noqa: E402
 
 
@@ -26,18 +28,28 @@ class StubCost(PenaliseDilationAndLayouts):
         return 1.0
 
 
-def test_the_combination_of_improving_mutants_is_tuned_too(tmp_path, monkeypatch):
-    tuned = []
+class StubToolchain(TVMToolchain):
+    """TVM's toolchain with the tuner noted, not run, and the stub cost for the measured one."""
 
-    def fake_tune(mod, target, trials, records_dir, *, seed, rpc=None):
-        tuned.append(mod)
-        return measure.TuneStats("k", str(records_dir), (), 0.0)
+    def __init__(self, records_dir):
+        super().__init__("llvm", records_dir)
+        self.tuned = []
 
-    monkeypatch.setattr(measure, "tune", fake_tune)
-    monkeypatch.setattr(measured, "MeasuredCost", StubCost)
+    def tune(self, module, trials, *, seed):
+        self.tuned.append(module)
+        return TuneStats("k", self.records_dir, (), 0.0)
+
+    def cost_model(self, tuned=True):
+        return StubCost(self.target, self.records_dir, tuned)
+
+
+def test_the_combination_of_improving_mutants_is_tuned_too(tmp_path):
     program = dilated_chain()
-    options = driver.DriverOptions(trials=4, records_dir=str(tmp_path / "none"), promising=50)
-    summary = driver.tune_model(program, SearchConfig(rounds=1, time_limit=120), options)
+    options = DriverOptions(trials=4, records_dir=str(tmp_path / "none"), promising=50)
+    toolchain = StubToolchain(options.records_dir)
+    summary = tune_model(program, SearchConfig(rounds=1, time_limit=120), options,
+                         toolchain).to_json()
+    tuned = toolchain.tuned
     # the original, the screened mutants (all of them here), then the layers rewritten together
     singles = summary["tuned_mutants"][:-1]
     assert len(tuned) == 1 + len(singles) + 1 and len({m["subprogram"] for m in singles}) == 3
@@ -47,10 +59,9 @@ def test_the_combination_of_improving_mutants_is_tuned_too(tmp_path, monkeypatch
     assert last["mutant"].count("Conv") == 3 and len(layouts) <= 2
 
 
-def test_combination_of_fewer_than_two_improving_subsets_is_none(monkeypatch):
-    monkeypatch.setattr(measured, "MeasuredCost", StubCost)
+def test_combination_of_fewer_than_two_improving_subsets_is_none():
     program = dilated_chain(layers=1)
-    assert driver._combination(program, [], "llvm", None) is None
+    assert combination(program, [], StubCost()) is None
 
 
 def test_combination_is_exact():

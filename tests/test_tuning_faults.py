@@ -28,7 +28,8 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import PyRunner
 
 from tvm_pet.io import atomic_write, dir_lock
-from tvm_pet.tune import count_records, extract_tasks, measure, open_database, resolve_target, tune
+from tvm_pet.tune import (Task, TuningSearch, count_records, extract_tasks, open_database,
+                          resolve_target, tune, tuner)
 from tvm_pet.tune import dbfile
 from tvm_pet.tune.builder import make_builder
 from tvm_pet.tune.dbfile import CorruptDatabaseWarning
@@ -310,7 +311,7 @@ def test_sigint_during_tuning_is_noticed_and_raised():
     # leave SIGINT ignored, and the watch (rightly) leaves an ignored SIGINT alone
     outer = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with measure._watch_interrupts() as fired:
+        with tuner._watch_interrupts() as fired:
             with pytest.raises(KeyboardInterrupt):
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(1)  # the handler runs at the next bytecode
@@ -320,7 +321,7 @@ def test_sigint_during_tuning_is_noticed_and_raised():
         signal.signal(signal.SIGINT, outer)
 
 
-def test_an_interrupt_converted_by_tvm_is_raised_again(monkeypatch, mods):
+def test_an_interrupt_converted_by_tvm_is_raised_again(mods):
     def interrupted_in_callback(**_kwargs):
         raise RuntimeError("")  # what TVM's FFI makes of a KeyboardInterrupt in a callback
 
@@ -331,15 +332,14 @@ def test_an_interrupt_converted_by_tvm_is_raised_again(monkeypatch, mods):
         def clone(self):
             return self
 
-    monkeypatch.setattr(ms, "TuneContext", Context)
-    monkeypatch.setattr(ms.tune, "tune_tasks", interrupted_in_callback)
-    task = measure.Task("matmul", 1, mods[0], 0)
-    search = measure._Search(TARGET, None, None, 0, 1, 1, interrupted=[])
-    error = measure._run_search(task, 1, None, pathlib.Path(), search, None)
+    task = Task("matmul", 1, mods[0], 0)
+    stand_ins = {"new_context": Context, "tune_tasks": interrupted_in_callback}
+    search = TuningSearch(TARGET, None, None, 0, 1, 1, interrupted=[], **stand_ins)
+    error = tuner._run_search(task, 1, None, pathlib.Path(), search, None)
     assert error.startswith("RuntimeError")
-    search = measure._Search(TARGET, None, None, 0, 1, 1, interrupted=[signal.SIGINT])
+    search = TuningSearch(TARGET, None, None, 0, 1, 1, interrupted=[signal.SIGINT], **stand_ins)
     with pytest.raises(KeyboardInterrupt):
-        measure._run_search(task, 1, None, pathlib.Path(), search, None)
+        tuner._run_search(task, 1, None, pathlib.Path(), search, None)
 
 
 # ---------------------------------------------------------------- tuning (-m tuning only)

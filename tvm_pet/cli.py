@@ -95,7 +95,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 
 
 def _driver_options(args: argparse.Namespace):
-    from tvm_pet.relax.driver import DriverOptions
+    from tvm_pet.pipeline.options import DriverOptions
     return DriverOptions(target=args.target, trials=args.trials, records_dir=args.records,
                          rpc=args.rpc, cost=getattr(args, "cost", "measured"),
                          second_look=not getattr(args, "no_second_look", False),
@@ -109,31 +109,31 @@ def _search_config(args: argparse.Namespace):
 
 
 def _cmd_optimize(args: argparse.Namespace) -> int:
-    from tvm_pet.relax.driver import optimize_model
-    report = optimize_model(args.model, args.out, _search_config(args), _driver_options(args))
-    print(f"{args.model} on {report['target']}: kept the {report['kept']} model")
-    print(f"  baseline  {report['baseline_time_s'] * 1e3:9.3f} ms (median of interleaved rounds)")
-    print(f"  candidate {report['timings']['optimized']['median'] * 1e3:9.3f} ms  "
-          f"(x{report['measured_speedup_of_candidate']:.3f})")
-    for look in report["looks"][:-1]:  # the decisions before the last one, which is below
-        print(f"  {look['what']}: x{look['ratio']:.3f} (rank test p = {look['p_value']:.2g}), "
-              f"kept the {look['kept']}")
-    print(f"  speedup   x{report['speedup']:.3f}   rule: {report['decision_rule']}")
-    print(f"  search {report['search_time_s']:.1f} s, tuning {report['tuning_time_s']:.1f} s "
-          f"({report['new_trials']} new trials), max |optimized - original| "
-          f"{report['max_abs_err']:.2e}")
-    for a in report["applied"]:
-        print(f"  applied {a['mutant']} on {a['subprogram']}"
-              + (f" ({a['corrected_boxes']} boxes corrected)" if a["partially_equivalent"] else ""))
+    from tvm_pet.pipeline.optimize import optimize
+    report = optimize(args.model, args.out, _search_config(args), _driver_options(args))
+    print(f"{args.model} on {report.target}: kept the {report.kept} model")
+    print(f"  baseline  {report.baseline_time_s * 1e3:9.3f} ms (median of interleaved rounds)")
+    print(f"  candidate {report.candidate_time_s * 1e3:9.3f} ms  "
+          f"(x{report.measured_speedup_of_candidate:.3f})")
+    for look in report.confirmation.looks[:-1]:  # the decisions before the last one, below
+        print(f"  {look.what}: x{look.decision.ratio:.3f} (rank test p = "
+              f"{look.decision.p_value:.2g}), kept the {look.decision.kept}")
+    print(f"  speedup   x{report.speedup:.3f}   rule: {report.confirmation.rule}")
+    print(f"  search {report.found.seconds:.1f} s, tuning {report.tuning_time_s:.1f} s "
+          f"({report.new_trials} new trials), max |optimized - original| "
+          f"{report.max_abs_err:.2e}")
+    for a in report.applied:
+        print(f"  applied {' -> '.join(a.mutant_ops)} on {a.subprogram}"
+              + (f" ({a.corrected_boxes} boxes corrected)" if a.partially_equivalent else ""))
     print(f"  wrote {args.out}/report.json, optimized.so, baseline.so, optimized.onnx, optimized.py")
     return 0
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from tvm_pet.onnx import import_model
-    from tvm_pet.relax.driver import tune_model
+    from tvm_pet.pipeline.tune import tune_model
     summary = tune_model(import_model(args.model), _search_config(args), _driver_options(args))
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(summary.to_json(), indent=2))
     return 0
 
 

@@ -28,7 +28,7 @@ def _cost_model(cost, target) -> CostModel:
         from tvm_pet.cost.analytic import AnalyticCost
         return AnalyticCost()
     if cost == "measured":
-        from tvm_pet.cost.measured import MeasuredCost
+        from tvm_pet.tune.measured_cost import MeasuredCost
         return MeasuredCost(target if target is not None else "llvm")
     if isinstance(cost, CostModel):
         return cost

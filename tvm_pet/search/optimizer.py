@@ -28,10 +28,11 @@ from collections.abc import Sequence
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.cost.model import CostModel
-from tvm_pet.ir.node import Node, Program, TensorSpec, WeightKeys, free_name, weight_key
+from tvm_pet.ir.node import Node, Program, TensorSpec, free_name, weight_key
 from tvm_pet.ir.ops import COMMUTATIVE, REDUCING
 from tvm_pet.search.config import SearchConfig, StopReason
-from tvm_pet.search.generator import GeneratorStats, Mutant, generate
+from tvm_pet.search.generator import generate
+from tvm_pet.search.mutant_cache import MutantCache
 from tvm_pet.search.partition import Subprogram, extract, partition, replace_subprogram
 from tvm_pet.search.postopt import post_optimize
 
@@ -282,13 +283,21 @@ class Optimizer:
     """The optimizer's state: the generator cache (by structure), reports, costs and deadline.
 
     :func:`optimize` drives it; ``tvm-pet tune`` uses it to list each subset's mutants.
+
+    Args:
+        config: the search's budgets.
+        cost: the cost model.
+        mutants: a generator cache shared with other optimizers of the same run (the tuning plan
+            and the search); a private one when omitted. A subset that another optimizer
+            generated up to its own time limit is generated again while this one has time.
     """
 
-    def __init__(self, config: SearchConfig, cost: CostModel):
+    def __init__(self, config: SearchConfig, cost: CostModel, mutants: MutantCache | None = None):
         self.config, self.cost_model = config, cost
-        self.cache: dict[tuple, tuple[list[Mutant], GeneratorStats, list[str]]] = {}
+        self.mutants = MutantCache() if mutants is None else mutants
         self.reports: list[SubsetReport] = []
-        self.keys = WeightKeys()
+        self.keys = self.mutants.keys
+        self.seen: set[tuple] = set()  # subsets this optimizer listed: "cached" in its reports
         self.costs: dict[tuple, float] = {}
         self.deadline = None if config.time_limit is None else time.perf_counter() + config.time_limit
 
@@ -296,11 +305,15 @@ class Optimizer:
         """(subprogram, corrected mutants renamed onto it) for one subset, cached by structure."""
         part = extract(program, subset, name)
         key, leaves = canonical(part.program, self.keys)
-        cached = key in self.cache
-        if not cached:
+        cached = key in self.seen
+        self.seen.add(key)
+        generated = self.mutants.get(key)
+        if generated is None or (not cached and generated[1].stop is StopReason.TIME_LIMIT
+                                 and not self.out_of_time()):
             mutants, stats = generate(part.program, self.config, self.deadline)
-            self.cache[key] = (mutants, stats, leaves + list(part.program.outputs))
-        mutants, stats, names = self.cache[key]
+            generated = (mutants, stats, leaves + list(part.program.outputs))
+            self.mutants.put(key, generated)
+        mutants, stats, names = generated
         mapping = dict(zip(names, leaves + list(part.program.outputs)))
         self.reports.append(SubsetReport(name, _op_names(part.program.nodes), stats.candidates,
                                          stats.verified, stats.corrected,
@@ -321,20 +334,21 @@ class Optimizer:
 
 
 def optimize(program: Program, config: SearchConfig = SearchConfig(),
-             cost: CostModel | None = None) -> SearchResult:
+             cost: CostModel | None = None, mutants: MutantCache | None = None) -> SearchResult:
     """Search for a cheaper program that computes exactly what ``program`` computes.
 
     Args:
         program: the program (non-linear operators are left as they are).
         config: budgets: rounds, topk, max_subset, depth, time_limit, ...
         cost: the cost model (default :class:`~tvm_pet.cost.analytic.AnalyticCost`).
+        mutants: the run's generator cache, when mutants were listed before (the tuning plan).
 
     Returns:
         A :class:`SearchResult`; its program costs at most as much as ``program``.
     """
     from tvm_pet.search.progress import progress
     cost = cost or AnalyticCost()
-    opt = Optimizer(config, cost)
+    opt = Optimizer(config, cost, mutants)
     additive = getattr(cost, "additive", True)
     start = time.perf_counter()
     base = opt.cost(program)

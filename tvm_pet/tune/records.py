@@ -6,7 +6,7 @@ Layout::
       llvm-skylake-avx512-c2/         target_dir(target) = default_records_dir(target)
         database_workload.json        one line per task: [structural hash, task IRModule]
         database_tuning_record.json   one line per measured candidate: [workload index, record]
-        untuned_times.json            measured times of untuned kernels (measure.kernel_times)
+        untuned_times.json            measured times of untuned kernels (kernels.kernel_times)
         logs/                         MetaSchedule's per-task logs
         pending/<pid>-<id>/           private database of a task being tuned (or of a killed run)
         database_*.json.corrupt       the original of a damaged file, kept when it was repaired
@@ -16,9 +16,9 @@ Why one directory per target: the database lookup ignores the target stored in a
 (shared/TVM_NOTES.md, section 5), so a shared database would apply CPU schedules to CUDA kernels.
 
 Module equality is ``"structural"``: a task is found again only when its PrimFunc is structurally
-identical, attributes included. That is exact, and it is safe because tuning (``measure.tune``)
-and application (``measure.build``) both take their tasks from ``measure.prepare``, the one
-canonical fused form; extraction and ``MetaScheduleApplyDatabase`` both rename the PrimFunc to
+identical, attributes included. That is exact, and it is safe because tuning (``tuner.tune``) and
+application (``compile.build_with_records``) both take their tasks from ``compile.prepare``, the
+one canonical fused form; extraction and ``MetaScheduleApplyDatabase`` both rename the PrimFunc to
 ``main``, so the kernel's name in the Relax module does not matter. ``"anchor-block"`` would also
 survive a change of pipeline stage, but it keys on the conv or matmul alone and would apply a
 conv+add+relu schedule to a conv+relu kernel of the same shape, and measure the wrong thing.
@@ -78,17 +78,25 @@ def db_dir(records_dir: str | Path, target: tvm.target.Target) -> Path:
 SHIPPED_RECORDS_DIR = Path(__file__).resolve().parents[2] / DEFAULT_RECORDS_DIR
 
 
-def default_records_dir(target: tvm.target.Target) -> str:
+def default_records_dir(target: tvm.target.Target,
+                        shipped_root: str | Path = SHIPPED_RECORDS_DIR) -> str:
     """Return the target's records directory: ``tuning_logs/<target_dir(target)>`` in the
     working directory when it holds a database there, else the shipped one of this checkout of
     tvm_pet when that holds one, else the working directory's (created when tuning writes).
 
     So ``tvm-pet optimize`` finds the shipped records from any directory, and a project that
     tunes in its own ``tuning_logs/`` keeps them there.
+
+    Args:
+        target: the target whose records are looked for.
+        shipped_root: the shipped records root (default: this checkout's ``tuning_logs/``).
+
+    Returns:
+        The records directory, as a string.
     """
     key = target_dir(target)
     here = Path(DEFAULT_RECORDS_DIR) / key
-    shipped = SHIPPED_RECORDS_DIR / key
+    shipped = Path(shipped_root) / key
     if not (here / dbfile.WORKLOAD_FILE).exists() and (shipped / dbfile.WORKLOAD_FILE).exists():
         return str(shipped)
     return str(here)
@@ -204,7 +212,7 @@ def costing_sources(records_dir: str | Path | None, target: tvm.target.Target):
     the untuned-times cache, in ``records_dir`` or in memory when it is ``None``).
 
     Opening the database loads its JSON (seconds for the shipped records): a caller costing many
-    modules opens these once and passes them on (``measure.kernel_times``).
+    modules opens these once and passes them on (``kernels.kernel_times``).
     """
     database = (open_database(records_dir, target, create=False)
                 if has_records(records_dir, target) else None)

@@ -1,9 +1,13 @@
 """A cost model measured with TVM: the time of the kernels TVM builds (and tunes) for a program.
 
+It implements the engine's :class:`~tvm_pet.cost.model.CostModel` protocol from the TVM side, so
+that the engine (``tvm_pet.cost``, ``tvm_pet.search``) never imports TVM.
+
 The whole program is costed, in the form the final build sees: it becomes a Relax module
 (:func:`tvm_pet.relax.adapter.program_to_module`), is legalized and fused
-(:func:`tvm_pet.tune.measure.prepare`), and each fused kernel is timed: the best tuning record's
-time when ``tuning_logs/<target>/`` has one, else a measured untuned time (cached per kernel).
+(:func:`tvm_pet.tune.compile.prepare`), and each fused kernel is timed
+(:func:`tvm_pet.tune.kernels.kernel_times`): the best tuning record's time when
+``tuning_logs/<target>/`` has one, else a measured untuned time (cached per kernel).
 Costing a subprogram on its own would be wrong here: TVM fuses a mutant's last kernel with the
 non-linear operator after it (conv + bias + ReLU is one kernel), so a standalone subprogram's
 kernels are not the ones the model runs, and their tuning records do not apply.
@@ -19,6 +23,11 @@ changing nothing.
 from __future__ import annotations
 
 from tvm_pet.ir.node import Program
+from tvm_pet.relax.adapter import program_to_module
+from tvm_pet.search.optimizer import canonical
+from tvm_pet.tune.kernels import kernel_times
+from tvm_pet.tune.records import costing_sources, default_records_dir
+from tvm_pet.tune.targets import resolve_target
 
 
 class MeasuredCost:
@@ -36,8 +45,6 @@ class MeasuredCost:
     additive = False
 
     def __init__(self, target="llvm", records_dir=None, tuned: bool = True):
-        from tvm_pet.tune.records import default_records_dir
-        from tvm_pet.tune.targets import resolve_target
         self.target = resolve_target(target)
         self.records_dir = (records_dir or default_records_dir(self.target)) if tuned else None
         self._memo: dict = {}
@@ -49,11 +56,8 @@ class MeasuredCost:
 
     def kernels(self, program: Program) -> dict[int, tuple[int, float]]:
         """The program's fused kernels: structural hash -> (calls per run, seconds per call)."""
-        from tvm_pet.search.optimizer import canonical
         key = canonical(program)[0]
         if key not in self._memo:
-            from tvm_pet.relax.adapter import program_to_module
-            from tvm_pet.tune.measure import kernel_times
             database, cache = self._open()
             times = kernel_times(program_to_module(program), self.target, self.records_dir,
                                  cache=cache, database=database)
@@ -64,7 +68,6 @@ class MeasuredCost:
         """The records database and the untuned-times cache, opened once (the records do not
         change during a search; loading them takes seconds)."""
         if self._opened is None:
-            from tvm_pet.tune.records import costing_sources
             self._opened = costing_sources(self.records_dir, self.target)
         return self._opened
 

@@ -1,0 +1,331 @@
+"""The confirm stage: time the search's candidates end to end, and decide by one rule.
+
+Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
+
+4. **Confirm end to end.** Baseline and optimized modules are built by the same toolchain with
+   the same records and timed interleaved (A B A B ...) over several rounds. When the search's
+   best program loses there, its runners-up are timed in turn (``confirm`` candidates in all,
+   the rank test's threshold divided among them), since kernel times summed do not always
+   predict the whole module. The optimized module is kept only when it is faster beyond the
+   noise (:func:`decide`: at least 5 % by the medians, and told apart from the baseline by a
+   rank test at p < 0.01); otherwise the original is kept, and the report says so.
+5. **Look again at close calls.** When the optimized module measures faster but not surely so,
+   the decision is close: with a tuning budget, both modules are tuned again with a second seed
+   and twice the trials per task (equal budgets: MetaSchedule keeps the best record of both
+   seeds for each side), rebuilt, and timed again over twice the rounds; without one, they are
+   timed again over three times the rounds. The second look decides, by the same rule. A
+   runner-up after such a look is tuned to the baseline's new budget first.
+
+Every look is a :class:`Look`; the stage returns a :class:`Confirmation`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy.stats import mannwhitneyu
+
+from tvm_pet.errors import PetError
+from tvm_pet.ir.node import Program
+from tvm_pet.pipeline.options import Budget, DriverOptions
+from tvm_pet.pipeline.toolchain import Timed, Toolchain
+from tvm_pet.search.optimizer import Candidate
+
+#: Smallest advantage worth replacing the original for (a ratio of medians).
+MIN_GAIN = 0.05
+#: Largest one-sided Mann-Whitney p-value at which the optimized module counts as faster.
+ALPHA = 0.01
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The rule's verdict on one timing of baseline against optimized.
+
+    Args:
+        keep: keep the optimized module.
+        ratio: baseline median over optimized median.
+        p_value: the one-sided Mann-Whitney p-value (optimized samples smaller).
+        noise: the larger relative interquartile range of the two sample sets.
+        close: faster, but not surely (a second look may decide).
+        rule: the rule and these figures, in words.
+    """
+
+    keep: bool
+    ratio: float
+    p_value: float
+    noise: float
+    close: bool
+    rule: str
+
+    @property
+    def kept(self) -> str:
+        """``"optimized"`` or ``"original"``."""
+        return "optimized" if self.keep else "original"
+
+
+def relative_iqr(timing: Timed) -> float:
+    """The interquartile range of a timing's samples over its median."""
+    q1, q3 = np.percentile(timing.samples, [25, 75])
+    return float((q3 - q1) / timing.median)
+
+
+def decide(timings: Mapping[str, Timed], alpha: float = ALPHA) -> Decision:
+    """Keep the optimized module only when it wins beyond the noise of the measurement.
+
+    Two conditions, on the interleaved samples of both modules:
+
+    - the baseline's median over the optimized one's exceeds ``1 + MIN_GAIN``;
+    - a one-sided Mann-Whitney U test says the optimized samples are smaller at p < ``alpha``
+      (``ALPHA``, divided by the number of candidates when several are tried: Bonferroni).
+
+    The rank test asks whether the two sample sets are told apart, whatever the shape of the
+    noise. On this 2-core machine a run is often slowed by a whole scheduling quantum, so
+    samples are bimodal and their interquartile range (up to 40 %, reported as ``noise``) says more
+    about that interference than about the medians; ``benchmarks/decision_rule.py`` measures the
+    rule on identical binaries (how often it keeps a non-change) and on real candidates.
+
+    Args:
+        timings: ``"baseline"`` and ``"optimized"`` timings.
+        alpha: the rank test's level.
+
+    Returns:
+        The :class:`Decision`.
+    """
+    base, opt = timings["baseline"], timings["optimized"]
+    noise = max(relative_iqr(base), relative_iqr(opt))
+    ratio = base.median / opt.median
+    p_value = float(mannwhitneyu(base.samples, opt.samples, alternative="greater").pvalue)
+    keep = ratio > 1 + MIN_GAIN and p_value < alpha
+    rule = (f"keep the optimized module only if baseline median / optimized median "
+            f"({ratio:.3f}) exceeds {1 + MIN_GAIN:.2f} and a one-sided Mann-Whitney test on the "
+            f"interleaved samples says it is faster at p < {alpha:.2g} (p = {p_value:.2g}; spread: "
+            f"relative interquartile range up to {noise:.3f})")
+    return Decision(keep, ratio, p_value, noise, ratio > 1 and not keep, rule)
+
+
+@dataclasses.dataclass(frozen=True)
+class Look:
+    """One timing of a candidate against the baseline, and its decision.
+
+    Args:
+        what: which look (``"first look"``, ``"runner-up 1"``, ``"second look: ..."``).
+        candidate: the candidate's index (0 = the search's best), None when there was none.
+        budget: the tuning budget both sides had.
+        rounds: interleaved rounds timed.
+        decision: the rule's verdict.
+        new_trials: trials this look tuned first (None when it tuned nothing).
+        tuning_time_s: seconds this look tuned first (None when it tuned nothing).
+    """
+
+    what: str
+    candidate: int | None
+    budget: Budget
+    rounds: int
+    decision: Decision
+    new_trials: int | None = None
+    tuning_time_s: float | None = None
+
+    def to_json(self) -> dict:
+        """The look as ``report.json`` lists it (``looks``)."""
+        out = {"what": self.what, "candidate": self.candidate,
+               "trials_per_task": self.budget.trials_per_task, "seed": self.budget.seed}
+        if self.new_trials is not None:
+            out |= {"new_trials": self.new_trials, "tuning_time_s": self.tuning_time_s}
+        d = self.decision
+        return out | {"rounds": self.rounds, "ratio": d.ratio, "p_value": d.p_value,
+                      "noise": d.noise, "close": d.close, "kept": d.kept, "rule": d.rule}
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """The original, compiled under a tuning budget, and its outputs on the inputs."""
+
+    module: Any
+    executable: Any
+    outputs: tuple[np.ndarray, ...]
+    budget: Budget
+
+
+@dataclasses.dataclass(frozen=True)
+class Confirmation:
+    """What the confirm stage found.
+
+    Args:
+        looks: every look, in order.
+        timings: the last look's timings (``"baseline"``, ``"optimized"``).
+        chosen: the candidate kept, None when the original stays.
+        baseline: the original as last built (its executable is the one written out).
+        optimized: the last look's optimized executable.
+    """
+
+    looks: tuple[Look, ...]
+    timings: Mapping[str, Timed]
+    chosen: Candidate | None
+    baseline: Baseline
+    optimized: Any
+
+    @property
+    def keep(self) -> bool:
+        """Whether a candidate replaces the original."""
+        return self.chosen is not None
+
+    @property
+    def rule(self) -> str:
+        """The decision rule of the last look, in words."""
+        return self.looks[-1].decision.rule
+
+    @property
+    def final(self) -> Any:
+        """The executable written as ``optimized.so``: the kept candidate's, or the original's."""
+        return self.optimized if self.keep else self.baseline.executable
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bench:
+    """What every look shares: the toolchain, the options, the inputs and the rank test's level."""
+
+    toolchain: Toolchain
+    options: DriverOptions
+    inputs: tuple[np.ndarray, ...]
+    alpha: float
+
+    def look(self, baseline: Any, optimized: Any, rounds: int, what: str,
+             candidate: int | None, budget: Budget, tuned: Sequence = ()
+             ) -> tuple[Look, Mapping[str, Timed]]:
+        """Time ``baseline`` and ``optimized`` interleaved and decide; ``tuned`` is what was
+        tuned for this look (its trials and seconds go into the look)."""
+        timings = self.toolchain.time({"baseline": baseline, "optimized": optimized},
+                                      self.inputs, rounds=rounds,
+                                      number=self.options.timing_number,
+                                      repeat=self.options.timing_repeat)
+        tuning = ({"new_trials": sum(s.new_trials for s in tuned),
+                   "tuning_time_s": sum(s.wall_s for s in tuned)} if tuned else {})
+        return Look(what, candidate, budget, rounds, decide(timings, self.alpha),
+                    **tuning), timings
+
+
+@dataclasses.dataclass(frozen=True)
+class _Trial:
+    """One candidate's latest look, with what was built for it."""
+
+    look: Look
+    timings: Mapping[str, Timed]
+    module: Any
+    baseline: Baseline
+    optimized: Any
+
+
+def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolchain,
+            options: DriverOptions, inputs: Sequence[np.ndarray]) -> Confirmation:
+    """Time the candidates against the original, best first, until one is kept (module steps
+    4 and 5).
+
+    Args:
+        program: the original.
+        candidates: the search's best program and runners-up, best first (empty when the
+            search applied no mutant).
+        toolchain: the compiler.
+        options: timing rounds, number and repeat, ``trials``, ``seed``, ``second_look``.
+        inputs: the model's inputs, in ``program.inputs`` order.
+
+    Returns:
+        The :class:`Confirmation`.
+    """
+    inputs = tuple(inputs)
+    baseline = _build_baseline(program, toolchain, inputs, options.budget())
+    bench = _Bench(toolchain, options, inputs, ALPHA / max(1, len(candidates)))
+    if not candidates:
+        return _nothing_to_confirm(baseline, bench)
+    looks: list[Look] = []
+    for index, candidate in enumerate(candidates):
+        trial = _first_look(index, candidate, baseline, bench)
+        looks.append(trial.look)
+        if trial.look.decision.close and options.second_look:
+            trial = _second_look(index, trial, bench)
+            looks.append(trial.look)
+            baseline = trial.baseline  # later candidates meet this baseline, with its budget
+        if trial.look.decision.keep:
+            return Confirmation(tuple(looks), trial.timings, candidate, trial.baseline,
+                                trial.optimized)
+    return Confirmation(tuple(looks), trial.timings, None, trial.baseline, trial.optimized)
+
+
+def _build_baseline(program: Program, toolchain: Toolchain, inputs: tuple[np.ndarray, ...],
+                    budget: Budget) -> Baseline:
+    """The original compiled, and its outputs as TVM builds it (the reference of every check)."""
+    module = toolchain.lower(program)
+    executable = toolchain.build(module)
+    return Baseline(module, executable, tuple(toolchain.run(executable, inputs)), budget)
+
+
+def _nothing_to_confirm(baseline: Baseline, bench: _Bench) -> Confirmation:
+    """The search applied no mutant: the original is timed against itself and kept (any
+    measured difference is noise)."""
+    look, timings = bench.look(baseline.executable, baseline.executable,
+                               bench.options.timing_rounds, "first look", None, baseline.budget)
+    decision = dataclasses.replace(look.decision, keep=False, close=False,
+                                   rule="the search applied no mutant: the original is kept")
+    return Confirmation((dataclasses.replace(look, decision=decision),), timings, None, baseline,
+                        baseline.executable)
+
+
+def _first_look(index: int, candidate: Candidate, baseline: Baseline, bench: _Bench) -> _Trial:
+    """Build candidate ``index``, check its outputs, and time it against ``baseline``."""
+    toolchain, options = bench.toolchain, bench.options
+    module = toolchain.lower(candidate.program)
+    tuned = []
+    if baseline.budget.trials_per_task != options.trials:
+        # the baseline was tuned again for an earlier close call: equal budgets for this one
+        tuned = [toolchain.tune(module, baseline.budget.trials_per_task,
+                                seed=baseline.budget.seed)]
+    optimized = toolchain.build(module)
+    check_outputs(baseline.outputs, toolchain.run(optimized, bench.inputs), index)
+    what = "first look" if index == 0 else f"runner-up {index}"
+    look, timings = bench.look(baseline.executable, optimized, options.timing_rounds, what,
+                               index, baseline.budget, tuned)
+    return _Trial(look, timings, module, baseline, optimized)
+
+
+def _second_look(index: int, trial: _Trial, bench: _Bench) -> _Trial:
+    """A close call looked at again (module docstring, step 5)."""
+    toolchain, options = bench.toolchain, bench.options
+    budget = options.second_look_budget()
+    if options.trials <= 0:
+        look, timings = bench.look(
+            trial.baseline.executable, trial.optimized, 3 * options.timing_rounds,
+            "second look: timed again over more rounds (no tuning budget)", index, budget)
+        return _Trial(look, timings, trial.module, dataclasses.replace(trial.baseline,
+                                                                       budget=budget),
+                      trial.optimized)
+    modules = (trial.baseline.module, trial.module)
+    tuned = [toolchain.tune(m, budget.trials_per_task, seed=budget.seed) for m in modules]
+    base_ex, optimized = (toolchain.build(m) for m in modules)
+    look, timings = bench.look(base_ex, optimized, 2 * options.timing_rounds,
+                               "second look: both sides tuned again with a second seed", index,
+                               budget, tuned)
+    baseline = Baseline(trial.baseline.module, base_ex,
+                        tuple(toolchain.run(base_ex, bench.inputs)), budget)
+    return _Trial(look, timings, trial.module, baseline, optimized)
+
+
+def check_outputs(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+                  index: int) -> None:
+    """Refuse a candidate whose compiled module computes something else than the original.
+
+    The verifier proved the rewrite; this guards the lowering and the compiler's build.
+
+    Args:
+        reference: the original's outputs.
+        outputs: candidate ``index``'s outputs on the same inputs.
+        index: the candidate's index, for the message.
+
+    Raises:
+        PetError: when an output differs beyond float32 rounding.
+    """
+    for a, b in zip(reference, outputs):
+        scale = max(1.0, float(np.abs(a).max()))
+        if not np.allclose(a, b, rtol=1e-4, atol=1e-4 * scale):
+            raise PetError(f"internal error: candidate {index}'s compiled module differs from the "
+                           f"original's by {float(np.abs(a - b).max()):.3g}; please report it")

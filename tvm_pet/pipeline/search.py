@@ -1,0 +1,67 @@
+"""The search stage: PET's optimizer (Algorithm 2) on the whole model, with the run's cost model.
+
+Step 3 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`). With the measured cost
+(:class:`tvm_pet.tune.measured_cost.MeasuredCost`, made by the toolchain), whole candidate
+programs are costed in their fused form: tuned record times where they exist, untuned times
+elsewhere, so an untuned mutant never wins against a tuned original. The mutants come from the
+run's generator cache, filled already when the tune stage listed them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from tvm_pet.cost.analytic import AnalyticCost
+from tvm_pet.cost.model import CostModel
+from tvm_pet.ir.node import Program
+from tvm_pet.pipeline.options import DriverOptions
+from tvm_pet.pipeline.toolchain import Toolchain
+from tvm_pet.search.config import SearchConfig
+from tvm_pet.search.mutant_cache import MutantCache
+from tvm_pet.search.optimizer import Candidate, SearchResult, optimize
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """What the search found.
+
+    Args:
+        result: the optimizer's result.
+        seconds: the search's wall time.
+        cost_model: the cost model's name.
+        candidates: what the confirm stage times, best first: the best program and the
+            runners-up, at most ``confirm`` of them (none when no mutant was applied).
+    """
+
+    result: SearchResult
+    seconds: float
+    cost_model: str
+    candidates: tuple[Candidate, ...]
+
+
+def cost_model(options: DriverOptions, toolchain: Toolchain) -> CostModel:
+    """The search's cost model: the toolchain's measured one for ``cost="measured"``, else the
+    analytic one."""
+    return toolchain.cost_model(tuned=True) if options.cost == "measured" else AnalyticCost()
+
+
+def search(program: Program, config: SearchConfig, cost: CostModel, mutants: MutantCache,
+           confirm: int) -> Found:
+    """Run the optimizer and list the candidates worth timing end to end.
+
+    Args:
+        program: the model.
+        config: the search's budgets.
+        cost: the cost model.
+        mutants: the run's generator cache.
+        confirm: the most candidates to time.
+
+    Returns:
+        The search's :class:`Found`.
+    """
+    start = time.perf_counter()
+    result = optimize(program, config, cost, mutants)
+    seconds = time.perf_counter() - start
+    best = [Candidate(result.program, result.cost, result.applied)] if result.applied else []
+    candidates = (best + result.runners_up if best else [])[:confirm]
+    return Found(result, seconds, cost.name, tuple(candidates))

@@ -1,0 +1,107 @@
+"""The toolchain seam: the TVM operations the application needs, behind one small interface.
+
+The stages (:mod:`~tvm_pet.pipeline.tune`, :mod:`~tvm_pet.pipeline.confirm`, ...) talk to TVM
+only through a :class:`Toolchain`: lower a program, build it with the tuning records, tune it,
+time executables interleaved, run one, write one out, and make the measured cost models. The
+TVM implementation is :class:`tvm_pet.pipeline.tvm_toolchain.TVMToolchain`; tests pass a fake one.
+
+This module does not import TVM: :func:`tvm_toolchain` is the application's one way to it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from tvm_pet.cost.model import CostModel
+from tvm_pet.ir.node import Program
+
+
+class Timed(Protocol):
+    """One executable's timing samples in seconds (:class:`tvm_pet.tune.timing.Timing`)."""
+
+    median: float
+    samples: tuple[float, ...]
+
+
+class Tuned(Protocol):
+    """What one tuning call did (:class:`tvm_pet.tune.tuner.TuneStats`)."""
+
+    tasks: int
+    new_trials: int
+    wall_s: float
+
+
+class ScreeningCost(CostModel, Protocol):
+    """A cost model that can compare only the kernels a rewrite changed (the untuned screen)."""
+
+    def changed_ratio(self, before: Program, after: Program) -> float:
+        """Time of the kernels only ``after`` has over that of those only ``before`` has."""
+        ...
+
+
+class Toolchain(Protocol):
+    """The compiler operations of the optimize and tune stages.
+
+    ``Module`` and ``Executable`` are whatever the toolchain uses (for TVM a Relax IRModule and
+    a ``relax.VMExecutable``); the stages only pass them back to it.
+    """
+
+    #: The target, in words, for the report.
+    target_name: str
+    #: The tuning records folder.
+    records_dir: str
+
+    def lower(self, program: Program) -> Any:
+        """The program as a module the toolchain compiles."""
+        ...
+
+    def build(self, module: Any) -> Any:
+        """Compile a module, with the tuned schedules where records exist."""
+        ...
+
+    def tune(self, module: Any, trials: int, *, seed: int) -> Tuned:
+        """Tune the module's kernels up to ``trials`` records each, with ``seed``."""
+        ...
+
+    def time(self, executables: Mapping[str, Any], inputs: Sequence[np.ndarray], *,
+             rounds: int, number: int, repeat: int) -> dict[str, Timed]:
+        """Time the executables interleaved (A B A B ...) on ``inputs``; name -> timing."""
+        ...
+
+    def run(self, executable: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The outputs of one run of ``executable`` on ``inputs``."""
+        ...
+
+    def export(self, executable: Any, path: str) -> None:
+        """Write ``executable`` as a shared library at ``path``."""
+        ...
+
+    def script(self, module: Any) -> str:
+        """The module as source text (TVMScript)."""
+        ...
+
+    def cost_model(self, tuned: bool = True) -> ScreeningCost:
+        """The measured cost model: tuned record times where they exist, or all untuned."""
+        ...
+
+    def tuned_before(self, program: Program) -> bool:
+        """True when every kernel of ``program`` already has tuning records."""
+        ...
+
+
+def tvm_toolchain(target: str = "llvm", records_dir: str | None = None,
+                  rpc: str | None = None) -> Toolchain:
+    """The TVM toolchain for a target (imports TVM, here and nowhere else in the application).
+
+    Args:
+        target: a target spec.
+        records_dir: the records folder (default ``tuning_logs/<target>``).
+        rpc: ``"host:port:key"`` of an RPC tracker to tune on.
+
+    Returns:
+        A :class:`tvm_pet.pipeline.tvm_toolchain.TVMToolchain`.
+    """
+    from tvm_pet.pipeline.tvm_toolchain import TVMToolchain
+    return TVMToolchain(target, records_dir, rpc)

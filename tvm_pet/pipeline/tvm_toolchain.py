@@ -1,0 +1,134 @@
+"""TVM as the application's toolchain (:class:`tvm_pet.pipeline.toolchain.Toolchain`).
+
+The one module of the application that imports TVM (``tvm_toolchain`` in
+:mod:`tvm_pet.pipeline.toolchain` imports it on first use). Each operation is one call into the
+TVM side: lowering through the Relax adapter (:func:`~tvm_pet.relax.adapter.program_to_module`),
+building with the records (:func:`~tvm_pet.tune.compile.build_with_records`), tuning
+(:func:`~tvm_pet.tune.tuner.tune`), interleaved timing
+(:func:`~tvm_pet.tune.timing.time_interleaved`), running on the Relax VM, and the measured cost
+model (:class:`~tvm_pet.tune.measured_cost.MeasuredCost`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import sys
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tvm_pet.errors import PetError
+from tvm_pet.ir.node import Program
+from tvm_pet.relax.adapter import program_to_module
+from tvm_pet.tune.compile import build_with_records, extract_tasks, prepare
+from tvm_pet.tune.measured_cost import MeasuredCost
+from tvm_pet.tune.records import default_records_dir, open_database, workload_records
+from tvm_pet.tune.targets import resolve_target
+from tvm_pet.tune.timing import Timing, time_interleaved
+from tvm_pet.tune.tuner import TuneStats, tune
+
+
+def device_for(target: tvm.target.Target) -> tvm.runtime.Device:
+    """The device that runs ``target``'s code, or a clear error when this machine has none."""
+    kind = target.kind.name
+    if kind == "llvm":
+        return tvm.cpu()
+    if kind == "cuda":
+        if not tvm.runtime.enabled("cuda") or not tvm.cuda(0).exist:
+            raise PetError("target cuda needs a CUDA GPU and TVM's CUDA runtime; this machine has "
+                           "none (use --target llvm, or --rpc to measure on a GPU machine)")
+        return tvm.cuda(0)
+    raise PetError(f"tvm-pet optimize runs on llvm or cuda targets, not {kind!r}")
+
+
+class TVMToolchain:
+    """Lower, build, tune, time and run with TVM for one target and one records folder.
+
+    Args:
+        target: a target spec (``"llvm"``, ``"cuda"``, a dict, or a ``tvm.target.Target``).
+        records_dir: the records folder (default ``tuning_logs/<target>``, see
+            :func:`~tvm_pet.tune.records.default_records_dir`).
+        rpc: ``"host:port:key"`` of an RPC tracker to tune on.
+
+    Raises:
+        PetError: for an unknown target, or one this machine cannot run.
+    """
+
+    def __init__(self, target="llvm", records_dir: str | None = None, rpc: str | None = None):
+        self.target = resolve_target(target)
+        self.device = device_for(self.target)
+        self.records_dir = str(records_dir or default_records_dir(self.target))
+        self.rpc = rpc
+        self._database = None  # the records, opened for tuned_before; reopened after tuning
+
+    @property
+    def target_name(self) -> str:
+        """The target in full, for the report."""
+        return str(self.target)
+
+    def lower(self, program: Program) -> tvm.IRModule:
+        """The program as a Relax module."""
+        return program_to_module(program)
+
+    def build(self, module: tvm.IRModule) -> relax.VMExecutable:
+        """Compile with the tuned schedules where the records have them."""
+        return build_with_records(module, self.target, self.records_dir)
+
+    def tune(self, module: tvm.IRModule, trials: int, *, seed: int) -> TuneStats:
+        """Tune every task of ``module`` up to ``trials`` records, into the records folder."""
+        stats = tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc)
+        self._database = None  # new records: open again when next asked
+        return stats
+
+    def time(self, executables: Mapping[str, relax.VMExecutable], inputs: Sequence[np.ndarray],
+             *, rounds: int, number: int, repeat: int) -> dict[str, Timing]:
+        """Time the executables interleaved on this machine's device."""
+        return time_interleaved(executables, inputs, self.device, rounds=rounds, number=number,
+                                repeat=repeat)
+
+    def run(self, executable: relax.VMExecutable,
+            inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The outputs of ``main`` on ``inputs``."""
+        vm = relax.VirtualMachine(executable, self.device)
+        res = vm["main"](*[tvm.runtime.tensor(x, self.device) for x in inputs])
+        return [res.numpy()] if hasattr(res, "numpy") else [r.numpy() for r in res]
+
+    def export(self, executable: relax.VMExecutable, path: str) -> None:
+        """Write a shared library (TVM's per-function export warnings silenced)."""
+        with _quiet_native_stderr():
+            executable.export_library(path)
+
+    def script(self, module: tvm.IRModule) -> str:
+        """The module as TVMScript."""
+        return module.script()
+
+    def cost_model(self, tuned: bool = True) -> MeasuredCost:
+        """The measured cost: record times where they exist (``tuned``), else all untuned."""
+        return MeasuredCost(self.target, self.records_dir, tuned=tuned)
+
+    def tuned_before(self, program: Program) -> bool:
+        """True when every kernel of ``program`` has records (an earlier run tuned it; a small
+        search space may hold fewer records than the trial budget)."""
+        if self._database is None and pathlib.Path(self.records_dir).exists():
+            self._database = open_database(self.records_dir, self.target)
+        if self._database is None:
+            return False
+        tasks = extract_tasks(prepare(program_to_module(program), self.target), self.target)
+        return bool(tasks) and all(workload_records(self._database, t.mod) for t in tasks)
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Silence C-level stderr (TVM logs one "Scope Saving" warning per function on export)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)

@@ -1,0 +1,177 @@
+"""The compile pipeline: prepare a Relax module, list its tuning tasks, apply records, build.
+
+Inputs are Relax IRModules with a ``main`` function, static shapes and the weights as constants.
+
+The one rule that makes tuning records reusable: tasks are always taken from ``prepare(mod)``, the
+fused form the final build compiles, both when tuning (:func:`tvm_pet.tune.tuner.tune`) and when
+applying the records (:func:`build_with_records`). MetaSchedule keys a task by the structural hash
+of its PrimFunc, attributes included, so tuning one pipeline stage and applying at another
+silently finds nothing (TVM_NOTES section 5).
+
+Typical use::
+
+    target = resolve_target("llvm")
+    fast = build_with_records(mod, target, records_dir="tuning_logs")   # applies the records
+    slow = build_with_records(mod, target)                              # untuned
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+
+from tvm_pet.errors import PetError
+from tvm_pet.tune import records
+from tvm_pet.tune.targets import resolve_target
+
+#: Module attribute that marks the output of ``prepare`` (so that ``prepare`` is idempotent).
+PREPARED_ATTR = "tvm_pet.prepared"
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One distinct tuning task: a fused PrimFunc (as MetaSchedule's ``main``) and its weight."""
+    name: str
+    weight: int
+    mod: tvm.IRModule = field(repr=False)
+    shash: int
+
+
+def prepare(mod: tvm.IRModule, target=None) -> tvm.IRModule:
+    """Return the canonical pre-tuning form of a Relax module: legalised, folded and fused.
+
+    Runs the target's library dispatch, ``DecomposeOpsForInference`` (inference batch-norm),
+    ``CanonicalizeBindings``, then the CPU/GPU default pipeline's legalisation stage
+    (``LegalizeOps``, ``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``) and
+    ``DeadCodeElimination``. The result is what ``relax.get_default_pipeline(target)`` compiles,
+    before any schedule; tune and build both start from it. Already prepared modules are returned
+    unchanged.
+
+    Args:
+        mod: a Relax module with a ``main`` function.
+        target: a target or spec for ``resolve_target`` (legalisation may depend on it).
+
+    Returns:
+        The prepared module, marked with the ``PREPARED_ATTR`` module attribute.
+    """
+    if mod.attrs is not None and PREPARED_ATTR in mod.attrs:
+        return mod
+    target = resolve_target(target)
+    _check_main(mod)
+    passes = [
+        *relax.pipeline.library_dispatch_passes(target),
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+    ]
+    with target, tvm.transform.PassContext(opt_level=3):
+        prepared = tvm.transform.Sequential(passes)(mod)
+    return prepared.with_attr(PREPARED_ATTR, True)
+
+
+def extract_tasks(mod: tvm.IRModule, target=None) -> list[Task]:
+    """Return the distinct tuning tasks of a module, from its prepared form.
+
+    Args:
+        mod: a Relax module (prepared or not).
+        target: a target or spec.
+
+    Returns:
+        One ``Task`` per structurally distinct kernel; ``weight`` counts its calls. Kernels that are
+        already scheduled (``tirx.is_scheduled``) are not tasks.
+    """
+    target = resolve_target(target)
+    extracted = ms.relax_integration.extract_tasks(prepare(mod, target), target,
+                                                   module_equality=records.MODULE_EQUALITY)
+    tasks = []
+    for ext in extracted:
+        task_mod = ext.dispatched[0]
+        if task_mod["main"].attrs is not None and task_mod["main"].attrs.get("tirx.is_scheduled"):
+            continue
+        tasks.append(Task(str(ext.task_name), int(ext.weight), task_mod,
+                          int(tvm_ffi.structural_hash(task_mod))))
+    return tasks
+
+
+def apply_records(mod: tvm.IRModule, target=None,
+                  records_dir: str | Path | None = None) -> tuple[tvm.IRModule, int]:
+    """Return the prepared module with the database's schedules applied, and how many applied.
+
+    Args:
+        mod: a Relax module.
+        target: a target or spec.
+        records_dir: the records root, or ``None`` for no records.
+
+    Returns:
+        (module, number of PrimFuncs scheduled from the database).
+    """
+    target = resolve_target(target)
+    prepared = prepare(mod, target)
+    if not records.has_records(records_dir, target):
+        return prepared, 0
+    database = records.open_database(records_dir, target, create=False)
+    before = _scheduled_count(prepared)
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        applied = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(prepared)
+    return applied, _scheduled_count(applied) - before
+
+
+def build_with_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None):
+    """Compile a Relax module for the target, with the tuned schedules when records exist.
+
+    The module is prepared, the records applied (``apply_records``), and the rest of the target's
+    default pipeline runs: on GPUs dlight's default schedules for untuned kernels, then dataflow
+    lowering and finalisation. Untuned CPU kernels stay naive loop nests.
+
+    Args:
+        mod: a Relax module.
+        target: a target or spec.
+        records_dir: the records root, or ``None`` to build untuned.
+
+    Returns:
+        A ``relax.VMExecutable``; run it with ``relax.VirtualMachine(ex, device)``.
+    """
+    target = resolve_target(target)
+    applied, _ = apply_records(mod, target, records_dir)
+    backend = _backend_pipeline(target)
+    already_run = {"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR"}
+    rest = [p for p in backend.legalize_passes(target) if p.info.name not in already_run]
+    rest += backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
+    with tvm.transform.PassContext(opt_level=3):
+        return tvm.compile(applied, target=target, relax_pipeline=tvm.transform.Sequential(rest))
+
+
+def _backend_pipeline(target):
+    """Return the module of the target's default Relax pipeline stages.
+
+    ``relax.pipeline.dataflow_lower_passes`` cannot be used: it calls
+    ``backend.<name>.dataflow_lower_passes``, which the backends' ``__init__`` do not export in
+    TVM 0.27 (AttributeError), so the stage functions are taken from the pipeline module itself.
+    """
+    name = {"llvm": "cpu_generic", "cuda": "cuda"}.get(target.kind.name, "gpu_generic")
+    return importlib.import_module(f"tvm.relax.backend.{name}.pipeline")
+
+
+def _scheduled_count(mod: tvm.IRModule) -> int:
+    """Return how many PrimFuncs in ``mod`` are marked ``tirx.is_scheduled``."""
+    return sum(1 for _, func in mod.functions.items()
+               if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None
+               and bool(func.attrs.get("tirx.is_scheduled", False)))
+
+
+def _check_main(mod: tvm.IRModule) -> None:
+    """Raise ``PetError`` unless ``mod`` has a Relax ``main`` function."""
+    names = [gv.name_hint for gv in mod.functions]
+    if "main" not in names or not isinstance(mod["main"], relax.Function):
+        raise PetError(f"the module has no Relax 'main' function (it has {names}); "
+                       "build it with relax.BlockBuilder and bb.function('main', ...)")

@@ -1,0 +1,268 @@
+"""The MetaSchedule tuner: top every task of a Relax module up to a trial budget, with faults kept.
+
+Tasks come from :func:`tvm_pet.tune.compile.extract_tasks` (the prepared, fused form the final
+build compiles), and records go to the target's database in ``tuning_logs/<target>/``
+(:mod:`tvm_pet.tune.records`). Nothing here runs unless :func:`tune` is called::
+
+    stats = tune(mod, resolve_target("llvm"), trials=64, records_dir="tuning_logs")  # slow
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from tvm_pet.errors import PetError
+from tvm_pet.tune import records
+from tvm_pet.tune.builder import make_builder
+from tvm_pet.tune.compile import Task, extract_tasks
+from tvm_pet.tune.targets import resolve_target, target_dir
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStats:
+    """What ``tune`` did for one task. ``error`` is set when MetaSchedule gave up on the task."""
+    name: str
+    weight: int
+    records_before: int
+    new_trials: int
+    failed_trials: int
+    wall_s: float
+    best_s: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TuneStats:
+    """What ``tune`` did: per-task statistics and where the records are."""
+    target_key: str
+    db_dir: str
+    per_task: tuple[TaskStats, ...]
+    wall_s: float
+
+    @property
+    def tasks(self) -> int:
+        """The number of distinct tasks of the module."""
+        return len(self.per_task)
+
+    @property
+    def new_trials(self) -> int:
+        """Candidates measured by this call, over all tasks (0 when everything was tuned)."""
+        return sum(task.new_trials for task in self.per_task)
+
+
+def tune(mod: tvm.IRModule, target=None, trials: int = 64,
+         records_dir: str | Path = records.DEFAULT_RECORDS_DIR, *, seed: int = 0,
+         max_workers: int = 2, timeout_s: float = 60.0, rpc: str | None = None,
+         trials_per_iter: int = 64, builder: ms.builder.Builder | None = None,
+         runner: ms.runner.Runner | None = None) -> TuneStats:
+    """Tune every task of a module with MetaSchedule, topping each task up to ``trials`` records.
+
+    A task that already has ``trials`` records (measured candidates, failed ones included) in the
+    target's database is skipped, so a second call measures nothing. Candidates that fail to build
+    or run, time out, or kill their worker process are recorded as failures and the search goes
+    on. The search uses the evolutionary strategy with the XGBoost cost model and
+    ``builder.fast_build``.
+
+    Faults: each task is tuned into a private database, merged into the target's database when the
+    task ends, fails or is interrupted (``records.pending_database``); records left by a killed
+    run are merged first (``records.recover_pending``). An interrupted run (Ctrl-C) therefore keeps
+    every candidate measured so far and raises ``KeyboardInterrupt``; calling ``tune`` again
+    measures only the missing trials.
+
+    Args:
+        mod: a Relax module.
+        target: a target or spec.
+        trials: the number of records each task should have (the per-task budget).
+        records_dir: the records root or the target's directory (``records.db_dir``).
+        seed: the tuning seed; tasks get seeds forked from it.
+        max_workers: popen workers building candidates.
+        timeout_s: seconds before one candidate's build or run counts as failed.
+        rpc: ``"host:port:key"`` of an RPC tracker to measure on instead of this machine.
+        trials_per_iter: candidates per search round (records are committed after each round).
+        builder: a MetaSchedule builder to use instead of ``make_builder(max_workers, timeout_s)``.
+        runner: a MetaSchedule runner to use instead of the local or RPC one (the caller shuts
+            it down).
+
+    Returns:
+        ``TuneStats``; ``new_trials`` is the number of candidates measured by this call.
+    """
+    if trials < 1:
+        raise PetError(f"trials={trials}: the tuning budget must be at least 1 per task")
+    start = time.perf_counter()
+    target = resolve_target(target)
+    tasks = extract_tasks(mod, target)
+    records.recover_pending(records_dir, target)
+    database = records.open_database(records_dir, target)
+    work_dir = records.db_dir(records_dir, target)
+    own_runner = None
+    stats = []
+    seeds = ms.utils.fork_seed(seed, n=len(tasks))
+    try:
+        with _watch_interrupts() as interrupted:
+            for task, task_seed in zip(tasks, seeds):
+                before = len(records.workload_records(database, task.mod))
+                todo = trials - before
+                if todo <= 0:
+                    best = records.best_record(database, task.mod)
+                    stats.append(TaskStats(task.name, task.weight, before, 0, 0, 0.0,
+                                           records.mean_run_secs(best) if best else None))
+                    continue
+                if builder is None:
+                    builder = make_builder(max_workers=max_workers, timeout_s=timeout_s)
+                if runner is None:
+                    runner = own_runner = _make_runner(rpc, timeout_s)
+                search = TuningSearch(target, builder, runner, task_seed, max_workers,
+                                      trials_per_iter, interrupted)
+                stats.append(_tune_task(task, todo, records_dir, work_dir, search))
+    finally:
+        if own_runner is not None:  # its popen worker outlives the process otherwise (pytest)
+            own_runner.pool.shutdown()
+    return TuneStats(target_dir(target), str(work_dir), tuple(stats), time.perf_counter() - start)
+
+
+@dataclass(frozen=True, slots=True)
+class TuningSearch:
+    """The settings every task's MetaSchedule search shares.
+
+    Args:
+        target: the target tuned for.
+        builder: the MetaSchedule builder of candidates.
+        runner: the MetaSchedule runner that measures them.
+        seed: the task's tuning seed.
+        num_threads: threads of the search (one per popen worker).
+        trials_per_iter: candidates per search round.
+        interrupted: filled by :func:`_watch_interrupts` when SIGINT arrives.
+        new_context: makes a ``TuneContext`` (MetaSchedule's by default; a test passes a light
+            stand-in, since a real one loads MetaSchedule's tensor intrinsics).
+        tune_tasks: runs the search (``ms.tune.tune_tasks`` by default).
+    """
+    target: tvm.target.Target
+    builder: ms.builder.Builder
+    runner: ms.runner.Runner
+    seed: int
+    num_threads: int
+    trials_per_iter: int
+    interrupted: list
+    new_context: Callable[..., ms.TuneContext] = ms.TuneContext
+    tune_tasks: Callable[..., None] = ms.tune.tune_tasks
+
+
+def _tune_task(task: Task, todo: int, records_dir, work_dir: Path,
+               search: TuningSearch) -> TaskStats:
+    """Run ``todo`` MetaSchedule trials on one task in a private database; return its statistics.
+
+    The private database starts with the task's records, so its counts are the task's totals.
+    """
+    start = time.perf_counter()
+    with records.pending_database(records_dir, search.target, task.mod) as database:
+        existing = records.workload_records(database, task.mod)
+        before = len(existing)
+        failed_before = sum(1 for rec in existing if records.mean_run_secs(rec) is None)
+        with _task_logger(work_dir, task.name) as logger:
+            error = _run_search(task, todo, database, work_dir, search, logger)
+        after = records.workload_records(database, task.mod)
+        failed = sum(1 for rec in after if records.mean_run_secs(rec) is None) - failed_before
+        best = records.best_record(database, task.mod)
+    return TaskStats(task.name, task.weight, before, len(after) - before, failed,
+                     time.perf_counter() - start, records.mean_run_secs(best) if best else None,
+                     error)
+
+
+def _run_search(task: Task, todo: int, database, work_dir: Path, search: TuningSearch,
+                logger) -> str | None:
+    """Run MetaSchedule on one task; return the error when the search itself fails.
+
+    A ``KeyboardInterrupt`` raised inside MetaSchedule's Python callbacks reaches here as a bare
+    ``RuntimeError`` (TVM's FFI converts it); ``search.interrupted`` tells the two apart, and an
+    interrupt is raised again as ``KeyboardInterrupt``.
+    """
+    try:
+        context = search.new_context(mod=task.mod, target=search.target,
+                                     space_generator="post-order-apply",
+                                     search_strategy="evolutionary", task_name=task.name,
+                                     logger=logger, rand_state=search.seed,
+                                     num_threads=search.num_threads).clone()
+        search.tune_tasks(tasks=[context], task_weights=[float(task.weight)],
+                          work_dir=str(work_dir),
+                          max_trials_global=todo, max_trials_per_task=todo,
+                          num_trials_per_iter=min(search.trials_per_iter, todo),
+                          builder=search.builder, runner=search.runner, database=database,
+                          cost_model="xgb", task_scheduler="round-robin")
+    except (RuntimeError, ValueError, TypeError) as err:  # TVM's errors are these builtins
+        if search.interrupted:
+            raise KeyboardInterrupt from err
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+@contextlib.contextmanager
+def _watch_interrupts():
+    """Yield a list that gets an entry when SIGINT arrives (the usual ``KeyboardInterrupt`` too).
+
+    Only in the main thread, and only when the current handler is a Python one (not ignored).
+    """
+    fired: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield fired
+        return
+
+    def note(signum, frame):
+        fired.append(signum)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield fired
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _task_logger(work_dir: Path, task_name: str):
+    """Yield a logger writing to ``<work_dir>/logs/<task>.log``, closed afterwards.
+
+    MetaSchedule's ``get_loggers_from_work_dir`` is not used: it reconfigures logging globally and
+    crashes when the meta_schedule logger has an unnamed handler (pytest adds one).
+    """
+    log_dir = work_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger(f"tvm_pet.tune.task.{work_dir.name}.{task_name}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    handler = logging.FileHandler(log_dir / f"{task_name}.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
+    logger.addHandler(handler)
+    try:
+        yield logger
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def _make_runner(rpc: str | None, timeout_s: float) -> ms.runner.Runner:
+    """Return a LocalRunner, or an RPCRunner for ``"host:port:key"``."""
+    evaluator = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=100)
+    if rpc is None:
+        return ms.runner.LocalRunner(timeout_sec=timeout_s, evaluator_config=evaluator)
+    host, port, key = parse_rpc(rpc)
+    config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key,
+                                 session_priority=1, session_timeout_sec=int(timeout_s))
+    return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
+
+
+def parse_rpc(rpc: str) -> tuple[str, int, str]:
+    """Split ``"host:port:key"`` into its parts; raise ``PetError`` when it is malformed."""
+    parts = rpc.split(":")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[0] or not parts[2]:
+        raise PetError(f"rpc={rpc!r}: expected 'host:port:key', e.g. '127.0.0.1:9190:cpu'")
+    return parts[0], int(parts[1]), parts[2]
