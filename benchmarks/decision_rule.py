@@ -5,15 +5,15 @@ does it keep a real candidate?
     python benchmarks/decision_rule.py --models csrnet_backend --reps 40
 
 For each model (built from code, seeded) PET's search runs with the measured cost and the
-shipped records. Then, ``--reps`` times, the driver's confirmation timing
-(:func:`tvm_pet.tune.measure.time_interleaved` with ``DriverOptions``' rounds, number and
-repeat) is taken twice:
+shipped records. Then, ``--reps`` times, optimize's confirmation timing (the TVM toolchain's
+``time``, :func:`tvm_pet.tune.timing.time_interleaved`, with ``DriverOptions``' rounds, number
+and repeat) is taken twice:
 
 - **A/A**: the baseline against a second, separate build of the baseline. Any "keep" here is a
   false one: the rule's false-positive rate on this machine.
 - **A/B**: the baseline against PET's candidate (when the search changed the model).
 
-Each timing is judged by the rule ``optimize`` uses (:func:`tvm_pet.relax.driver._decide`: the
+Each timing is judged by the rule ``optimize`` uses (:func:`tvm_pet.pipeline.confirm.decide`: the
 ratio of medians above 1.05 and a one-sided Mann-Whitney test at p < 0.01) and by the rule used
 before it (the ratio of medians above 1 + the larger relative interquartile range, at least
 0.05), on the same samples. Results go to ``benchmarks/results/decision_rule.{json,md}``;
@@ -37,35 +37,30 @@ QUICK = ["conv5x5", "dilated_conv", "two_1x1_convs", "three_matmuls", "csrnet_ba
 def iqr_rule(timings: dict) -> bool:
     """The rule optimize used before: the ratio of medians above 1 + the larger relative
     interquartile range of the two sample sets, and at least 1.05."""
-    from tvm_pet.relax.driver import _relative_iqr
+    from tvm_pet.pipeline.confirm import relative_iqr
     base, opt = timings["baseline"], timings["optimized"]
-    noise = max(_relative_iqr(base), _relative_iqr(opt), 0.05)
+    noise = max(relative_iqr(base), relative_iqr(opt), 0.05)
     return base.median / opt.median > 1 + noise
 
 
 def measure_model(name: str, reps: int) -> dict:
     import numpy as np
 
-    from tvm_pet.cost.measured import MeasuredCost
-    from tvm_pet.models import build as build_model
+    from tvm_pet.models import build_model
     from tvm_pet.onnx import import_model
-    from tvm_pet.relax.adapter import program_to_module
-    from tvm_pet.relax.driver import DriverOptions, _decide
+    from tvm_pet.pipeline import DriverOptions, tvm_toolchain
+    from tvm_pet.pipeline.confirm import decide
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.search.optimizer import optimize
-    from tvm_pet.tune.measure import build, time_interleaved
-    from tvm_pet.tune.records import default_records_dir
-    from tvm_pet.tune.targets import resolve_target
 
-    target = resolve_target("llvm")
-    records = default_records_dir(target)
+    toolchain = tvm_toolchain("llvm")  # the shipped records (default_records_dir)
     program = import_model(build_model(name, batch=1))
     result = optimize(program, SearchConfig(depth=3, rounds=1, time_limit=600),
-                      MeasuredCost(target, records))
-    executables = {"baseline": build(program_to_module(program), target, records),
-                   "baseline_again": build(program_to_module(program), target, records)}
+                      toolchain.cost_model(tuned=True))
+    executables = {"baseline": toolchain.build(toolchain.lower(program)),
+                   "baseline_again": toolchain.build(toolchain.lower(program))}
     if result.applied:
-        executables["candidate"] = build(program_to_module(result.program), target, records)
+        executables["candidate"] = toolchain.build(toolchain.lower(result.program))
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal(t.shape).astype(np.float32) for t in program.inputs]
     options = DriverOptions()
@@ -74,13 +69,13 @@ def measure_model(name: str, reps: int) -> dict:
         for kind, other in (("aa", "baseline_again"), ("ab", "candidate")):
             if other not in executables:
                 continue
-            t = time_interleaved({"baseline": executables["baseline"],
-                                  "optimized": executables[other]}, inputs,
-                                 rounds=options.timing_rounds, number=options.timing_number,
-                                 repeat=options.timing_repeat)
-            keep, look = _decide(t)
-            trials[kind].append({"ratio": look["ratio"], "p_value": look["p_value"],
-                                 "noise": look["noise"], "keep_rank_rule": keep,
+            t = toolchain.time({"baseline": executables["baseline"],
+                                "optimized": executables[other]}, inputs,
+                               rounds=options.timing_rounds, number=options.timing_number,
+                               repeat=options.timing_repeat)
+            look = decide(t)
+            trials[kind].append({"ratio": look.ratio, "p_value": look.p_value,
+                                 "noise": look.noise, "keep_rank_rule": look.keep,
                                  "keep_iqr_rule": iqr_rule(t)})
     return {"model": name, "candidate": [" -> ".join(a.mutant_ops) for a in result.applied],
             "reps": reps, **trials}

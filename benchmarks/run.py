@@ -60,13 +60,13 @@ def _child(args) -> dict:
     import tvm
     from tvm import relax
 
-    from tvm_pet.models import build
+    from tvm_pet.models import build_model
     from tvm_pet.pipeline import DriverOptions, optimize_model
     from tvm_pet.search.config import SearchConfig
 
     args.batch = int(args.batch)
     kwargs = {"batch": args.batch} | ({"layers": 1} if args.one == "bert_encoder" else {})
-    model = build(args.one, **kwargs)
+    model = build_model(args.one, **kwargs)
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "model.onnx"
         onnx.save(model, path)

@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from tvm_pet.models import build  # noqa: E402
+from tvm_pet.models import build_model  # noqa: E402
 from tvm_pet.onnx import import_model  # noqa: E402
 from tvm_pet.search.cases import CASES  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402
@@ -45,7 +45,7 @@ def discovery(case) -> dict:
 
 
 def model_search(name: str, kwargs: dict) -> dict:
-    program = import_model(build(name, **kwargs))
+    program = import_model(build_model(name, **kwargs))
     start = time.perf_counter()
     result = optimize(program, SearchConfig(depth=3, rounds=3, time_limit=600))
     seconds = time.perf_counter() - start

@@ -28,10 +28,10 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_pet.relax
-from tvm_pet.models import build
+from tvm_pet.models import build_model
 from tvm_pet.search.config import SearchConfig
 
-model = build("bert_encoder", batch=1, seq=32, layers=1, seed=0)
+model = build_model("bert_encoder", batch=1, seq=32, layers=1, seed=0)
 mod = from_onnx(model)
 x = np.random.default_rng(0).standard_normal((1, 32, 768)).astype("float32")
 

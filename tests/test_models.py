@@ -16,7 +16,7 @@ import pytest
 from onnx import numpy_helper
 
 from tvm_pet.ir import Op
-from tvm_pet.models import MODELS, build, inception_v3
+from tvm_pet.models import MODELS, build_model, inception_v3
 from tvm_pet.onnx import import_model
 from tvm_pet.verify.interpreter import evaluate
 
@@ -43,7 +43,7 @@ SMALL = {
 @functools.lru_cache(maxsize=None)
 def small_model(name: str) -> onnx.ModelProto:
     """The builder ``name`` at its small size with seed 0 (built once per session)."""
-    return build(name, **SMALL[name])
+    return build_model(name, **SMALL[name])
 
 
 # ------------------------------------------------------------------------------------- helpers
@@ -82,7 +82,7 @@ def test_registry_names_every_builder():
 
 def test_unknown_name_is_a_value_error_listing_the_models():
     with pytest.raises(ValueError, match="unknown model 'resnet50'.*bert_encoder.*two_1x1_convs"):
-        build("resnet50")
+        build_model("resnet50")
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
@@ -113,9 +113,9 @@ def test_float_evaluator_runs_every_model_natively(name):
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_weights_follow_the_seed(name):
     first = small_model(name).graph.initializer
-    again = build(name, **SMALL[name], seed=0).graph.initializer
+    again = build_model(name, **SMALL[name], seed=0).graph.initializer
     assert [t.SerializeToString() for t in first] == [t.SerializeToString() for t in again]
-    same, other = initializers(small_model(name)), initializers(build(name, **SMALL[name], seed=1))
+    same, other = initializers(small_model(name)), initializers(build_model(name, **SMALL[name], seed=1))
     assert set(same) == set(other)
     drawn = [k for k, v in same.items() if v.dtype == np.float32 and v.size > 1]
     assert drawn and all(not np.array_equal(same[k], other[k]) for k in drawn)
@@ -175,7 +175,7 @@ def test_csrnet_backend_is_six_dilated_convs_and_a_1x1():
                                           ("bert_encoder", dict(hidden=100, heads=12))])
 def test_invalid_sizes_are_rejected_clearly(name, kwargs):
     with pytest.raises(ValueError, match=name):
-        build(name, **kwargs)
+        build_model(name, **kwargs)
 
 
 @pytest.mark.slow
@@ -183,6 +183,6 @@ def test_invalid_sizes_are_rejected_clearly(name, kwargs):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_full_size_model_matches_onnxruntime(name):
     """Paper sizes (the builders' defaults); about 30 s in all, R3D-18 half of it."""
-    model = build(name)
+    model = build_model(name)
     onnx.checker.check_model(model, full_check=True)
     assert_matches_onnxruntime(model)

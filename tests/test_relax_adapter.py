@@ -29,7 +29,7 @@ from tvm.script import relax as R  # noqa: E402
 from tvm_pet import cases  # noqa: E402
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator  # noqa: E402
 from tvm_pet.ir import Op, ProgramBuilder, check_program  # noqa: E402
-from tvm_pet.models import build  # noqa: E402
+from tvm_pet.models import build_model  # noqa: E402
 from tvm_pet.relax import from_relax, program_to_module, to_relax  # noqa: E402
 from tvm_pet.relax.adapter import LOWER_RULES, OPAQUE_LOWERING  # noqa: E402
 from tvm_pet.verify.corrector import correct  # noqa: E402
@@ -569,7 +569,7 @@ only_when_selected = pytest.mark.skipif("'slow' not in config.getoption('markexp
     ("csrnet", dict(image=64)), ("inception_v3", dict(image=75)),
     ("bert_encoder", dict(seq=16, layers=1)), ("conv5x5", {}), ("dilated_conv", {})])
 def test_model_zoo_whole_models(name, kwargs):
-    lifted = check_onnx(build(name, **kwargs))
+    lifted = check_onnx(build_model(name, **kwargs))
     kinds = {n.attrs["kind"] for n in lifted.program.nodes if n.op is Op.OPAQUE}
     assert kinds <= {"Relu", "MaxPool", "Softmax", "LayerNormalization", "Erf"}, kinds
 
@@ -577,7 +577,7 @@ def test_model_zoo_whole_models(name, kwargs):
 @pytest.mark.parametrize("name, kwargs", [("csrnet_backend", dict(h=6, w=6)),
                                           ("two_1x1_convs", {}), ("three_matmuls", {})])
 def test_model_zoo(name, kwargs):
-    lifted = check_onnx(build(name, **kwargs))
+    lifted = check_onnx(build_model(name, **kwargs))
     assert all(n.op is not Op.OPAQUE or n.attrs["kind"] == "Relu" for n in lifted.program.nodes)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 tvm = pytest.importorskip("tvm")
 
-from tvm_pet.models import build  # noqa: E402
+from tvm_pet.models import build_model  # noqa: E402
 from tvm_pet.onnx import import_model  # noqa: E402
 from tvm_pet.relax.adapter import program_to_module  # noqa: E402
 from tvm_pet.tune import kernel_times, tune  # noqa: E402
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not (SHIPPED / "database_tuning_record.json").ex
 
 @pytest.mark.parametrize("name", MODELS)
 def test_second_run_needs_zero_new_trials(name):
-    module = program_to_module(import_model(build(name)))
+    module = program_to_module(import_model(build_model(name)))
     stats = tune(module, TARGET, TRIALS, ROOT)
     assert stats.tasks >= 1
     assert stats.new_trials == 0, f"{name}: records incomplete ({stats})"
@@ -36,7 +36,7 @@ def test_second_run_needs_zero_new_trials(name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_measured_cost_reads_the_records(name):
-    module = program_to_module(import_model(build(name)))
+    module = program_to_module(import_model(build_model(name)))
     times = kernel_times(module, TARGET, ROOT)
     assert times and all(t.source == "tuned" for t in times), [t.source for t in times]
     assert all(t.seconds > 0 for t in times)

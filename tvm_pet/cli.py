@@ -140,9 +140,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 def _cmd_model(args: argparse.Namespace) -> int:
     import onnx
 
-    from tvm_pet.models import build
+    from tvm_pet.models import build_model
     try:
-        model = build(args.name)
+        model = build_model(args.name)
     except ValueError as e:
         raise PetError(str(e)) from None
     onnx.save(model, args.file)

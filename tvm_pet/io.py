@@ -10,7 +10,8 @@ write leaves the old file as it was and no temporary file behind.
 when its holder exits, even on SIGKILL, so a dead process never leaves a stale lock. The lock is
 not re-entrant: a process must not ask for a directory it already holds.
 
-TVM-free; used by ``tvm_pet.tune`` (records, untuned times) and the driver (``report.json``).
+TVM-free; used by ``tvm_pet.tune`` (records, untuned times) and the application
+(:mod:`tvm_pet.pipeline`: ``report.json``, the artifacts).
 """
 from __future__ import annotations
 

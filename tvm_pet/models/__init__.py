@@ -23,7 +23,7 @@ name                      model
 ``three_matmuls``         Table 3: three [512, 768] × [768, 768] matmuls
 ========================  =======================================================================
 
->>> model = build("csrnet_backend", h=8, w=8, seed=1)
+>>> model = build_model("csrnet_backend", h=8, w=8, seed=1)
 >>> model.graph.input[0].name, model.graph.output[0].name
 ('input', 'output')
 """
@@ -54,7 +54,7 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
 }
 
 
-def build(name: str, **kwargs) -> onnx.ModelProto:
+def build_model(name: str, **kwargs) -> onnx.ModelProto:
     """Build the model ``name`` of :data:`MODELS`.
 
     Args:
@@ -73,6 +73,6 @@ def build(name: str, **kwargs) -> onnx.ModelProto:
     return MODELS[name](**kwargs)
 
 
-__all__ = ["MODELS", "build", "bert_encoder", "conv5x5", "csrnet", "csrnet_backend",
+__all__ = ["MODELS", "build_model", "bert_encoder", "conv5x5", "csrnet", "csrnet_backend",
            "dilated_conv", "inception_v3", "resnet18", "resnet3d_18", "three_matmuls",
            "two_1x1_convs"]

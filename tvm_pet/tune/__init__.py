@@ -1,7 +1,8 @@
 """The measurement layer: targets, MetaSchedule tuning records, builds, timings and costs.
 
-With ``tvm_pet.relax`` this is the only package that imports TVM. Inputs are Relax IRModules
-(``main``, static shapes, weights as constants). One module per concept:
+With ``tvm_pet.relax`` (and the application's TVM toolchain) this is the only package that
+imports TVM. Inputs are Relax IRModules (``main``, static shapes, weights as constants). One
+module per concept:
 
 - :mod:`~tvm_pet.tune.compile`: the compile pipeline (``prepare``, ``extract_tasks``,
   ``apply_records``, ``build_with_records``);

@@ -5,6 +5,12 @@ build compiles), and records go to the target's database in ``tuning_logs/<targe
 (:mod:`tvm_pet.tune.records`). Nothing here runs unless :func:`tune` is called::
 
     stats = tune(mod, resolve_target("llvm"), trials=64, records_dir="tuning_logs")  # slow
+
+Faults: each task is tuned into a private database, merged into the target's database when the
+task ends, fails or is interrupted (``records.pending_database``); records left by a killed run
+are merged first (``records.recover_pending``). An interrupted run (Ctrl-C) therefore keeps every
+candidate measured so far and raises ``KeyboardInterrupt``; calling :func:`tune` again measures
+only the missing trials.
 """
 from __future__ import annotations
 
@@ -70,13 +76,7 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     target's database is skipped, so a second call measures nothing. Candidates that fail to build
     or run, time out, or kill their worker process are recorded as failures and the search goes
     on. The search uses the evolutionary strategy with the XGBoost cost model and
-    ``builder.fast_build``.
-
-    Faults: each task is tuned into a private database, merged into the target's database when the
-    task ends, fails or is interrupted (``records.pending_database``); records left by a killed
-    run are merged first (``records.recover_pending``). An interrupted run (Ctrl-C) therefore keeps
-    every candidate measured so far and raises ``KeyboardInterrupt``; calling ``tune`` again
-    measures only the missing trials.
+    ``builder.fast_build``. An interrupted run keeps its records (module docstring: faults).
 
     Args:
         mod: a Relax module.
@@ -110,11 +110,8 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
         with _watch_interrupts() as interrupted:
             for task, task_seed in zip(tasks, seeds):
                 before = len(records.workload_records(database, task.mod))
-                todo = trials - before
-                if todo <= 0:
-                    best = records.best_record(database, task.mod)
-                    stats.append(TaskStats(task.name, task.weight, before, 0, 0, 0.0,
-                                           records.mean_run_secs(best) if best else None))
+                if before >= trials:
+                    stats.append(_already_tuned(task, before, database))
                     continue
                 if builder is None:
                     builder = make_builder(max_workers=max_workers, timeout_s=timeout_s)
@@ -122,11 +119,18 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
                     runner = own_runner = _make_runner(rpc, timeout_s)
                 search = TuningSearch(target, builder, runner, task_seed, max_workers,
                                       trials_per_iter, interrupted)
-                stats.append(_tune_task(task, todo, records_dir, work_dir, search))
+                stats.append(_tune_task(task, trials - before, records_dir, work_dir, search))
     finally:
         if own_runner is not None:  # its popen worker outlives the process otherwise (pytest)
             own_runner.pool.shutdown()
     return TuneStats(target_dir(target), str(work_dir), tuple(stats), time.perf_counter() - start)
+
+
+def _already_tuned(task: Task, before: int, database) -> TaskStats:
+    """The statistics of a task that has its trials already: nothing measured."""
+    best = records.best_record(database, task.mod)
+    return TaskStats(task.name, task.weight, before, 0, 0, 0.0,
+                     records.mean_run_secs(best) if best else None)
 
 
 @dataclass(frozen=True, slots=True)
