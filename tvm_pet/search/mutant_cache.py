@@ -19,7 +19,8 @@ class MutantCache:
     """Generated mutants keyed by a subset's canonical structure (weights abstracted).
 
     Verification treats weights symbolically, so subsets that differ only in names and weight
-    values share one entry; ``keys`` memoizes the weights' content keys for the canonical form.
+    values share one entry; ``weight_keys`` memoizes the weights' content keys for the canonical
+    form.
 
     >>> cache = MutantCache()
     >>> cache.get(("no", "such", "subset")) is None and len(cache) == 0
@@ -27,7 +28,7 @@ class MutantCache:
     """
 
     def __init__(self):
-        self.keys = WeightKeys()
+        self.weight_keys = WeightKeys()
         self._entries: dict[tuple, Generated] = {}
 
     def get(self, key: tuple) -> Generated | None:
@@ -40,3 +41,7 @@ class MutantCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __iter__(self):
+        """The canonical keys stored, in the order they were generated."""
+        return iter(list(self._entries))

@@ -296,7 +296,7 @@ class Optimizer:
         self.config, self.cost_model = config, cost
         self.mutants = MutantCache() if mutants is None else mutants
         self.reports: list[SubsetReport] = []
-        self.keys = self.mutants.keys
+        self.keys = self.mutants.weight_keys
         self.seen: set[tuple] = set()  # subsets this optimizer listed: "cached" in its reports
         self.costs: dict[tuple, float] = {}
         self.deadline = None if config.time_limit is None else time.perf_counter() + config.time_limit

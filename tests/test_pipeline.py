@@ -1,0 +1,267 @@
+"""The application layer (``tvm_pet.pipeline``) without TVM: its stages run on a fake toolchain,
+the tuning plan is pure, the tune stage and the search share one generator cache, and the
+package layering holds (``cost/`` and ``search/`` import neither ``relax/`` nor ``tune/``; the
+engine and the application's stages import without TVM)."""
+import ast
+import dataclasses
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tvm_pet.cost.analytic import AnalyticCost
+from tvm_pet.ir import Op
+from tvm_pet.ir.builder import ProgramBuilder
+from tvm_pet.pipeline import DriverOptions, TuneSummary, optimize, tune_model
+from tvm_pet.pipeline.confirm import confirm
+from tvm_pet.pipeline.plan import pick_mutants
+from tvm_pet.pipeline.search import search
+from tvm_pet.search.config import SearchConfig
+from tvm_pet.search.mutant_cache import MutantCache
+from tvm_pet.search.optimizer import Candidate
+from tvm_pet.verify.interpreter import evaluate
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "tvm_pet"
+
+#: The keys of ``report.json`` before the application layer (``relax/driver.py``); kept.
+REPORT_KEYS = {"model", "target", "cost_model", "baseline_time_s", "optimized_time_s", "speedup",
+               "measured_speedup_of_candidate", "timings", "decision_rule", "kept", "looks",
+               "search_time_s", "tuning_time_s", "new_trials", "tuning", "max_abs_err",
+               "max_abs_err_vs_onnxruntime", "applied", "candidates_confirmed", "search"}
+#: The keys of each look of ``report.json`` (``new_trials`` and ``tuning_time_s`` when it tuned).
+LOOK_KEYS = {"what", "candidate", "trials_per_task", "seed", "rounds", "ratio", "p_value",
+             "noise", "close", "kept", "rule"}
+
+
+# ------------------------------------------------------------------------------ a fake toolchain
+
+@dataclasses.dataclass(frozen=True)
+class FakeTiming:
+    median: float
+    samples: tuple[float, ...]
+
+
+def _timing(median, rel_iqr=0.04):
+    lo, hi = median * (1 - rel_iqr / 2), median * (1 + rel_iqr / 2)
+    return FakeTiming(median, (lo, lo, lo, median, median, hi, hi, hi))
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeTuned:
+    tasks: int
+    new_trials: int
+    wall_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeExecutable:
+    program: object
+
+
+class DilationIsSlow:
+    """The analytic cost plus one per dilated conv; the screen compares the two costs."""
+    name = "dilation-is-slow"
+
+    def cost(self, program):
+        dilated = sum(1.0 for n in program.nodes
+                      if n.op is Op.CONV and any(d > 1 for d in n.attrs["dilations"]))
+        return AnalyticCost().cost(program) + dilated
+
+    def changed_ratio(self, before, after):
+        return self.cost(after) / self.cost(before)
+
+
+class FakeToolchain:
+    """Every toolchain operation without TVM: a module is the Program itself, an executable runs
+    on the NumPy interpreter, and timings (one scripted ratio per call) and tuning are noted."""
+
+    target_name = "fake"
+
+    def __init__(self, ratios=(), records_dir="fake-records"):
+        self.records_dir = records_dir
+        self.ratios, self.timed, self.tuned = list(ratios), [], []
+
+    def lower(self, program):
+        return program
+
+    def build(self, module):
+        return FakeExecutable(module)
+
+    def tune(self, module, trials, *, seed):
+        self.tuned.append((trials, seed))
+        return FakeTuned(tasks=1, new_trials=trials, wall_s=0.5)
+
+    def time(self, executables, inputs, *, rounds, number, repeat):
+        ratio = self.ratios[len(self.timed)]
+        self.timed.append(rounds)
+        return {"baseline": _timing(1e-3 * ratio), "optimized": _timing(1e-3)}
+
+    def run(self, executable, inputs):
+        program = executable.program
+        outputs = evaluate(program, {t.name: x for t, x in zip(program.inputs, inputs)})
+        return [outputs[name] for name in program.outputs]
+
+    def export(self, executable, path):
+        pathlib.Path(path).write_text("a fake executable\n")
+
+    def script(self, module):
+        return f"# {len(module.nodes)} nodes\n"
+
+    def cost_model(self, tuned=True):
+        return DilationIsSlow()
+
+    def tuned_before(self, program):
+        return False
+
+
+def dilated_chain(layers=2, channels=4, size=8):
+    """Dilated 3x3 convs (pad 2), each with a bias and a ReLU."""
+    rng = np.random.default_rng(2)
+    b = ProgramBuilder("chain")
+    h = b.input("x", (1, channels, size, size))
+    for k in range(layers):
+        h = b.conv(h, b.weight(f"w{k}", rng.standard_normal((channels, channels, 3, 3)) * 0.3),
+                   pads=2, dilations=2)
+        h = b.add(h, b.weight(f"b{k}", rng.standard_normal((1, channels, 1, 1))))
+        (h,) = b.opaque("Relu", [h])
+    return b.build([h])
+
+
+def dilated_onnx(path: pathlib.Path) -> pathlib.Path:
+    from tvm_pet.onnx import export_model
+    path.write_bytes(export_model(dilated_chain(layers=1)).SerializeToString())
+    return path
+
+
+def _inputs(program):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(t.shape).astype(np.float32) for t in program.inputs]
+
+
+# ------------------------------------------------------------------------------ the stages
+
+def test_optimize_on_a_fake_toolchain_writes_every_report_key_and_artifact(tmp_path):
+    pytest.importorskip("onnx")
+    toolchain = FakeToolchain(ratios=[1.3])
+    report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out",
+                      SearchConfig(rounds=1), DriverOptions(cost="analytic", timing_rounds=2),
+                      toolchain=toolchain, cost=DilationIsSlow())
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert REPORT_KEYS <= set(written) and written == json.loads(json.dumps(report.to_json()))
+    assert all(LOOK_KEYS <= set(look) for look in written["looks"])
+    assert written["kept"] == "optimized" and written["applied"] and toolchain.timed == [2]
+    assert written["max_abs_err"] < 1e-4 and written["target"] == "fake"
+    for name in ("optimized.so", "baseline.so", "optimized.onnx", "optimized.py"):
+        assert (tmp_path / "out" / name).exists()
+
+
+def test_a_close_call_with_a_budget_is_tuned_again_on_both_sides():
+    program = dilated_chain(layers=1)
+    toolchain = FakeToolchain(ratios=[1.03, 1.3])
+    candidate = Candidate(program, 0.0, [])  # the same program: its outputs match
+    confirmation = confirm(program, [candidate], toolchain,
+                           DriverOptions(trials=8, seed=3, timing_rounds=2), _inputs(program))
+    first, second = confirmation.looks
+    assert first.decision.close and not first.decision.keep and first.new_trials is None
+    assert second.budget.trials_per_task == 16 and second.budget.seed == 4
+    assert toolchain.tuned == [(16, 4), (16, 4)] and toolchain.timed == [2, 4]
+    assert second.new_trials == 32 and second.tuning_time_s == pytest.approx(1.0)
+    assert confirmation.keep and confirmation.chosen is candidate
+    assert LOOK_KEYS | {"new_trials", "tuning_time_s"} <= set(second.to_json())
+
+
+def test_pick_mutants_keeps_earlier_picks_and_screens_the_rest():
+    screened = []
+
+    def ratio(k):
+        screened.append(k)
+        return [3.0, 0.5, 1.5, 0.7][k]
+
+    mutants = [("A",), ("B",), ("C",), ("D",)]
+    picks = pick_mutants("s", mutants, [False, False, True, False], ratio, promising=3,
+                         screen_ratio=2.0)
+    assert [(p.index, p.untuned_ratio) for p in picks] == [(2, None), (1, 0.5), (3, 0.7)]
+    assert picks[0].reason == "tuned by an earlier run" and sorted(screened) == [0, 1, 3]
+    # no place left: nothing is screened (screening measures)
+    screened.clear()
+    picks = pick_mutants("s", mutants, [True, True, True, True], ratio, promising=2,
+                         screen_ratio=2.0)
+    assert [p.index for p in picks] == [0, 1] and screened == []
+    # the threshold: a mutant twice as slow or worse is not tuned
+    assert pick_mutants("s", mutants, [False] * 4, ratio, promising=1, screen_ratio=0.4) == ()
+
+
+def test_the_tune_stage_and_the_search_share_one_generator_cache():
+    program = dilated_chain()
+    config = SearchConfig(rounds=1, time_limit=120)
+    toolchain = FakeToolchain()
+    mutants = MutantCache()
+    summary = tune_model(program, config, DriverOptions(trials=4, promising=50), toolchain,
+                         mutants)
+    assert isinstance(summary, TuneSummary) and summary.ran and len(mutants) > 0
+    listed = {key: mutants.get(key) for key in mutants}
+    found = search(program, config, DilationIsSlow(), mutants, confirm=3)
+    # the search generated nothing again: every subset's entry is the one the tune stage made
+    assert {key: mutants.get(key) for key in mutants} == listed
+    assert all(mutants.get(key) is generated for key, generated in listed.items())
+    assert found.result.applied and found.candidates
+    # the original, each tuned mutant, and the two layers rewritten together
+    assert len(toolchain.tuned) == 1 + len(summary.plan.picks)
+    assert summary.plan.picks[-1].subprogram == "combined"
+
+
+# ------------------------------------------------------------------------------ the layering
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """Every module a file imports, at the top or inside a function."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _under(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+@pytest.mark.parametrize("package", ["cost", "search"])
+def test_cost_and_search_import_neither_relax_nor_tune(package):
+    for path in sorted((PACKAGE / package).rglob("*.py")):
+        bad = {m for m in _imports(path)
+               if _under(m, "tvm", "tvm_pet.relax", "tvm_pet.tune", "tvm_pet.pipeline")}
+        assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
+
+
+def test_the_application_reaches_tvm_only_through_its_toolchain():
+    for path in sorted((PACKAGE / "pipeline").glob("*.py")):
+        if path.name == "tvm_toolchain.py":
+            continue
+        bad = {m for m in _imports(path)
+               if _under(m, "tvm", "tvm_ffi", "tvm_pet.relax", "tvm_pet.tune")}
+        assert not bad, f"pipeline/{path.name} imports {sorted(bad)}"
+
+
+def test_the_engine_and_the_stages_import_without_tvm():
+    script = """
+import importlib, pkgutil, sys
+sys.modules["tvm"] = sys.modules["tvm_ffi"] = None  # any import of TVM raises ImportError
+import tvm_pet
+skip = {"tvm_pet.pipeline.tvm_toolchain"}
+for package in ("ir", "ops", "verify", "search", "cost", "onnx", "pipeline"):
+    root = importlib.import_module("tvm_pet." + package)
+    for info in pkgutil.walk_packages(root.__path__, root.__name__ + "."):
+        if info.name not in skip:
+            importlib.import_module(info.name)
+print("imported without tvm")
+"""
+    pytest.importorskip("onnx")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=PACKAGE.parent, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "imported without tvm" in done.stdout
