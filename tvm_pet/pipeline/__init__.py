@@ -3,7 +3,9 @@
 =============================================  ====================================================
 :mod:`~tvm_pet.pipeline.options`               ``DriverOptions`` (and ``SearchConfig``)
 :mod:`~tvm_pet.pipeline.toolchain`             the ``Toolchain`` seam: lower, build, tune, time,
-                                               run (TVM's is :mod:`~tvm_pet.pipeline.tvm_toolchain`)
+                                               run, export (tests pass a fake one)
+:mod:`~tvm_pet.pipeline.tvm_toolchain`         TVM's toolchain: the only module here that imports
+                                               TVM (``relax/`` and ``tune/``), on first use
 :mod:`~tvm_pet.pipeline.plan`                  which mutants get tuned, and why (pure, no TVM)
 :mod:`~tvm_pet.pipeline.tune`                  steps 1-2: tune the original and the promising few
 :mod:`~tvm_pet.pipeline.search`                step 3: the search with the run's cost model
@@ -13,6 +15,10 @@
 =============================================  ====================================================
 
 Importing this package does not import TVM; the TVM toolchain is made on first use.
+The flow, as ``optimize`` reads::
+
+    program ──► tune (original + plan's picks) ──► search (measured cost, shared generator
+    cache) ──► confirm (looks: decision rule, runners-up, second look) ──► report + artifacts
 """
 from tvm_pet.pipeline.optimize import optimize, optimize_model
 from tvm_pet.pipeline.options import Budget, DriverOptions, SearchConfig

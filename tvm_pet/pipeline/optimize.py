@@ -25,7 +25,7 @@ from tvm_pet.ir.node import Program
 from tvm_pet.onnx import import_model
 from tvm_pet.pipeline.confirm import confirm
 from tvm_pet.pipeline.options import DriverOptions
-from tvm_pet.pipeline.report import Report, max_abs_err, onnxruntime_error, write_artifacts
+from tvm_pet.pipeline.report import Report, make_report, write_artifacts
 from tvm_pet.pipeline.search import cost_model, search
 from tvm_pet.pipeline.toolchain import Toolchain, tvm_toolchain
 from tvm_pet.pipeline.tune import TuneSummary, tune_model
@@ -72,12 +72,9 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     # 4-5. time the candidates end to end, with a second look at close calls
     inputs = random_inputs(program, options.seed)
     confirmation = confirm(program, found.candidates, toolchain, options, list(inputs.values()))
+    # the report, and the artifacts that were checked
+    report = make_report(model, toolchain, tuning, found, confirmation, inputs)
     final = confirmation.chosen.program if confirmation.keep else program
-    outputs = (confirmation.baseline.outputs if not confirmation.keep
-               else toolchain.run(confirmation.final, list(inputs.values())))
-    report = Report(str(model), toolchain.target_name, tuning, found, confirmation,
-                    max_abs_err(confirmation.baseline.outputs, outputs),
-                    onnxruntime_error(model, inputs, outputs))
     write_artifacts(out, report, final, toolchain)
     return report
 

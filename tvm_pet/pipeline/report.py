@@ -2,7 +2,7 @@
 
 A :class:`Report` is built from the stages' values (:class:`~tvm_pet.pipeline.tune.TuneSummary`,
 :class:`~tvm_pet.pipeline.search.Found`, :class:`~tvm_pet.pipeline.confirm.Confirmation`) and
-the accuracy checks; :meth:`Report.to_json` is ``report.json``. :func:`write_artifacts` writes
+the accuracy checks (:func:`make_report`); :meth:`Report.to_json` is ``report.json``. :func:`write_artifacts` writes
 ``baseline.so``, ``optimized.so``, ``optimized.onnx``, ``optimized.py`` and ``report.json``.
 """
 from __future__ import annotations
@@ -116,6 +116,30 @@ class Report:
             "candidates_confirmed": len({k.candidate for k in c.looks} - {None}),
             "search": self.found.result.to_json(),
         }
+
+
+def make_report(model, toolchain: Toolchain, tuning: TuneSummary, found: Found,
+                confirmation: Confirmation, inputs: Mapping[str, np.ndarray]) -> Report:
+    """The report of a run: the stages' values, and the accuracy of what ``optimized.so`` holds.
+
+    Args:
+        model: the ONNX model (path or ``ModelProto``).
+        toolchain: the compiler that built and ran the executables.
+        tuning: the tune stage's summary.
+        found: the search stage's result.
+        confirmation: the confirm stage's result.
+        inputs: the inputs the executables were checked on, by name.
+
+    Returns:
+        The :class:`Report`: ``max_abs_err`` compares the kept executable's outputs with the
+        original's (both compiled; 0 when the original is kept), and
+        ``max_abs_err_vs_onnxruntime`` with onnxruntime on the ONNX model.
+    """
+    reference = confirmation.baseline.outputs
+    outputs = (toolchain.run(confirmation.final, list(inputs.values())) if confirmation.keep
+               else reference)
+    return Report(str(model), toolchain.target_name, tuning, found, confirmation,
+                  max_abs_err(reference, outputs), onnxruntime_error(model, inputs, outputs))
 
 
 def _applied_json(a: Applied) -> dict:

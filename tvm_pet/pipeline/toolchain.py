@@ -92,16 +92,18 @@ class Toolchain(Protocol):
 
 
 def tvm_toolchain(target: str = "llvm", records_dir: str | None = None,
-                  rpc: str | None = None) -> Toolchain:
+                  rpc: str | None = None, *, run_here: bool = True) -> Toolchain:
     """The TVM toolchain for a target (imports TVM, here and nowhere else in the application).
 
     Args:
         target: a target spec.
         records_dir: the records folder (default ``tuning_logs/<target>``).
         rpc: ``"host:port:key"`` of an RPC tracker to tune on.
+        run_here: fail now when this machine cannot run the target's code (``optimize`` runs
+            it; ``tune`` may tune over ``rpc`` alone).
 
     Returns:
         A :class:`tvm_pet.pipeline.tvm_toolchain.TVMToolchain`.
     """
     from tvm_pet.pipeline.tvm_toolchain import TVMToolchain
-    return TVMToolchain(target, records_dir, rpc)
+    return TVMToolchain(target, records_dir, rpc, run_here=run_here)

@@ -83,7 +83,8 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
         A :class:`TuneSummary`: tasks tuned, new trials, seconds, and the tuned mutants.
     """
     if toolchain is None:
-        toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc)
+        toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
+                                  run_here=False)
     mutants = MutantCache() if mutants is None else mutants
     start = time.perf_counter()
     stats = [_tune(toolchain, program, options)]

@@ -52,17 +52,27 @@ class TVMToolchain:
         records_dir: the records folder (default ``tuning_logs/<target>``, see
             :func:`~tvm_pet.tune.records.default_records_dir`).
         rpc: ``"host:port:key"`` of an RPC tracker to tune on.
+        run_here: check now that this machine can run the target's code (``optimize`` runs
+            and times it; ``tune`` over ``rpc`` needs no local device, and checks on first use).
 
     Raises:
-        PetError: for an unknown target, or one this machine cannot run.
+        PetError: for an unknown target, or (``run_here``) one this machine cannot run.
     """
 
-    def __init__(self, target="llvm", records_dir: str | None = None, rpc: str | None = None):
+    def __init__(self, target="llvm", records_dir: str | None = None, rpc: str | None = None,
+                 *, run_here: bool = True):
         self.target = resolve_target(target)
-        self.device = device_for(self.target)
         self.records_dir = str(records_dir or default_records_dir(self.target))
         self.rpc = rpc
+        self._device = device_for(self.target) if run_here else None
         self._database = None  # the records, opened for tuned_before; reopened after tuning
+
+    @property
+    def device(self) -> tvm.runtime.Device:
+        """The device that runs the target's code on this machine (:func:`device_for`)."""
+        if self._device is None:
+            self._device = device_for(self.target)
+        return self._device
 
     @property
     def target_name(self) -> str:
