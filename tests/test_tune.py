@@ -24,8 +24,8 @@ from tvm_pet.errors import PetError
 from tvm_pet.tune import (UntunedTimes, apply_records, build_with_records, count_records,
                           extract_tasks, kernel_times, open_database, parse_rpc, prepare,
                           resolve_target, target_dir, time_interleaved, tune)
-from tvm_pet.tune.records import db_dir, default_records_dir
-from tvm_pet.tune.targets import available_cores, detect_mcpu
+from tvm_pet.tune.records import db_dir, default_records_dir, record_sources
+from tvm_pet.tune.targets import available_cores, compatible_dirs, detect_mcpu
 
 F32 = "float32"
 #: MetaSchedule runs are skipped unless selected with ``-m tuning`` (pytest evaluates the string).
@@ -346,3 +346,24 @@ def test_tune_through_rpc_loopback(tmp_path):
         stats = tune(mod, target, trials=4, records_dir=tmp_path, rpc=rpc, timeout_s=60)
     assert stats.new_trials == 4
     assert stats.per_task[0].best_s is not None  # at least one candidate ran on the server
+
+
+def test_compatible_records_rank_same_level_then_wider_then_nearest_cores():
+    haswell = resolve_target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    keys = ["cuda-sm_90", "llvm-skylake-avx512-c4", "llvm-skylake-avx512-c2", "llvm-haswell-c2",
+            "llvm-generic-c2", "llvm-haswell-c16", "llvm-skylake-avx512-c2-0a1b2c3d"]
+    assert compatible_dirs(haswell, keys) == ["llvm-haswell-c16", "llvm-skylake-avx512-c2",
+                                              "llvm-skylake-avx512-c4", "llvm-generic-c2"]
+    assert compatible_dirs(resolve_target({"kind": "cuda", "arch": "sm_90"}), keys) == []
+
+
+def test_record_sources_borrow_a_compatible_directory_beside_the_own(tmp_path):
+    haswell = resolve_target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    for key in ("llvm-skylake-avx512-c2", "cuda-sm_90"):
+        (tmp_path / key).mkdir()
+        (tmp_path / key / "database_workload.json").write_text("")
+    sources = record_sources(tmp_path, haswell)
+    assert sources.own == tmp_path / "llvm-haswell-c2"
+    assert sources.borrowed == tmp_path / "llvm-skylake-avx512-c2"  # beside the own one first
+    assert "no records of its own" in sources.describe()
+    assert record_sources(tmp_path, haswell, borrow=False).borrowed is None

@@ -37,6 +37,7 @@ merged and replaced the same way.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -50,7 +51,7 @@ from tvm_pet.errors import PetError
 from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
 from tvm_pet.tune import dbfile
 from tvm_pet.tune.dbfile import CorruptDatabaseWarning
-from tvm_pet.tune.targets import target_dir
+from tvm_pet.tune.targets import compatible_dirs, target_dir
 
 #: How MetaSchedule compares a task with the database's workloads (see the module docstring).
 MODULE_EQUALITY = "structural"
@@ -112,7 +113,11 @@ def count_records(records_dir: str | Path, target: tvm.target.Target) -> int:
 
     Counts the lines of the record file without loading the database, so it is cheap.
     """
-    path = db_dir(records_dir, target) / RECORD_FILE
+    return _count_lines(db_dir(records_dir, target) / RECORD_FILE)
+
+
+def _count_lines(path: Path) -> int:
+    """Return the number of non-blank lines of a file, 0 when it is missing."""
     if not path.exists():
         return 0
     with path.open("rb") as handle:
@@ -147,6 +152,11 @@ def open_database(records_dir: str | Path, target: tvm.target.Target,
     if not create and not (work_dir / WORKLOAD_FILE).exists():
         raise PetError(f"no tuning records for target {target_dir(target)} under {records_dir}: "
                        "run tvm_pet.tune.tune(...) first")
+    return _open_dir(work_dir)
+
+
+def _open_dir(work_dir: Path) -> ms.database.JSONDatabase:
+    """Open the database in ``work_dir`` (created when missing), repairing damaged lines."""
     dbfile.ensure_files(work_dir)
     with dir_lock(work_dir, shared=True):
         if not dbfile.read_tables(work_dir).dirty:
@@ -219,6 +229,93 @@ def costing_sources(records_dir: str | Path | None, target: tvm.target.Target):
     cache = UntunedTimes(db_dir(records_dir, target) / UNTUNED_FILE
                          if records_dir is not None else None)
     return database, cache
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSources:
+    """Where a target's schedules come from: its own records, then a compatible target's.
+
+    When the target's own directory lacks a task, the records of a compatible target
+    (``targets.compatible_dirs``: another x86 level or core count) are *borrowed* for it: the
+    schedule is applied under this target, so LLVM compiles it for this CPU's instructions. Their
+    recorded times were measured on the other CPU, so costing re-measures borrowed schedules
+    here (``borrowed=True`` in ``best``). Tuning writes only to ``own``.
+
+    Attributes:
+        own: the target's own directory (it may not exist yet).
+        borrowed: the compatible directory read after it, or ``None``.
+    """
+
+    own: Path
+    borrowed: Path | None = None
+
+    def describe(self) -> str:
+        """One line for a plan: which records serve the target."""
+        own = _count_lines(self.own / RECORD_FILE)
+        text = f"{own} records of its own ({self.own})" if own else f"no records of its own ({self.own})"
+        if self.borrowed is not None:
+            text += f"; schedules borrowed from {self.borrowed.name} ({self.borrowed})"
+        return text
+
+
+    def open(self) -> "OpenRecords":
+        """Open the databases that exist (loading the JSON takes seconds for big ones)."""
+        own = _open_dir(self.own) if _count_lines(self.own / RECORD_FILE) else None
+        borrowed = _open_dir(self.borrowed) if self.borrowed is not None else None
+        return OpenRecords(own, borrowed)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenRecords:
+    """The opened databases of ``RecordSources``: the target's own, then the borrowed one."""
+
+    own: ms.database.Database | None
+    borrowed: ms.database.Database | None
+
+    def for_apply(self) -> ms.database.Database | None:
+        """The database to apply schedules from: the own records win, the borrowed fill in."""
+        if self.own is not None and self.borrowed is not None:
+            return ms.database.OrderedUnionDatabase(self.own, self.borrowed)
+        return self.own if self.own is not None else self.borrowed
+
+    def best(self, task_mod: tvm.IRModule) -> tuple[ms.database.TuningRecord | None, bool]:
+        """Return the task's fastest valid record, and whether it is borrowed."""
+        for database, borrowed in ((self.own, False), (self.borrowed, True)):
+            record = best_record(database, task_mod) if database is not None else None
+            if record is not None:
+                return record, borrowed
+        return None, False
+
+    def count(self, task_mod: tvm.IRModule) -> int:
+        """Return how many records the task has where its schedule is read (own, else borrowed)."""
+        for database in (self.own, self.borrowed):
+            found = len(workload_records(database, task_mod)) if database is not None else 0
+            if found:
+                return found
+        return 0
+
+
+def record_sources(records_dir: str | Path, target: tvm.target.Target,
+                   borrow: bool = True) -> RecordSources:
+    """Return where the target's schedules come from (see ``RecordSources``).
+
+    The compatible directory is looked for beside the target's own (under the same records root)
+    and in the shipped records, best match first.
+
+    Args:
+        records_dir: the records root or the target's directory.
+        target: the target.
+        borrow: ``False`` reads the target's own records only.
+    """
+    own = db_dir(records_dir, target)
+    if not borrow:
+        return RecordSources(own)
+    found: dict[str, Path] = {}
+    for root in (SHIPPED_RECORDS_DIR, own.parent):  # the records root's entry wins a tie
+        if root.is_dir():
+            found.update({p.name: p for p in root.iterdir() if (p / WORKLOAD_FILE).exists()})
+    ranked = compatible_dirs(target, found)
+    return RecordSources(own, found[ranked[0]] if ranked else None)
 
 
 def workload_records(db: ms.database.Database, task_mod: tvm.IRModule) -> list[ms.database.TuningRecord]:

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,10 @@ from tvm_pet.errors import PetError
 #: it keeps the key (and the tuning records) the same across AVX-512 hosts whose exact model LLVM
 #: names differently (this KVM guest reports ``rocketlake`` for an Emerald Rapids host).
 X86_MCPU_BY_FLAG = (("avx512f", "skylake-avx512"), ("avx2", "haswell"))
+
+#: The x86 vector levels of LLVM CPUs, widest first: the ``mcpu`` values ``detect_mcpu`` gives
+#: and ``None`` (generic x86-64, SSE2 only). Records of any of these serve any other (below).
+X86_LEVELS: tuple[str | None, ...] = (*(mcpu for _, mcpu in X86_MCPU_BY_FLAG), None)
 
 #: Thread limits of a CUDA target; they are the same on every architecture from sm_75 on.
 CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
@@ -165,6 +170,58 @@ def target_dir(target: tvm.target.Target) -> str:
         digest = hashlib.sha1(json.dumps(extra, sort_keys=True, default=str).encode()).hexdigest()
         parts.append(digest[:8])
     return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
+
+
+def compatible_dirs(target: tvm.target.Target, keys: Iterable[str]) -> list[str]:
+    """Return the record directories, among ``keys``, that may serve ``target``, best first.
+
+    A MetaSchedule record is a schedule trace: loop splits, vectorization and parallel loops,
+    which LLVM lowers to whatever vector instructions the target has. So the records of one x86
+    CPU level apply to another: Skylake (AVX-512) records built for ``-mcpu=haswell`` give pure
+    AVX2 code with the same outputs, and ran 10-25x faster than untuned kernels and within about
+    10 % of records tuned on the Haswell target itself (benchmarks/results/compatible_records.md).
+    Only llvm keys without extra attributes (no hash part) of a known x86 level qualify; the
+    target's own key does not. Ranked: the same CPU level first (another core count), then wider
+    vector levels before narrower ones, then the nearest core count.
+
+    Args:
+        target: the target that lacks records of its own.
+        keys: directory names under a records root (``target_dir`` keys).
+
+    Returns:
+        The compatible keys, best first (empty for a CUDA target or a target with extra
+        attributes).
+
+    Example:
+        >>> haswell = tvm.target.Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+        >>> compatible_dirs(haswell, ["cuda-sm_90", "llvm-haswell-c8", "llvm-skylake-avx512-c2"])
+        ['llvm-haswell-c8', 'llvm-skylake-avx512-c2']
+    """
+    own = target_dir(target)
+    parsed_own = _parse_x86_key(own)
+    if parsed_own is None:
+        return []
+    level, cores = parsed_own
+    ranked = []
+    for key in set(keys):
+        parsed = _parse_x86_key(key)
+        if parsed is None or key == own:
+            continue
+        other_level, other_cores = parsed
+        ranked.append(((other_level != level, other_level > level, abs(other_cores - cores), key),
+                       key))
+    return [key for _, key in sorted(ranked)]
+
+
+def _parse_x86_key(key: str) -> tuple[int, int] | None:
+    """Return (index in ``X86_LEVELS``, cores) of an ``llvm-<mcpu>-c<cores>`` key, else None."""
+    match = re.fullmatch(r"llvm-(.+)-c(\d+)", key)
+    if match is None:
+        return None
+    names = ["generic" if mcpu is None else mcpu for mcpu in X86_LEVELS]
+    if match.group(1) not in names:
+        return None
+    return names.index(match.group(1)), int(match.group(2))
 
 
 def _plain_attrs(target: tvm.target.Target) -> dict[str, Any]:

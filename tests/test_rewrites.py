@@ -1,0 +1,68 @@
+"""TVM's own graph rewrites (tvm_pet.relax.rewrites): what they change, and that outputs stay equal."""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+from tvm import relax  # noqa: E402
+from tvm.relax.frontend.onnx import from_onnx  # noqa: E402
+
+from tvm_pet.models import build  # noqa: E402
+from tvm_pet.relax.rewrites import tvm_rewrites  # noqa: E402
+
+
+def _ops(mod: tvm.IRModule) -> collections.Counter:
+    counts = collections.Counter()
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                counts[value.op.name] += 1
+    return counts
+
+
+def _rewritten(model):
+    mod = from_onnx(model, keep_params_in_input=False)
+    with tvm.transform.PassContext(opt_level=3):
+        return mod, tvm_rewrites(mod)
+
+
+def _outputs(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return [result.numpy()] if hasattr(result, "numpy") else [r.numpy() for r in result]
+
+
+def _inputs(mod: tvm.IRModule) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
+            for p in mod["main"].params]
+
+
+def test_parallel_matmuls_on_constant_weights_are_combined_and_outputs_are_equal():
+    before, after = _rewritten(build("three_matmuls"))
+    assert _ops(before)["relax.matmul"] == 3
+    assert _ops(after)["relax.matmul"] == 1 and _ops(after)["relax.split"] == 1
+    assert len(after["main"].params) == len(before["main"].params)  # the weights are bound back
+    x = _inputs(before)
+    for want, got in zip(_outputs(before, x), _outputs(after, x)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_is_folded_into_the_convolutions():
+    before, after = _rewritten(build("resnet18", image=32))
+    assert _ops(before)["relax.nn.batch_norm"] == 20
+    assert _ops(after)["relax.nn.batch_norm"] == 0
+    assert _ops(after)["relax.nn.conv2d"] == _ops(before)["relax.nn.conv2d"]
+    x = _inputs(before)
+    np.testing.assert_allclose(_outputs(after, x)[0], _outputs(before, x)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_bert_query_key_value_projections_are_combined():
+    before, after = _rewritten(build("bert_encoder", seq=16, hidden=64, heads=4, ffn=128))
+    assert _ops(after)["relax.matmul"] < _ops(before)["relax.matmul"]
+    x = _inputs(before)
+    np.testing.assert_allclose(_outputs(after, x)[0], _outputs(before, x)[0], rtol=1e-4, atol=1e-4)

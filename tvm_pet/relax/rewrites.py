@@ -1,0 +1,88 @@
+"""TVM's own graph rewrites: the baseline that PET is measured against, and runs on top of.
+
+Relax has rewrites that aim at some of the wins PET finds, and TVM's default pipeline runs none
+of them. A fair comparison turns them on for both sides, so that a PET win is not just one of
+these passes:
+
+====================================  ================================================================
+``CanonicalizeBindings``              drop trivial bindings and aliases
+``EliminateCommonSubexpr``            compute a repeated expression once
+``CombineParallelMatmul``             matmuls sharing their left operand become one wide matmul + split
+``ReorderPermuteDimsAfterConcat``     so that transposed weights (``permute_dims``) combine too
+``FoldBatchnormToConv2D``             inference batch norm folded into the convolution's weights
+``FoldConstant``                      computations on weights done once, at compile time
+====================================  ================================================================
+
+Where it goes: on high-level Relax with static shapes, before ``PETPass`` and before legalization.
+Precondition of ``CombineParallelMatmul``: it only combines right operands that are function
+parameters, and imported models carry their weights as constants. :func:`tvm_rewrites` therefore
+turns the constants of each function into parameters, runs the rewrites, and binds the weights
+back (``BindParams`` + ``FoldConstant``, which also folds the concatenated weights), so the
+result has exactly the parameters it had.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+#: The rewrites, in the order they run (the table above): those that need the weights as
+#: constants, then those that need them as parameters.
+ON_CONSTANTS = ("CanonicalizeBindings", "EliminateCommonSubexpr", "FoldBatchnormToConv2D",
+                "FoldConstant")
+ON_PARAMETERS = ("CombineParallelMatmul", "ReorderPermuteDimsAfterConcat")
+REWRITES = ON_CONSTANTS + ON_PARAMETERS
+
+
+@tvm.transform.module_pass(opt_level=0, name="TVMRewrites")
+def tvm_rewrites(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Run :data:`REWRITES` on every Relax function of ``mod`` (see the module docstring)."""
+    mod = _sequence(ON_CONSTANTS)(mod)
+    updated = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    weights = {}
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            updated[gvar], weights[gvar.name_hint] = _constants_as_params(func)
+    updated = _sequence(ON_PARAMETERS)(updated)
+    for name, bound in weights.items():
+        if bound:
+            updated = relax.transform.BindParams(name, bound)(updated)
+    return _sequence(("FoldConstant", "CanonicalizeBindings", "DeadCodeElimination"))(updated)
+
+
+def _sequence(names: tuple[str, ...]) -> tvm.transform.Pass:
+    """The Relax passes of these names, in order."""
+    return tvm.transform.Sequential([getattr(relax.transform, name)() for name in names])
+
+
+def _constants_as_params(func: relax.Function) -> tuple[relax.Function, dict]:
+    """Return ``func`` with each tensor constant of rank >= 1 made a new trailing parameter, and
+    the parameter -> value map that binds them back."""
+    mutator = _ConstantsToParams()
+    body = mutator.visit_expr(func.body)
+    if not mutator.params:
+        return func, {}
+    new = relax.Function(list(func.params) + mutator.params, body, func.ret_ty, func.is_pure,
+                         func.attrs, func.span)
+    return new, dict(zip(mutator.params, mutator.values))
+
+
+@relax.expr_functor.mutator
+class _ConstantsToParams(relax.PyExprMutator):
+    """Replace each tensor constant of rank >= 1 by a fresh Var (one per distinct constant)."""
+
+    def __init__(self):
+        super().__init__()
+        self.params: list = []
+        self.values: list[object] = []
+        self._seen: dict[int, relax.Var] = {}
+
+    def visit_generic_const_(self, op: tvm.ir.expr.Constant) -> relax.Expr:
+        if not isinstance(op.ty, relax.TensorType) or op.ty.ndim < 1:
+            return op
+        key = op.__chandle__()
+        if key not in self._seen:
+            var = relax.Var(f"pet_weight{len(self.params)}", op.ty)
+            self._seen[key] = var
+            self.params.append(var)
+            self.values.append(op.value)
+        return self._seen[key]
