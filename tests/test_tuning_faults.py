@@ -479,3 +479,19 @@ def test_killed_run_is_recovered_and_the_rerun_resumes(tmp_path):
     assert [(t.records_before, t.new_trials) for t in stats.per_task] == [(1, 1)]
     assert count_records(tmp_path, TARGET) == 2
     assert list((directory / dbfile.PENDING_DIR).iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------ pruning
+
+def test_prune_keeps_the_fastest_records_and_counts_the_dropped_ones(shared, mods):
+    assert dbfile.prune(shared, keep=2) == 2  # 2 tasks x 3 records -> 2 x 2
+    db = open_database(shared.parent, TARGET)
+    assert times_by_task(db, mods) == [T0[:2], T1[:2]]  # the two fastest of each task
+    counts = dbfile.pruned_counts(shared)
+    assert sorted(counts.values()) == [1, 1]
+    assert set(counts) == set(dbfile.read_tables(shared).shashes)
+    assert dbfile.prune(shared, keep=2) == 0  # pruning again drops nothing, counts unchanged
+    assert dbfile.pruned_counts(shared) == counts
+    assert dbfile.prune(shared, keep=1) == 2 and sorted(dbfile.pruned_counts(shared).values()) == [2, 2]
+    with pytest.raises(ValueError, match="keep=0"):
+        dbfile.prune(shared, keep=0)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from tvm_pet.io import atomic_write, dir_lock
+from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
 
 #: The file names MetaSchedule's JSONDatabase uses inside a work_dir.
 WORKLOAD_FILE = "database_workload.json"
@@ -49,6 +49,8 @@ RECORD_FILE = "database_tuning_record.json"
 PENDING_DIR = "pending"
 #: Suffix of the backup of a damaged file (``.corrupt``, then ``.corrupt.1``, ...).
 BACKUP_SUFFIX = ".corrupt"
+#: ``{workload hash: records dropped by prune}``, so that a pruned task still counts its trials.
+PRUNED_FILE = "pruned_counts.json"
 
 
 class CorruptDatabaseWarning(UserWarning):
@@ -367,6 +369,69 @@ def seed(source: Tables, shash: str, destination: str | Path) -> int:
     atomic_write(destination / WORKLOAD_FILE, seeded.workload_text())
     atomic_write(destination / RECORD_FILE, seeded.record_text())
     return len(records)
+
+
+def prune(directory: str | Path, keep: int) -> int:
+    """Keep each workload's ``keep`` fastest valid records and drop the others.
+
+    A task's trial count is what tuning compares with its budget, so the number of records
+    dropped per workload is added to ``PRUNED_FILE`` (written first: a crash between the two
+    writes over-counts, never re-tunes). Failed candidates go first. Applying and costing need
+    only the best record, and loading a record takes about 20 ms, so pruning is what keeps the
+    shipped records small and quick to open.
+
+    Args:
+        directory: a database directory.
+        keep: records kept per workload (at least 1).
+
+    Returns:
+        The number of records dropped.
+    """
+    if keep < 1:
+        raise ValueError(f"keep={keep}: a pruned workload keeps at least its best record")
+    directory = Path(directory)
+    with dir_lock(directory):
+        tables = repair(directory)
+        by_workload: dict[int, list[str]] = {}
+        for idx, text in tables.records:
+            by_workload.setdefault(idx, []).append(text)
+        kept = {idx: set(sorted(texts, key=_mean_secs)[:keep])
+                for idx, texts in by_workload.items()}
+        records = [(idx, text) for idx, text in tables.records if text in kept[idx]]
+        dropped = len(tables.records) - len(records)
+        if not dropped:
+            return 0
+        counts = pruned_counts(directory)
+        for idx, texts in by_workload.items():
+            if len(texts) > len(kept[idx]):
+                shash = tables.shashes[idx]
+                counts[shash] = counts.get(shash, 0) + len(texts) - len(kept[idx])
+        atomic_write_json(directory / PRUNED_FILE, counts, indent=0, sort_keys=True)
+        tables.records = records
+        atomic_write(directory / RECORD_FILE, tables.record_text())
+    return dropped
+
+
+def pruned_counts(directory: str | Path) -> dict[str, int]:
+    """Return ``{workload hash: records dropped by prune}`` (empty when nothing was pruned)."""
+    path = Path(directory) / PRUNED_FILE
+    try:
+        return {str(k): int(v) for k, v in json.loads(path.read_text()).items()}
+    except FileNotFoundError:
+        return {}
+    except (ValueError, TypeError, AttributeError) as err:
+        warnings.warn(f"{path} is damaged ({err}); pruned tasks count only their kept records",
+                      CorruptDatabaseWarning, stacklevel=2)
+        return {}
+
+
+def _mean_secs(record_text: str) -> float:
+    """The mean measured seconds of a record's JSON text; infinity for a failed candidate."""
+    run_secs = json.loads(record_text)[1]
+    if not run_secs:
+        return float("inf")
+    mean = sum(run_secs) / len(run_secs)
+    return float("inf") if mean >= 1e9 else mean
 
 
 @contextlib.contextmanager
