@@ -10,7 +10,7 @@ tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 from tvm.relax.frontend.onnx import from_onnx  # noqa: E402
 
-from tvm_pet.models import build  # noqa: E402
+from tvm_pet.models import build_model  # noqa: E402
 from tvm_pet.relax.rewrites import tvm_rewrites  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def _inputs(mod: tvm.IRModule) -> list[np.ndarray]:
 
 
 def test_parallel_matmuls_on_constant_weights_are_combined_and_outputs_are_equal():
-    before, after = _rewritten(build("three_matmuls"))
+    before, after = _rewritten(build_model("three_matmuls"))
     assert _ops(before)["relax.matmul"] == 3
     assert _ops(after)["relax.matmul"] == 1 and _ops(after)["relax.split"] == 1
     assert len(after["main"].params) == len(before["main"].params)  # the weights are bound back
@@ -53,7 +53,7 @@ def test_parallel_matmuls_on_constant_weights_are_combined_and_outputs_are_equal
 
 
 def test_batch_norm_is_folded_into_the_convolutions():
-    before, after = _rewritten(build("resnet18", image=32))
+    before, after = _rewritten(build_model("resnet18", image=32))
     assert _ops(before)["relax.nn.batch_norm"] == 20
     assert _ops(after)["relax.nn.batch_norm"] == 0
     assert _ops(after)["relax.nn.conv2d"] == _ops(before)["relax.nn.conv2d"]
@@ -62,7 +62,7 @@ def test_batch_norm_is_folded_into_the_convolutions():
 
 
 def test_bert_query_key_value_projections_are_combined():
-    before, after = _rewritten(build("bert_encoder", seq=16, hidden=64, heads=4, ffn=128))
+    before, after = _rewritten(build_model("bert_encoder", seq=16, hidden=64, heads=4, ffn=128))
     assert _ops(after)["relax.matmul"] < _ops(before)["relax.matmul"]
     x = _inputs(before)
     np.testing.assert_allclose(_outputs(after, x)[0], _outputs(before, x)[0], rtol=1e-4, atol=1e-4)
