@@ -105,7 +105,10 @@ def extract_tasks(mod: tvm.IRModule, target=None) -> list[Task]:
 
 def apply_records(mod: tvm.IRModule, target=None,
                   records_dir: str | Path | None = None) -> tuple[tvm.IRModule, int]:
-    """Return the prepared module with the database's schedules applied, and how many applied.
+    """Return the prepared module with the records' schedules applied, and how many applied.
+
+    The target's own records come first; a kernel they lack takes a compatible target's schedule
+    where one exists (``records.record_sources``), compiled for this target.
 
     Args:
         mod: a Relax module.
@@ -113,15 +116,15 @@ def apply_records(mod: tvm.IRModule, target=None,
         records_dir: the records root, or ``None`` for no records.
 
     Returns:
-        (module, number of PrimFuncs scheduled from the database).
+        (module, number of PrimFuncs scheduled from the records).
     """
     target = resolve_target(target)
     prepared = prepare(mod, target)
-    if not records.has_records(records_dir, target):
+    opened, _ = records.costing_sources(records_dir, target)
+    if opened is None:
         return prepared, 0
-    database = records.open_database(records_dir, target, create=False)
     before = _scheduled_count(prepared)
-    with target, database, tvm.transform.PassContext(opt_level=3):
+    with target, opened.for_apply(), tvm.transform.PassContext(opt_level=3):
         applied = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(prepared)
     return applied, _scheduled_count(applied) - before
 

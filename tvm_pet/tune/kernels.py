@@ -1,8 +1,10 @@
 """Kernel costing: the time of each fused kernel of a Relax module, tuned or untuned.
 
-A kernel with a tuning record costs the best record's time; any other is built as it is (the
-naive loop nest) and timed once, the time cached per target and structural hash
-(:class:`tvm_pet.tune.records.UntunedTimes`). The measured cost model
+A kernel with a tuning record of its target costs the best record's time. A kernel whose schedule
+is borrowed from a compatible target's records (:class:`tvm_pet.tune.records.RecordSources`) is
+built with that schedule and timed here, since the record's time was measured on another CPU.
+Any other is built as it is (the naive loop nest) and timed. Times measured here are cached per
+target and structural hash (:class:`tvm_pet.tune.records.UntunedTimes`). The measured cost model
 (:mod:`tvm_pet.tune.measured_cost`) sums these times.
 """
 from __future__ import annotations
@@ -18,13 +20,15 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.errors import PetError
 from tvm_pet.tune import records
+from tvm_pet.tune.builder import fast_build
 from tvm_pet.tune.compile import extract_tasks
 from tvm_pet.tune.targets import resolve_target
 
 
 @dataclass(frozen=True, slots=True)
 class KernelTime:
-    """Estimated time of one task, per call; ``source`` is ``"tuned"`` or ``"untuned"``."""
+    """Estimated time of one task, per call; ``source`` is ``"tuned"``, ``"borrowed"`` (a
+    compatible target's schedule, timed here) or ``"untuned"``."""
     name: str
     weight: int
     seconds: float
@@ -34,57 +38,71 @@ class KernelTime:
 
 def kernel_times(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None, *,
                  cache: records.UntunedTimes | None = None, repeat: int = 3,
-                 database: ms.database.Database | None = None,
+                 database: records.OpenRecords | ms.database.Database | None = None,
                  measure_untuned: Callable[..., float] | None = None) -> list[KernelTime]:
-    """Estimate the time of each task of a module: tuned from the records, else measured untuned.
+    """Estimate the time of each task of a module: tuned from the records, else measured here.
 
-    A task with a valid record takes the best record's mean ``run_secs``. Any other task's PrimFunc
-    is built as it is (the naive loop nest) and timed on random inputs; those times are cached per
-    (target, structural hash of the task) in ``cache``, by default the file
+    A task with a valid record of the target takes the best record's mean ``run_secs``. A task
+    whose best record is borrowed is built with that schedule and timed; any other task's PrimFunc
+    is built as it is (the naive loop nest) and timed on random inputs. Times measured here are
+    cached per (target, structural hash of the task) in ``cache``, by default the file
     ``untuned_times.json`` in the target's records directory (in memory without ``records_dir``).
 
     Args:
         mod: a Relax module.
         target: a target or spec.
         records_dir: the records root, or ``None``.
-        cache: where untuned times are kept.
-        repeat: samples (median taken) of an untuned measurement.
+        cache: where measured times are kept.
+        repeat: samples (median taken) of a measurement.
         database: the records, already open (a caller costing many modules opens them once;
-            loading the JSON database takes seconds); default: opened from ``records_dir``.
-        measure_untuned: times one untuned task, as :func:`measure_primfunc` (the default) does.
+            loading them takes seconds); default: opened from ``records_dir``.
+        measure_untuned: times one task module, as :func:`measure_primfunc` (the default) does.
 
     Returns:
         One ``KernelTime`` per task; the module's estimate is ``sum(k.weight * k.seconds)``.
     """
     target = resolve_target(target)
-    measure_untuned = measure_untuned or measure_primfunc
+    measure = measure_untuned or measure_primfunc
     if cache is None or database is None:
         opened_db, opened_cache = records.costing_sources(records_dir, target)
         database = opened_db if database is None else database
         cache = opened_cache if cache is None else cache
+    opened = records.OpenRecords.of(database)
     times = []
     for task in extract_tasks(mod, target):
-        best = records.best_record(database, task.mod) if database is not None else None
-        seconds = records.mean_run_secs(best) if best is not None else None
-        if seconds is not None:
+        record, borrowed = opened.best(task.mod)
+        seconds = records.mean_run_secs(record) if record is not None else None
+        if seconds is not None and not borrowed:
             times.append(KernelTime(task.name, task.weight, seconds, "tuned", task.shash))
             continue
-        seconds = cache.get(target, task.shash)
+        scheduled = seconds is not None
+        key = f"{task.shash}@{opened.borrowed_key}" if scheduled else task.shash
+        seconds = cache.get(target, key)
         if seconds is None:
-            seconds = measure_untuned(task.mod, target, repeat=repeat)
-            cache.put(target, task.shash, seconds)
-        times.append(KernelTime(task.name, task.weight, seconds, "untuned", task.shash))
+            task_mod = _scheduled(task.mod, record) if scheduled else task.mod
+            seconds = measure(task_mod, target, repeat=repeat)
+            cache.put(target, key, seconds)
+        times.append(KernelTime(task.name, task.weight, seconds,
+                                "borrowed" if scheduled else "untuned", task.shash))
     return times
+
+
+def _scheduled(task_mod: tvm.IRModule, record: ms.database.TuningRecord) -> tvm.IRModule:
+    """The task with the record's schedule applied (its trace replayed, postprocessing kept)."""
+    schedule = tvm.s_tir.Schedule(task_mod)
+    record.trace.apply_to_schedule(schedule, remove_postproc=False)
+    return schedule.mod
 
 
 def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
                      seed: int = 0) -> float:
-    """Build a task's PrimFunc as it is and return its median time in seconds on random inputs."""
+    """Build a task's PrimFunc (as it is, or scheduled) and return its median time in seconds on
+    random inputs."""
     target = resolve_target(target)
     if target.kind.name != "llvm":
         raise PetError(f"measuring untuned kernels needs a local device; target {target} is not "
                        "llvm (tune the task, or measure it on the GPU machine)")
-    rt_mod = tvm.tirx.build(task_mod, target=target)
+    rt_mod = fast_build(task_mod, target, None)  # scheduled ones may hold layout-rewrite blocks
     rng = np.random.default_rng(seed)
     device = tvm.cpu()
     args = []

@@ -218,17 +218,18 @@ def recover_pending(records_dir: str | Path, target: tvm.target.Target) -> int:
 
 
 def costing_sources(records_dir: str | Path | None, target: tvm.target.Target):
-    """Return what kernel costing reads: (the records database, or ``None`` without records;
-    the untuned-times cache, in ``records_dir`` or in memory when it is ``None``).
+    """Return what kernel costing reads: (the records, own then borrowed, as ``OpenRecords``, or
+    ``None`` when there are none; the kernel-time cache, in ``records_dir`` or in memory when it
+    is ``None``).
 
-    Opening the database loads its JSON (seconds for the shipped records): a caller costing many
-    modules opens these once and passes them on (``kernels.kernel_times``).
+    Opening the records loads their JSON (about 20 ms a record): a caller costing many modules
+    opens these once and passes them on (``kernels.kernel_times``).
     """
-    database = (open_database(records_dir, target, create=False)
-                if has_records(records_dir, target) else None)
-    cache = UntunedTimes(db_dir(records_dir, target) / UNTUNED_FILE
-                         if records_dir is not None else None)
-    return database, cache
+    if records_dir is None:
+        return None, UntunedTimes(None)
+    opened = record_sources(records_dir, target).open()
+    cache = UntunedTimes(db_dir(records_dir, target) / UNTUNED_FILE)
+    return (opened if opened.any else None), cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,16 +262,29 @@ class RecordSources:
     def open(self) -> "OpenRecords":
         """Open the databases that exist (loading the JSON takes seconds for big ones)."""
         own = _open_dir(self.own) if _count_lines(self.own / RECORD_FILE) else None
-        borrowed = _open_dir(self.borrowed) if self.borrowed is not None else None
-        return OpenRecords(own, borrowed)
+        if self.borrowed is None:
+            return OpenRecords(own)
+        return OpenRecords(own, _open_dir(self.borrowed), self.borrowed.name)
 
 
 @dataclasses.dataclass(frozen=True)
 class OpenRecords:
-    """The opened databases of ``RecordSources``: the target's own, then the borrowed one."""
+    """The opened databases of ``RecordSources``: the target's own, then the borrowed one (and
+    the target key of the borrowed directory)."""
 
     own: ms.database.Database | None
-    borrowed: ms.database.Database | None
+    borrowed: ms.database.Database | None = None
+    borrowed_key: str | None = None  # the borrowed directory's target key
+
+    @classmethod
+    def of(cls, records: "OpenRecords | ms.database.Database | None") -> "OpenRecords":
+        """``records`` as ``OpenRecords`` (a bare database counts as the target's own)."""
+        return records if isinstance(records, OpenRecords) else cls(records)
+
+    @property
+    def any(self) -> bool:
+        """True when at least one database is open."""
+        return self.own is not None or self.borrowed is not None
 
     def for_apply(self) -> ms.database.Database | None:
         """The database to apply schedules from: the own records win, the borrowed fill in."""
@@ -344,7 +358,8 @@ def mean_run_secs(record: ms.database.TuningRecord) -> float | None:
 
 
 class UntunedTimes:
-    """A cache of measured untuned kernel times, keyed by (target key, task structural hash).
+    """A cache of kernel times measured here, keyed by (target key, task structural hash): untuned
+    kernels, and kernels scheduled from borrowed records (``<hash>@<borrowed directory>``).
 
     With a ``path`` it is also a JSON file, so later processes reuse it; without one it lives as
     long as the object. Each ``put`` re-reads the file under its directory's exclusive lock, adds
@@ -377,15 +392,15 @@ class UntunedTimes:
             return {}
 
     @staticmethod
-    def key(target: tvm.target.Target, shash: int) -> str:
+    def key(target: tvm.target.Target, shash: int | str) -> str:
         """Return the cache key of a task: ``<target_dir(target)>/<structural hash>``."""
         return f"{target_dir(target)}/{shash}"
 
-    def get(self, target: tvm.target.Target, shash: int) -> float | None:
+    def get(self, target: tvm.target.Target, shash: int | str) -> float | None:
         """Return the cached time in seconds, or ``None`` when the task was never measured."""
         return self._times.get(self.key(target, shash))
 
-    def put(self, target: tvm.target.Target, shash: int, seconds: float) -> None:
+    def put(self, target: tvm.target.Target, shash: int | str, seconds: float) -> None:
         """Cache a measured time, and merge it into the file when the cache has one."""
         self._times[self.key(target, shash)] = seconds
         if self.path is None:

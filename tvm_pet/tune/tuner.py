@@ -27,7 +27,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.errors import PetError
-from tvm_pet.tune import records
+from tvm_pet.tune import dbfile, records
 from tvm_pet.tune.builder import make_builder
 from tvm_pet.tune.compile import Task, extract_tasks
 from tvm_pet.tune.targets import resolve_target, target_dir
@@ -44,6 +44,7 @@ class TaskStats:
     wall_s: float
     best_s: float | None
     error: str | None = None
+    borrowed: bool = False  # not tuned here: a compatible target's records schedule it
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +70,15 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
          records_dir: str | Path = records.DEFAULT_RECORDS_DIR, *, seed: int = 0,
          max_workers: int = 2, timeout_s: float = 60.0, rpc: str | None = None,
          trials_per_iter: int = 64, builder: ms.builder.Builder | None = None,
-         runner: ms.runner.Runner | None = None) -> TuneStats:
+         runner: ms.runner.Runner | None = None, borrow: bool = True,
+         progress: Callable[[str], None] | None = None) -> TuneStats:
     """Tune every task of a module with MetaSchedule, topping each task up to ``trials`` records.
 
-    A task that already has ``trials`` records (measured candidates, failed ones included) in the
-    target's database is skipped, so a second call measures nothing. Candidates that fail to build
-    or run, time out, or kill their worker process are recorded as failures and the search goes
-    on. The search uses the evolutionary strategy with the XGBoost cost model and
-    ``builder.fast_build``. An interrupted run keeps its records (module docstring: faults).
+    A task with ``trials`` records already (failed candidates and pruned ones included) is
+    skipped, so a second call measures nothing; so is one with no records of its own but a
+    compatible target's (``borrow``, ``records.record_sources``). Failed candidates are recorded
+    as failures and the search goes on (evolutionary, XGBoost cost model, ``fast_build``). An
+    interrupted run keeps its records (module docstring: faults).
 
     Args:
         mod: a Relax module.
@@ -91,6 +93,8 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
         builder: a MetaSchedule builder to use instead of ``make_builder(max_workers, timeout_s)``.
         runner: a MetaSchedule runner to use instead of the local or RPC one (the caller shuts
             it down).
+        borrow: let a compatible target's records stand in for a task's own (see above).
+        progress: called with one line per task (done/total, time so far, ETA).
 
     Returns:
         ``TuneStats``; ``new_trials`` is the number of candidates measured by this call.
@@ -102,35 +106,68 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     tasks = extract_tasks(mod, target)
     records.recover_pending(records_dir, target)
     database = records.open_database(records_dir, target)
+    borrowed = records.record_sources(records_dir, target, borrow).open().borrowed
     work_dir = records.db_dir(records_dir, target)
+    pruned = dbfile.pruned_counts(work_dir)
     own_runner = None
-    stats = []
+    stats: list[TaskStats] = []
     seeds = ms.utils.fork_seed(seed, n=len(tasks))
     try:
         with _watch_interrupts() as interrupted:
             for task, task_seed in zip(tasks, seeds):
-                before = len(records.workload_records(database, task.mod))
-                if before >= trials:
-                    stats.append(_already_tuned(task, before, database))
-                    continue
-                if builder is None:
-                    builder = make_builder(max_workers=max_workers, timeout_s=timeout_s)
-                if runner is None:
-                    runner = own_runner = _make_runner(rpc, timeout_s)
-                search = TuningSearch(target, builder, runner, task_seed, max_workers,
-                                      trials_per_iter, interrupted)
-                stats.append(_tune_task(task, trials - before, records_dir, work_dir, search))
+                before = len(records.workload_records(database, task.mod)) + pruned.get(
+                    str(task.shash), 0)
+                done = _already_tuned(task, before, trials, database, borrowed)
+                if done is not None:
+                    stats.append(done)
+                else:
+                    if builder is None:
+                        builder = make_builder(max_workers=max_workers, timeout_s=timeout_s)
+                    if runner is None:
+                        runner = own_runner = _make_runner(rpc, timeout_s)
+                    search = TuningSearch(target, builder, runner, task_seed, max_workers,
+                                          trials_per_iter, interrupted)
+                    stats.append(_tune_task(task, trials - before, records_dir, work_dir, search))
+                if progress is not None:
+                    progress(_progress_line(stats, len(tasks), time.perf_counter() - start))
     finally:
         if own_runner is not None:  # its popen worker outlives the process otherwise (pytest)
             own_runner.pool.shutdown()
     return TuneStats(target_dir(target), str(work_dir), tuple(stats), time.perf_counter() - start)
 
 
-def _already_tuned(task: Task, before: int, database) -> TaskStats:
-    """The statistics of a task that has its trials already: nothing measured."""
-    best = records.best_record(database, task.mod)
-    return TaskStats(task.name, task.weight, before, 0, 0, 0.0,
-                     records.mean_run_secs(best) if best else None)
+def _progress_line(stats: list[TaskStats], total: int, elapsed: float) -> str:
+    """``tuning task 3/19 (conv2d_add_relu: 32 new trials) 2m10s, ETA 14m`` — the ETA assumes the
+    tasks left take as long as the tuned ones so far."""
+    last, tuned = stats[-1], [s for s in stats if s.new_trials]
+    what = ("borrowed schedule" if last.borrowed else
+            f"{last.new_trials} new trials" if last.new_trials else "already tuned")
+    line = f"tuning task {len(stats)}/{total} ({last.name}: {what}) {_clock(elapsed)}"
+    if tuned and len(stats) < total:
+        line += f", ETA {_clock(sum(s.wall_s for s in tuned) / len(tuned) * (total - len(stats)))}"
+    return line
+
+
+def _clock(seconds: float) -> str:
+    """``42s``, ``3m05s`` or ``1h02m``."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+
+
+def _already_tuned(task: Task, before: int, trials: int, database,
+                   borrowed) -> TaskStats | None:
+    """The statistics of a task that needs no tuning: it has its ``trials`` already, or no records
+    of its own but a borrowed schedule. ``None`` when it must be tuned."""
+    lent = len(records.workload_records(borrowed, task.mod)) if borrowed and not before else 0
+    if before < trials and not lent:
+        return None
+    best = records.best_record(borrowed if lent else database, task.mod)
+    return TaskStats(task.name, task.weight, before or lent, 0, 0, 0.0,
+                     records.mean_run_secs(best) if best else None, borrowed=bool(lent))
 
 
 @dataclass(frozen=True, slots=True)
