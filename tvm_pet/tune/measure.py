@@ -37,7 +37,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.errors import PetError
-from tvm_pet.tune import records
+from tvm_pet.tune import cuda, records
 from tvm_pet.tune.builder import make_builder
 from tvm_pet.tune.targets import resolve_target, target_dir
 
@@ -408,6 +408,7 @@ def build(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None)
     already_run = {"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR"}
     rest = [p for p in backend.legalize_passes(target) if p.info.name not in already_run]
     rest += backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
+    rest = cuda.with_default_schedule(rest, target)  # dlight, surviving a rule that raises
     with tvm.transform.PassContext(opt_level=3):
         return tvm.compile(applied, target=target, relax_pipeline=tvm.transform.Sequential(rest))
 
@@ -514,6 +515,9 @@ def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
                      seed: int = 0) -> float:
     """Build a task's PrimFunc as it is and return its median time in seconds on random inputs."""
     target = resolve_target(target)
+    if target.kind.name == "cuda":  # dlight's default schedule, timed on GPU 0 (tune/cuda.py)
+        from tvm_pet.tune.cuda import measure_primfunc_cuda
+        return measure_primfunc_cuda(task_mod, target, repeat=repeat, seed=seed)
     if target.kind.name != "llvm":
         raise PetError(f"measuring untuned kernels needs a local device; target {target} is not "
                        "llvm (tune the task, or measure it on the GPU machine)")
