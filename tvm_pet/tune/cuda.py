@@ -26,6 +26,7 @@ that gap:
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import statistics
 import time
@@ -41,6 +42,8 @@ from tvm_pet.tune.targets import resolve_target
 
 #: The architecture of the GPUs this project is lent (H100 and H200).
 LENT_GPU_ARCH = "sm_90"
+#: A kernel definition: ``__global__ void [__launch_bounds__(N)] name(``.
+_KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
 #: Suffix of the binaries ``compile_device_code`` writes.
 BINARY_SUFFIX = ".fatbin"
 
@@ -96,12 +99,7 @@ def device_sources(executable) -> list[str]:
 
 def kernel_names(source: str) -> tuple[str, ...]:
     """Return the ``__global__`` kernel names defined in a CUDA source."""
-    names = []
-    for chunk in source.split("__global__")[1:]:
-        head = chunk.split("(", 1)[0].split()
-        if head:
-            names.append(head[-1])
-    return tuple(names)
+    return tuple(_KERNEL.findall(source))
 
 
 def source_key(source: str) -> str:
@@ -189,7 +187,7 @@ def _pipeline_rules(target: tvm.target.Target) -> list:
     return list(passes[0].rules)
 
 
-def default_schedule(target) -> tvm.transform.Pass:
+def default_schedule(target, rules: list | None = None) -> tvm.transform.Pass:
     """Return the pipeline's dlight default schedule as a pass that survives a failing rule.
 
     For every PrimFunc not yet scheduled (tuned kernels are), the rules are tried in the
@@ -197,11 +195,15 @@ def default_schedule(target) -> tvm.transform.Pass:
     ``ApplyDefaultSchedule``. A rule that raises (dlight signals unsupported patterns with
     ``AssertionError`` as well as ``None``) is reported as a ``DefaultScheduleFallback`` warning
     and the next rule is tried. The pass keeps the name ``ApplyDefaultSchedule``.
+
+    Args:
+        target: a CUDA target or spec.
+        rules: the dlight rules, in order (default: those of TVM's CUDA pipeline).
     """
     from tvm import s_tir, tirx
 
     target = resolve_target(target)
-    rules = _pipeline_rules(target)
+    rules = _pipeline_rules(target) if rules is None else list(rules)
 
     @tvm.transform.module_pass(opt_level=0, name="ApplyDefaultSchedule")
     def apply(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
