@@ -212,6 +212,7 @@ def default_schedule(target, rules: list | None = None) -> tvm.transform.Pass:
             if not isinstance(func, tirx.PrimFunc) or _is_scheduled(func):
                 continue
             func_target = func.attrs.get("target") if func.attrs is not None else None
+            raised = []
             for rule in rules:
                 try:
                     space = rule.apply(func, func_target or target, False)
@@ -220,11 +221,16 @@ def default_schedule(target, rules: list | None = None) -> tvm.transform.Pass:
                     warnings.warn(DefaultScheduleFallback(
                         f"dlight {type(rule).__name__} failed on {gvar.name_hint} "
                         f"({type(err).__name__}: {first}); trying the next rule"), stacklevel=2)
+                    raised.append(type(rule).__name__)
                     continue
                 if space is None:
                     continue
                 sch = space if isinstance(space, s_tir.Schedule) else space[0]
                 updated[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+                if raised:
+                    warnings.warn(DefaultScheduleFallback(
+                        f"{gvar.name_hint} scheduled by dlight {type(rule).__name__} after "
+                        f"{', '.join(raised)} raised"), stacklevel=2)
                 break
         for gvar, func in updated.items():
             mod[gvar] = func
