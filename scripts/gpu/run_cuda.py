@@ -28,6 +28,27 @@ import time
 import numpy as np
 
 
+def _load_cuda_runtime() -> None:
+    """Load TVM's CUDA runtime sidecar, which ``import tvm`` skips in runtime-only mode.
+
+    ``TVM_USE_RUNTIME_LIB=1`` also turns off TVM's backend autoload, the only code that loads
+    ``libtvm_runtime_cuda.so``; without it ``tvm.cuda(0)`` does not exist and a CUDA library
+    cannot be loaded. Loading it registers the CUDA device API and module loader.
+    """
+    import ctypes
+
+    from tvm.base import _LOADED_LIBS
+
+    if "tvm_runtime_cuda" in _LOADED_LIBS:
+        return
+    lib_dir = pathlib.Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+    try:
+        _LOADED_LIBS["tvm_runtime_cuda"] = ctypes.CDLL(str(lib_dir / "libtvm_runtime_cuda.so"),
+                                                       mode=ctypes.RTLD_LOCAL)
+    except OSError as err:  # no libcuda.so.1 (no driver), or the sidecar is missing
+        raise SystemExit(f"run_cuda.py: cannot load TVM's CUDA runtime: {err}") from None
+
+
 def _install_binaries(folders: list[pathlib.Path], counts: dict) -> None:
     """Answer TVM's CUDA compile callback with the binaries compiled off the GPU."""
     import tvm_ffi
@@ -40,8 +61,12 @@ def _install_binaries(folders: list[pathlib.Path], counts: dict) -> None:
                 counts["carried"] += 1
                 return bytearray(path.read_bytes())
         counts["compiled_here"] += 1
-        from tvm.support import nvcc  # compiles for this GPU's arch (nvrtc or nvcc)
-        return nvcc.tvm_callback_cuda_compile(code)
+        try:  # compiles for this GPU's arch (nvrtc or nvcc); may need TVM's compiler library
+            from tvm.support import nvcc
+            return nvcc.tvm_callback_cuda_compile(code)
+        except (ImportError, AttributeError, RuntimeError, ValueError) as err:
+            raise RuntimeError(f"no carried binary for CUDA source {key} and compiling it here "
+                               f"failed ({err}); rerun the dry run and pack again") from err
 
     tvm_ffi.register_global_func("tvm_callback_cuda_compile", compile_cuda, override=True)
 
@@ -118,6 +143,7 @@ def main(argv=None) -> int:
 
     import tvm
 
+    _load_cuda_runtime()
     device = tvm.cuda(0)
     if not tvm.runtime.enabled("cuda") or not device.exist:
         print("run_cuda.py: no CUDA GPU visible to TVM's runtime", file=sys.stderr)
