@@ -11,7 +11,8 @@ stage that needs none and stops where a kernel must run:
    the original, every verified mutant put in place with its corrections, and the search's best
    program and runners-up; nvcc compiles each build's device code for ``arch``
    (:func:`tvm_pet.tune.cuda.compile_device_code`);
-5. write the artifacts for ``scripts/gpu/run_cuda.py``: ``builds/<name>.so``,
+5. write the artifacts for ``scripts/gpu/run_cuda.py``: ``builds/<name>.so`` (the original and
+   the search's programs; every build with ``libraries="all"``),
    ``kernels/<sha256>.fatbin``, ``inputs.npz``, ``manifest.json``, and ``dry_run.json`` (this
    report), then say what would run on a GPU.
 """
@@ -45,7 +46,7 @@ class BuiltVariant:
     subprogram: str | None
     mutant: tuple[str, ...]
     partially_equivalent: bool
-    library: str                # path relative to the output folder
+    library: str                # relative to the output folder; "" when not exported
     kernels: int
     binaries: tuple[str, ...]   # SHA-256 keys of the CUDA sources, see tune/cuda.py
     binary_bytes: int
@@ -120,7 +121,8 @@ def _mutants_in_place(program: Program, config: SearchConfig, cost) -> list[tupl
 
 def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str = "sm_90",
             records_dir: str | None = None, trials: int = 0, seed: int = 0,
-            max_mutants: int | None = None, progress=None) -> DryRun:
+            max_mutants: int | None = None, libraries: str = "search",
+            progress=None) -> DryRun:
     """Run the CUDA flow without a GPU, up to the point where a kernel must run.
 
     Args:
@@ -132,6 +134,10 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
         trials: the per-task tuning budget a GPU run would use (only reported here).
         seed: the seed of the random inputs written to ``inputs.npz``.
         max_mutants: build at most this many mutants (all when ``None``).
+        libraries: which builds are exported as ``builds/<name>.so`` for the GPU: ``"search"``
+            (the original and the search's programs; default) or ``"all"``. Every build is
+            compiled by nvcc either way; a library holds the model's weights, so exporting
+            every mutant of a large model takes gigabytes (CSRNet's back end: about 50 MB each).
         progress: a callable taking one line of progress, or ``None``.
 
     Returns:
@@ -151,6 +157,8 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
     from tvm_pet.tune.targets import target_dir
 
     say = progress or (lambda line: None)
+    if libraries not in ("search", "all"):
+        raise PetError(f"libraries={libraries!r}: use 'search' or 'all'")
     if nvcc_path() is None:
         raise PetError("the CUDA dry run compiles every kernel with nvcc, which is not on PATH")
     start = time.perf_counter()
@@ -202,9 +210,12 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
             say(f"FAILED {name} ({kind}{', ' + ' '.join(ops) if ops else ''}): {err}")
             continue
         library = pathlib.Path("builds") / f"{name}.so"
-        with _quiet_native_stderr():
-            executable.export_library(str(out / library))
-        variant = BuiltVariant(name, kind, sub, ops, partial, str(library),
+        if libraries == "all" or kind != "mutant":
+            with _quiet_native_stderr():
+                executable.export_library(str(out / library))
+        else:
+            library = None
+        variant = BuiltVariant(name, kind, sub, ops, partial, str(library or ""),
                                sum(len(b.kernels) for b in binaries),
                                tuple(b.sha256 for b in binaries),
                                sum(b.binary_bytes for b in binaries), applied,
@@ -227,7 +238,7 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
                                    if v.kind == "search" and v.error is None), "original"),
                 "variants": [{"name": v.name, "kind": v.kind, "library": v.library,
                               "mutant": list(v.mutant), "binaries": list(v.binaries)}
-                             for v in variants if v.error is None]}
+                             for v in variants if v.library]}
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     distinct = len({key for v in variants for key in v.binaries})
     gpu_work = (
@@ -237,7 +248,7 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
         "search with the measured cost: untuned kernels timed with dlight's schedule on the GPU",
         f"confirm end to end: time original vs the search's candidates interleaved on the GPU "
         f"(scripts/gpu/run_cuda.py times the "
-        f"{sum(v.error is None for v in variants)} builds written here)",
+        f"{sum(bool(v.library) for v in variants)} libraries written here)",
     )
     report = DryRun(str(model), str(target), arch, str(records), n_records, len(tasks),
                     cost.name, result.stop.value, tuple(variants), len(listed), len(chosen),
