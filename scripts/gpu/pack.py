@@ -63,14 +63,23 @@ def _add_tvm(tar: tarfile.TarFile, runtime_only: bool) -> None:
     tar.add(root, arcname="site/tvm", filter=keep)
 
 
-def _add_dry_runs(tar: tarfile.TarFile, folders: list[pathlib.Path]) -> None:
+def _add_dry_runs(tar: tarfile.TarFile, folders: list[pathlib.Path], mutants: bool) -> None:
+    """Add the dry-run folders: inputs, reports, and the libraries and binaries of the original
+    and the search's programs (and of the mutants when ``mutants``), with a manifest that lists
+    exactly what was added."""
     for folder in folders:
         if not (folder / "manifest.json").exists():
             raise SystemExit(f"pack.py: {folder} has no manifest.json (is it the --out of "
                              "tvm-pet optimize --target cuda --dry-run?)")
-        for name in ("manifest.json", "inputs.npz", "dry_run.json"):
+        for name in ("inputs.npz", "dry_run.json"):
             tar.add(folder / name, arcname=f"dry/{folder.name}/{name}")
         manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["variants"] = [v for v in manifest["variants"]
+                                if mutants or v["kind"] != "mutant"]
+        blob = (json.dumps(manifest, indent=2) + "\n").encode()
+        info = tarfile.TarInfo(f"dry/{folder.name}/manifest.json")
+        info.size = len(blob)
+        tar.addfile(info, io.BytesIO(blob))
         for variant in manifest["variants"]:
             tar.add(folder / variant["library"], arcname=f"dry/{folder.name}/{variant['library']}")
             for key in variant["binaries"]:
@@ -80,7 +89,7 @@ def _add_dry_runs(tar: tarfile.TarFile, folders: list[pathlib.Path]) -> None:
 
 
 def pack(out: pathlib.Path, wheel: pathlib.Path, runtime: list[pathlib.Path] | None,
-         part_mib: int) -> list[pathlib.Path]:
+         part_mib: int, mutants: bool = False) -> list[pathlib.Path]:
     """Write the pack (xz-compressed tar, split into parts of ``part_mib``); return the parts."""
     if not wheel.exists():
         raise SystemExit(f"pack.py: no wheel at {wheel} (see the module docstring)")
@@ -89,7 +98,7 @@ def pack(out: pathlib.Path, wheel: pathlib.Path, runtime: list[pathlib.Path] | N
         _add_tvm(tar, runtime_only=runtime is not None)
         tar.add(wheel, arcname=f"wheels/{wheel.name}")
         if runtime is not None:
-            _add_dry_runs(tar, runtime)
+            _add_dry_runs(tar, runtime, mutants)
     data = buffer.getvalue()
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("pack.tar.xz.part*"):
@@ -116,13 +125,18 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--part-mib", type=int, default=48,
                         help="largest part (MiB); the working tree travels beside it (48)")
+    parser.add_argument("--mutants", action="store_true",
+                        help="also carry every mutant's library (each holds the weights)")
     args = parser.parse_args(argv)
-    parts = pack(args.out, args.ffi_wheel, args.runtime, args.part_mib)
+    parts = pack(args.out, args.ffi_wheel, args.runtime, args.part_mib, args.mutants)
     total = sum(p.stat().st_size for p in parts)
     for p in parts:
         print(f"{p}: {p.stat().st_size / 2**20:.1f} MiB")
     print(f"pack: {total / 2**20:.1f} MiB in {len(parts)} part(s); each call carries one part "
           f"plus the working tree, at most {CALL_LIMIT // 2**20} MiB")
+    if len(parts) > 1 and args.runtime:
+        print("pack.py: the runtime pack needs several calls; pack fewer dry-run folders per "
+              "pack (one model per call) to time them in one call each", file=sys.stderr)
     return 0
 
 
