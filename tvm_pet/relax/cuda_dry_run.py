@@ -137,7 +137,7 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
         libraries: which builds are exported as ``builds/<name>.so`` for the GPU: ``"search"``
             (the original and the search's programs; default) or ``"all"``. Every build is
             compiled by nvcc either way; a library holds the model's weights, so exporting
-            every mutant of a large model takes gigabytes (CSRNet's back end: about 50 MB each).
+            every mutant of a large model takes gigabytes (CSRNet's back end: about 34 MB each).
         progress: a callable taking one line of progress, or ``None``.
 
     Returns:
