@@ -242,8 +242,8 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     distinct = len({key for v in variants for key in v.binaries})
     gpu_work = (
-        f"tune: {len(tasks)} tasks of the original with --trials N (and the promising mutants "
-        f"with the same N), MetaSchedule measuring on the GPU, records into "
+        f"tune: {len(tasks)} tasks of the original with --trials {trials or 'N'} per task (and "
+        f"the promising mutants with the same budget), MetaSchedule measuring on the GPU, into "
         f"tuning_logs/{target_dir(target)}/ (needs full TVM there: scripts/gpu/pack.py --full)",
         "search with the measured cost: untuned kernels timed with dlight's schedule on the GPU",
         f"confirm end to end: time original vs the search's candidates interleaved on the GPU "
