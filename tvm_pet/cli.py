@@ -108,8 +108,26 @@ def _search_config(args: argparse.Namespace):
                         time_limit=args.time_limit, progress=sys.stderr.isatty())
 
 
+def _cmd_dry_run(args: argparse.Namespace) -> int:
+    from tvm_pet.relax.cuda_dry_run import dry_run
+    if args.target != "cuda":
+        raise PetError("--dry-run is for --target cuda (it builds for a GPU without running)")
+    report = dry_run(args.model, args.out, _search_config(args), arch=args.arch,
+                     records_dir=args.records, trials=args.trials, progress=print)
+    failed = [v for v in report.variants if v.error]
+    print(f"dry run for {report.arch}: {len(report.variants) - len(failed)} of "
+          f"{len(report.variants)} builds compiled by nvcc ({report.distinct_binaries} distinct "
+          f"CUDA modules), {len(failed)} failed, {report.seconds:.1f} s; wrote {args.out}/")
+    print("stopped before the first kernel run. On a GPU, this would:")
+    for line in report.gpu_work:
+        print(f"  - {line}")
+    return 0
+
+
 def _cmd_optimize(args: argparse.Namespace) -> int:
     from tvm_pet.pipeline.optimize import optimize
+    if args.dry_run:
+        return _cmd_dry_run(args)
     report = optimize(args.model, args.out, _search_config(args), _driver_options(args))
     print(f"{args.model} on {report.target}: kept the {report.kept} model")
     print(f"  baseline  {report.baseline_time_s * 1e3:9.3f} ms (median of interleaved rounds)")
@@ -213,6 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
             o.add_argument("--no-second-look", action="store_true",
                            help="decide close calls on the first timing alone (by default they "
                                 "are tuned again with a second seed, or timed over more rounds)")
+            o.add_argument("--dry-run", action="store_true",
+                           help="cuda without a GPU: search, build every original, mutant and "
+                                "correction with nvcc, write them, stop before running a kernel")
+            o.add_argument("--arch", default="sm_90", help="CUDA arch of --dry-run (sm_90)")
             o.set_defaults(func=_cmd_optimize)
         else:
             o.set_defaults(func=_cmd_tune)

@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -105,3 +106,18 @@ def dir_lock(directory: str | Path, shared: bool = False, blocking: bool = True)
         yield held
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Silence C-level stderr while the block runs (TVM logs one "Scope Saving" warning per
+    function when it exports a library)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)

@@ -10,10 +10,7 @@ model (:class:`~tvm_pet.tune.measured_cost.MeasuredCost`).
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import pathlib
-import sys
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -21,6 +18,7 @@ import tvm
 from tvm import relax
 
 from tvm_pet.errors import PetError
+from tvm_pet.io import quiet_native_stderr
 from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.tune.compile import build_with_records, extract_tasks, prepare
@@ -108,7 +106,7 @@ class TVMToolchain:
 
     def export(self, executable: relax.VMExecutable, path: str) -> None:
         """Write a shared library (TVM's per-function export warnings silenced)."""
-        with _quiet_native_stderr():
+        with quiet_native_stderr():
             executable.export_library(path)
 
     def script(self, module: tvm.IRModule) -> str:
@@ -128,17 +126,3 @@ class TVMToolchain:
             return False
         tasks = extract_tasks(prepare(program_to_module(program), self.target), self.target)
         return bool(tasks) and all(workload_records(self._database, t.mod) for t in tasks)
-
-
-@contextlib.contextmanager
-def _quiet_native_stderr():
-    """Silence C-level stderr (TVM logs one "Scope Saving" warning per function on export)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)

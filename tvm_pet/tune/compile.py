@@ -26,7 +26,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.errors import PetError
-from tvm_pet.tune import records
+from tvm_pet.tune import cuda, records
 from tvm_pet.tune.targets import resolve_target
 
 #: Module attribute that marks the output of ``prepare`` (so that ``prepare`` is idempotent).
@@ -150,6 +150,7 @@ def build_with_records(mod: tvm.IRModule, target=None, records_dir: str | Path |
     already_run = {"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR"}
     rest = [p for p in backend.legalize_passes(target) if p.info.name not in already_run]
     rest += backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
+    rest = cuda.with_default_schedule(rest, target)  # dlight, surviving a rule that raises
     with tvm.transform.PassContext(opt_level=3):
         return tvm.compile(applied, target=target, relax_pipeline=tvm.transform.Sequential(rest))
 

@@ -99,6 +99,9 @@ def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
     """Build a task's PrimFunc (as it is, or scheduled) and return its median time in seconds on
     random inputs."""
     target = resolve_target(target)
+    if target.kind.name == "cuda":  # dlight's default schedule, timed on GPU 0 (tune/cuda.py)
+        from tvm_pet.tune.cuda import measure_primfunc_cuda
+        return measure_primfunc_cuda(task_mod, target, repeat=repeat, seed=seed)
     if target.kind.name != "llvm":
         raise PetError(f"measuring untuned kernels needs a local device; target {target} is not "
                        "llvm (tune the task, or measure it on the GPU machine)")

@@ -1,0 +1,35 @@
+#!/bin/sh
+# On the GPU machine, from the repository root: unpack a pack made by scripts/gpu/pack.py and run.
+#
+#   sh scripts/gpu/on_gpu.sh PACK_DIR RESULTS_DIR      # runtime route: time the dry-run builds
+#   sh scripts/gpu/on_gpu.sh PACK_DIR --stash          # full route, one call per part: keep the
+#                                                      # part(s) carried by this call, unpack when
+#                                                      # all parts are there, print the PYTHONPATH
+#
+# Parts are kept in /tmp/tvm_pet_gpu, which lasts while the machine stays warm (about 30 s
+# after a call), so carry the parts of the full route in consecutive calls.
+set -eu
+PACK=$1
+MODE=${2:-benchmarks/results}
+W=/tmp/tvm_pet_gpu
+mkdir -p "$W/parts" "$W/site"
+cp "$PACK"/pack.tar.xz.part* "$W/parts/"
+cp "$PACK/parts.json" "$W/parts.json"
+WANT=$(python3 -c "import json; print(len(json.load(open('$W/parts.json'))['parts']))")
+HAVE=$(ls "$W/parts" | wc -l)
+if [ "$HAVE" -lt "$WANT" ]; then
+    echo "on_gpu.sh: $HAVE of $WANT parts here; carry the next part in the next call"
+    exit 0
+fi
+if [ ! -f "$W/unpacked" ]; then
+    cat "$W"/parts/pack.tar.xz.part* | tar -xJf - -C "$W"
+    # the apache-tvm-ffi wheel for this Python (a wheel is a zip; no pip, no network)
+    python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('$W/site') for w in glob.glob('$W/wheels/*.whl')]"
+    touch "$W/unpacked"
+fi
+if [ "$MODE" = "--stash" ]; then
+    echo "full TVM unpacked: PYTHONPATH=$W/site:\$PWD python3 ..."
+    PYTHONPATH="$W/site" python3 -c "import tvm; print('tvm', tvm.__version__, 'cuda', tvm.cuda(0).exist)"
+    exit 0
+fi
+TVM_USE_RUNTIME_LIB=1 PYTHONPATH="$W/site" python3 scripts/gpu/run_cuda.py "$W"/dry/* --out "$MODE"

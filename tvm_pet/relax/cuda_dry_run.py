@@ -1,0 +1,244 @@
+"""``tvm-pet optimize MODEL --target cuda --dry-run``: the CUDA flow up to the first kernel run.
+
+Where it sits: beside the driver's ``optimize_model``, for a machine without a GPU. It does every
+stage that needs none and stops where a kernel must run:
+
+1. import the model and check that tvm_pet can lower it;
+2. plan: the records under ``tuning_logs/cuda-<arch>/`` (how many), and the tuning tasks of the
+   original (what ``--trials N`` would tune on a GPU);
+3. search with the analytic cost model (the measured one times untuned kernels on the GPU);
+4. build for the target, with TVM's default GPU schedules (dlight) for kernels without records:
+   the original, every verified mutant put in place with its corrections, and the search's best
+   program and runners-up; nvcc compiles each build's device code for ``arch``
+   (:func:`tvm_pet.tune.cuda.compile_device_code`);
+5. write the artifacts for ``scripts/gpu/run_cuda.py``: ``builds/<name>.so`` (the original and
+   the search's programs; every build with ``libraries="all"``),
+   ``kernels/<sha256>.fatbin``, ``inputs.npz``, ``manifest.json``, and ``dry_run.json`` (this
+   report), then say what would run on a GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import time
+import warnings
+
+import numpy as np
+
+from tvm_pet.errors import PetError, UnsupportedOperator
+from tvm_pet.io import quiet_native_stderr
+from tvm_pet.io import atomic_write
+from tvm_pet.ir.node import Program
+from tvm_pet.search.config import SearchConfig
+
+#: Version of ``manifest.json``, read by ``scripts/gpu/run_cuda.py``.
+MANIFEST_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BuiltVariant:
+    """One program built for CUDA: what it is, its library and its device binaries."""
+    name: str
+    kind: str                   # "original", "mutant" (in place, corrected) or "search"
+    subprogram: str | None
+    mutant: tuple[str, ...]
+    partially_equivalent: bool
+    library: str                # relative to the output folder; "" when not exported
+    kernels: int
+    binaries: tuple[str, ...]   # SHA-256 keys of the CUDA sources, see tune/cuda.py
+    binary_bytes: int
+    records_applied: int
+    build_s: float
+    nvcc_s: float               # 0 for binaries compiled by an earlier run (same source)
+    schedule_fallbacks: tuple[str, ...]  # dlight rules that raised on a kernel (tune/cuda.py)
+    error: str | None = None    # why it does not build for the GPU (then nothing is written)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DryRun:
+    """What ``dry_run`` did, and what remains for a GPU."""
+    model: str
+    target: str
+    arch: str
+    records_dir: str
+    records: int
+    original_tasks: int
+    search_cost_model: str
+    search_stop: str
+    variants: tuple[BuiltVariant, ...]
+    mutants_listed: int
+    mutants_built: int
+    distinct_binaries: int
+    seconds: float
+    gpu_work: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _lowerable(program: Program) -> None:
+    """Refuse a program too large to verify or one tvm_pet cannot emit in Relax."""
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.verify.limits import check_tensor_sizes
+    check_tensor_sizes(program)
+    try:
+        program_to_module(program)
+    except UnsupportedOperator as e:
+        raise UnsupportedOperator(f"{e}. The dry run rebuilds the whole model from tvm_pet's "
+                                  f"own import, as tvm-pet optimize does") from None
+
+
+def _mutants_in_place(program: Program, config: SearchConfig, cost) -> list[tuple]:
+    """Every verified mutant of every subset, corrected and put in place in the whole program:
+    (subprogram name, mutant, whole program), as ``tvm-pet tune`` lists them."""
+    from tvm_pet.search.optimizer import Optimizer, operator_subsets
+    from tvm_pet.search.partition import partition, replace_subprogram
+    opt = Optimizer(config, cost)
+    listed = []
+    for sub in partition(program):
+        for subset in operator_subsets(program, sub, config.max_subset):
+            part, mutants = opt.mutants_of(program, subset, sub.name)
+            listed += [(sub.name, m, replace_subprogram(program, part, c)) for m, c in mutants]
+    return listed
+
+
+def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str = "sm_90",
+            records_dir: str | None = None, trials: int = 0, seed: int = 0,
+            max_mutants: int | None = None, libraries: str = "search",
+            progress=None) -> DryRun:
+    """Run the CUDA flow without a GPU, up to the point where a kernel must run.
+
+    Args:
+        model: an ONNX model (path or ``ModelProto``).
+        out_dir: the folder of the artifacts (created).
+        config: the search budgets.
+        arch: the CUDA architecture to build for (``sm_90``: H100 and H200).
+        records_dir: the tuning records root (default ``tuning_logs/cuda-<arch>``).
+        trials: the per-task tuning budget a GPU run would use (only reported here).
+        seed: the seed of the random inputs written to ``inputs.npz``.
+        max_mutants: build at most this many mutants (all when ``None``).
+        libraries: which builds are exported as ``builds/<name>.so`` for the GPU: ``"search"``
+            (the original and the search's programs; default) or ``"all"``. Every build is
+            compiled by nvcc either way; a library holds the model's weights, so exporting
+            every mutant of a large model takes gigabytes (CSRNet's back end: about 34 MB each).
+        progress: a callable taking one line of progress, or ``None``.
+
+    Returns:
+        The ``DryRun`` report, also written to ``<out_dir>/dry_run.json``.
+
+    Raises:
+        PetError: when nvcc is missing or rejects a kernel, or the model cannot be lowered.
+    """
+    from tvm_pet.cost.analytic import AnalyticCost
+    from tvm_pet.onnx import import_model
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.search.optimizer import optimize
+    from tvm_pet.tune.cuda import (DefaultScheduleFallback, compile_device_code, cuda_target,
+                                   nvcc_path)
+    from tvm_pet.tune.compile import apply_records, build_with_records, extract_tasks
+    from tvm_pet.tune.records import count_records, default_records_dir
+    from tvm_pet.tune.targets import target_dir
+
+    say = progress or (lambda line: None)
+    if libraries not in ("search", "all"):
+        raise PetError(f"libraries={libraries!r}: use 'search' or 'all'")
+    if nvcc_path() is None:
+        raise PetError("the CUDA dry run compiles every kernel with nvcc, which is not on PATH")
+    start = time.perf_counter()
+    out = pathlib.Path(out_dir)
+    for folder in ("builds", "kernels"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+    program = import_model(model)
+    _lowerable(program)
+    target = cuda_target(arch)
+    records = records_dir or default_records_dir(target)
+    n_records = count_records(records, target) if pathlib.Path(records).exists() else 0
+    tasks = extract_tasks(program_to_module(program), target)
+    say(f"target {target_dir(target)}: {n_records} tuning records in {records}, "
+        f"{len(tasks)} tuning tasks in the original")
+
+    cost = AnalyticCost()
+    result = optimize(program, config, cost)
+    say(f"search (analytic cost): {len(result.applied)} mutants applied, stopped: "
+        f"{result.stop.value}")
+    listed = _mutants_in_place(program, config, cost)
+    chosen = listed if max_mutants is None else listed[:max_mutants]
+
+    todo = [("original", "original", None, (), False, program)]
+    todo += [(f"mutant{i}", "mutant", sub, tuple(m.ops), m.partially_equivalent, whole)
+             for i, (sub, m, whole) in enumerate(chosen)]
+    if result.applied:
+        todo.append(("search_best", "search", None,
+                     tuple(" -> ".join(a.mutant_ops) for a in result.applied),
+                     any(a.partially_equivalent for a in result.applied), result.program))
+        todo += [(f"search_runner_up{i + 1}", "search", None,
+                  tuple(" -> ".join(a.mutant_ops) for a in c.applied),
+                  any(a.partially_equivalent for a in c.applied), c.program)
+                 for i, c in enumerate(result.runners_up)]
+    variants = []
+    for name, kind, sub, ops, partial, prog in todo:
+        t0 = time.perf_counter()
+        module = program_to_module(prog)
+        _, applied = apply_records(module, target, records)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DefaultScheduleFallback)
+            executable = build_with_records(module, target, records)
+        fallbacks = tuple(str(w.message) for w in caught
+                          if issubclass(w.category, DefaultScheduleFallback))
+        try:
+            binaries = compile_device_code(executable, target, out / "kernels")
+        except PetError as err:  # counted and reported: this program cannot run on the GPU
+            variants.append(BuiltVariant(name, kind, sub, ops, partial, "", 0, (), 0, applied,
+                                         time.perf_counter() - t0, 0.0, fallbacks, str(err)))
+            say(f"FAILED {name} ({kind}{', ' + ' '.join(ops) if ops else ''}): {err}")
+            continue
+        library = pathlib.Path("builds") / f"{name}.so"
+        if libraries == "all" or kind != "mutant":
+            with quiet_native_stderr():
+                executable.export_library(str(out / library))
+        else:
+            library = None
+        variant = BuiltVariant(name, kind, sub, ops, partial, str(library or ""),
+                               sum(len(b.kernels) for b in binaries),
+                               tuple(b.sha256 for b in binaries),
+                               sum(b.binary_bytes for b in binaries), applied,
+                               time.perf_counter() - t0, sum(b.nvcc_s for b in binaries), fallbacks)
+        variants.append(variant)
+        say(f"built {name} ({kind}{', ' + ' '.join(ops) if ops else ''}): {variant.kernels} "
+            f"kernels for {arch}, {variant.binary_bytes / 1024:.0f} KiB, "
+            f"{variant.build_s:.1f} s (nvcc {variant.nvcc_s:.1f} s)"
+            + (f"; {len(fallbacks)} dlight rule(s) raised, next rule used" if fallbacks else ""))
+
+    if variants[0].error is not None:
+        raise PetError(f"the original model does not build for {arch}: {variants[0].error}")
+    rng = np.random.default_rng(seed)
+    inputs = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in program.inputs}
+    np.savez(out / "inputs.npz", **inputs)
+    manifest = {"version": MANIFEST_VERSION, "model": str(model), "arch": arch,
+                "target": str(target), "inputs": [t.name for t in program.inputs],
+                "baseline": "original",
+                "optimized": next((v.name for v in variants
+                                   if v.kind == "search" and v.error is None), "original"),
+                "variants": [{"name": v.name, "kind": v.kind, "library": v.library,
+                              "mutant": list(v.mutant), "binaries": list(v.binaries)}
+                             for v in variants if v.library]}
+    atomic_write(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    distinct = len({key for v in variants for key in v.binaries})
+    gpu_work = (
+        f"tune: {len(tasks)} tasks of the original with --trials {trials or 'N'} per task (and "
+        f"the promising mutants with the same budget), MetaSchedule measuring on the GPU, into "
+        f"tuning_logs/{target_dir(target)}/ (needs full TVM there: scripts/gpu/pack.py --full)",
+        "search with the measured cost: untuned kernels timed with dlight's schedule on the GPU",
+        f"confirm end to end: time original vs the search's candidates interleaved on the GPU "
+        f"(scripts/gpu/run_cuda.py times the "
+        f"{sum(bool(v.library) for v in variants)} libraries written here)",
+    )
+    report = DryRun(str(model), str(target), arch, str(records), n_records, len(tasks),
+                    cost.name, result.stop.value, tuple(variants), len(listed), len(chosen),
+                    distinct, time.perf_counter() - start, gpu_work)
+    atomic_write(out / "dry_run.json", json.dumps(report.to_json(), indent=2) + "\n")
+    return report
+
+
+__all__ = ["BuiltVariant", "DryRun", "dry_run", "MANIFEST_VERSION"]
