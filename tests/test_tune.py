@@ -367,3 +367,12 @@ def test_record_sources_borrow_a_compatible_directory_beside_the_own(tmp_path):
     assert sources.borrowed == tmp_path / "llvm-skylake-avx512-c2"  # beside the own one first
     assert "no records of its own" in sources.describe()
     assert record_sources(tmp_path, haswell, borrow=False).borrowed is None
+
+
+def test_target_specs_as_on_tvms_command_line_or_json():
+    assert target_dir(resolve_target("llvm -mcpu=haswell -num-cores=4")) == "llvm-haswell-c4"
+    assert target_dir(resolve_target('{"kind": "llvm", "mcpu": "haswell"}')).startswith(
+        "llvm-haswell-c")
+    for bad, why in [("arm", "unknown target"), ("llvm mcpu", "-key=value"), ("{x", "JSON")]:
+        with pytest.raises(PetError, match=why):
+            resolve_target(bad)

@@ -52,7 +52,8 @@ def resolve_target(spec: str | dict | tvm.target.Target | None = None) -> tvm.ta
 
     Args:
         spec: ``None`` or ``"llvm"`` (this CPU), ``"cuda"`` (the local GPU, or sm_80 without one),
-            a target dict (missing ``mcpu``/``arch``/``num-cores``/limits are filled in), or a
+            either with attributes as on TVM's command line (``"llvm -mcpu=haswell"``), a JSON
+            object, a target dict (missing ``mcpu``/``arch``/``num-cores``/limits are filled in), or a
             ``tvm.target.Target`` (returned unchanged).
 
     Returns:
@@ -70,10 +71,7 @@ def resolve_target(spec: str | dict | tvm.target.Target | None = None) -> tvm.ta
     if spec is None:
         spec = "llvm"
     if isinstance(spec, str):
-        if spec not in ("llvm", "cuda"):
-            raise PetError(f"unknown target {spec!r}: use 'llvm', 'cuda' or a target dict such as "
-                           "{'kind': 'llvm', 'mcpu': 'skylake-avx512', 'num-cores': 2}")
-        spec = {"kind": spec}
+        spec = _parse_spec(spec)
     if not isinstance(spec, dict) or "kind" not in spec:
         raise PetError(f"target spec {spec!r} is neither a kind name nor a dict with a 'kind'")
     kind = spec["kind"]
@@ -89,6 +87,27 @@ def resolve_target(spec: str | dict | tvm.target.Target | None = None) -> tvm.ta
         return tvm.target.Target(full)
     except (ValueError, TypeError, RuntimeError) as err:  # TVM raises these builtins
         raise PetError(f"TVM rejects the target {full}: {err}") from err
+
+
+def _parse_spec(text: str) -> dict:
+    """A target dict from ``"llvm"``, ``"llvm -mcpu=haswell -num-cores=4"`` or a JSON object."""
+    if text.lstrip().startswith("{"):
+        try:
+            spec = json.loads(text)
+        except ValueError as err:
+            raise PetError(f"target {text!r} is not valid JSON: {err}") from err
+        return spec
+    kind, *attrs = text.split()
+    if kind not in ("llvm", "cuda"):
+        raise PetError(f"unknown target {text!r}: use 'llvm', 'cuda', 'llvm -mcpu=haswell' or a "
+                       "JSON object such as '{\"kind\": \"llvm\", \"mcpu\": \"haswell\"}'")
+    spec: dict = {"kind": kind}
+    for attr in attrs:
+        key, sep, value = attr.lstrip("-").partition("=")
+        if not attr.startswith("-") or not sep or not key:
+            raise PetError(f"target attribute {attr!r} in {text!r}: write it as -key=value")
+        spec[key] = int(value) if value.isdigit() else value
+    return spec
 
 
 def detect_mcpu(cpuinfo: str | None = None) -> str | None:
