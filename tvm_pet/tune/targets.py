@@ -81,6 +81,10 @@ def resolve_target(spec: str | dict | tvm.target.Target | None = None) -> tvm.ta
         full = {"kind": "cuda", "arch": detect_cuda_arch(), **CUDA_LIMITS}
     else:
         raise PetError(f"unsupported target kind {kind!r}: tvm_pet measures on 'llvm' and 'cuda'")
+    if spec.get("mcpu") == "native":
+        raise PetError("mcpu 'native' is not an option: the LLVM in the apache-tvm wheel falls back "
+                       f"to generic x86-64 with it; name the CPU (e.g. {detect_mcpu()!r}, as "
+                       "detected here) or leave mcpu out to have it detected")
     full.update(spec)  # an explicit None drops the attribute (``"mcpu": None`` is generic x86-64)
     full = {key: value for key, value in full.items() if value is not None}
     try:
