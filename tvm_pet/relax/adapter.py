@@ -35,8 +35,8 @@ from tvm import relax
 
 from tvm_pet.errors import UnsupportedOperator
 from tvm_pet.ir.node import Program
-from tvm_pet.relax.lift import EVALUABLE_OPAQUE, LIFT_RULES, _Lifter
-from tvm_pet.relax.lifted import Lifted, OpaqueBinding
+from tvm_pet.relax.lifting import EVALUABLE_OPAQUE, LIFT_RULES, _Lifter
+from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding
 from tvm_pet.relax.lower import LOWER_RULES, OPAQUE_LOWERING, _Lowerer
 
 __all__ = ["from_relax", "to_relax", "program_to_module", "Lifted", "OpaqueBinding", "LIFT_RULES",

@@ -15,7 +15,8 @@ from tvm.relax.op import nn as rnn
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator
 from tvm_pet.ir.node import Node, Program, Shape
 from tvm_pet.ir.ops import Op
-from tvm_pet.relax.lifted import (F32, Tree, Lifted, _flatten, _unflatten, _static)
+from tvm_pet.relax.lifted_function import Lifted, Tree, flatten, unflatten
+from tvm_pet.relax.relax_types import F32, static_shape
 
 
 # -------------------------------------------------------------------------------------- lowering
@@ -50,18 +51,18 @@ class _Lowerer:
             raise ProgramError(f"program inputs {extra} are not parameters of the lifted function "
                                f"({list(self.lifted.input_names)}); keep the signature")
         for var, name in zip(self.lifted.params, self.lifted.input_names):
-            if name in specs and specs[name].shape != _static(var.ty, name):
+            if name in specs and specs[name].shape != static_shape(var.ty, name):
                 raise ShapeError(f"input {name!r} has shape {list(specs[name].shape)}, the "
-                                 f"function's parameter {list(_static(var.ty, name))}")
+                                 f"function's parameter {list(static_shape(var.ty, name))}")
             self.env[name] = var
         return list(self.lifted.params)
 
     def _result(self) -> relax.Expr:
         outs = list(self.p.outputs)
         tree: Tree = outs[0] if len(outs) == 1 else tuple(outs)
-        if self.lifted is not None and _flatten(self.lifted.outputs) == outs:
+        if self.lifted is not None and flatten(self.lifted.outputs) == outs:
             tree = self.lifted.outputs
-        return _unflatten(tree, iter(self.expr(o) for o in _flatten(tree)), relax.Tuple)
+        return unflatten(tree, iter(self.expr(o) for o in flatten(tree)), relax.Tuple)
 
     def expr(self, name: str) -> relax.Expr:
         """The Relax value of a program tensor (a weight becomes a constant on first use)."""
@@ -215,7 +216,7 @@ def _opaque_lower(low: _Lowerer, node: Node, args: list) -> list:
         value = low.emit(binding.rebuild(args), node.outputs[0])
         if isinstance(binding.outputs, str):
             return [value]
-        getters = _unflatten(binding.outputs, iter(range(len(node.outputs))), tuple)
+        getters = unflatten(binding.outputs, iter(range(len(node.outputs))), tuple)
         return [relax.TupleGetItem(_path(value, p[:-1]), p[-1]) for p in _paths(getters)]
     kind = node.attrs["kind"]
     if kind not in OPAQUE_LOWERING:

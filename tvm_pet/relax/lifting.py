@@ -18,7 +18,9 @@ from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperat
 from tvm_pet.ir.builder import ProgramBuilder
 from tvm_pet.ir.node import Shape
 from tvm_pet.ir.ops import Op
-from tvm_pet.relax.lifted import (F32, Tree, Lifted, OpaqueBinding, _flatten, _unflatten, _ints, _static, _type_tree, _template, _leaf_types, _is_f32, _const_ints, _call_kind, _no_dtype, _pads)
+from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding, Tree, flatten, unflatten
+from tvm_pet.relax.relax_types import (F32, begins_ends, call_kind, const_ints, float32_or_void, ints,
+                                       is_f32, leaf_types, static_shape, template, type_tree)
 
 
 # --------------------------------------------------------------------------------------- lifting
@@ -132,7 +134,7 @@ class _Lifter:
             if str(ty.dtype) != F32:
                 raise UnsupportedOperator(f"{what} is {ty.dtype}; tvm_pet lifts float32 tensors "
                                           f"only")
-            self.env[p] = self.b.input(self.fresh(p.name), _static(ty, what))
+            self.env[p] = self.b.input(self.fresh(p.name), static_shape(ty, what))
         body = self.func.body
         blocks, result = (body.blocks, body.body) if isinstance(body, relax.SeqExpr) else ((), body)
         for block in blocks:
@@ -142,7 +144,7 @@ class _Lifter:
             raise UnsupportedOperator("the function returns a call, not a variable: normalize it "
                                       "first (relax.transform.Normalize())")
         outputs = self.tree_of(self.value_of(result))
-        program = self.b.build(_flatten(outputs))
+        program = self.b.build(flatten(outputs))
         params = tuple(self.func.params)
         return Lifted(program, params, tuple(self.env[p] for p in params),
                       types.MappingProxyType(self.opaque), types.MappingProxyType(self.origins),
@@ -150,15 +152,15 @@ class _Lifter:
 
     def bind(self, binding) -> None:
         var, value = binding.var, binding.value
-        label = f"`{var.name} = {_call_kind(value) if isinstance(value, relax.Call) else value}`"
+        label = f"`{var.name} = {call_kind(value) if isinstance(value, relax.Call) else value}`"
         try:
             if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
                     and value.op.get_attr("FPurity") is False):
                 raise UnsupportedOperator(f"{value.op.name} has side effects; tvm_pet emits one "
                                           f"dataflow block, so it lifts pure calls only")
-            tree = _type_tree(var.ty, f"binding {var.name!r}")
-            for ty in _leaf_types(tree):
-                _static(ty, f"binding {var.name!r}")
+            tree = type_tree(var.ty, f"binding {var.name!r}")
+            for ty in leaf_types(tree):
+                static_shape(ty, f"binding {var.name!r}")
             if isinstance(binding, relax.MatchCast) or not isinstance(value, relax.Call):
                 self.env[var] = self._alias(var, value)
                 return
@@ -179,7 +181,7 @@ class _Lifter:
     def _recognised(self, var: relax.Var, call: relax.Call) -> Value | None:
         """The lifted value of a call that a rule maps, or None (then it stays opaque)."""
         rule = LIFT_RULES.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
-        if rule is None or not _is_f32(var) or not all(_is_f32(a) for a in call.args):
+        if rule is None or not is_f32(var) or not all(is_f32(a) for a in call.args):
             return None
         result = rule(self, call, var)
         if result is not None:
@@ -188,7 +190,7 @@ class _Lifter:
 
     def _check(self, var: relax.Var, value: Value) -> None:
         """The lifted shapes must be Relax's: a mismatch is a bug in a rule, never ignored."""
-        want = [_static(t, var.name) for t in _leaf_types(_type_tree(var.ty, var.name))]
+        want = [static_shape(t, var.name) for t in leaf_types(type_tree(var.ty, var.name))]
         leaves = [value] if not isinstance(value, tuple) else list(_flat_values(value))
         have = [self.shape(v) for v in leaves]
         if have != want:
@@ -198,16 +200,16 @@ class _Lifter:
     def _opaque(self, var: relax.Var, call: relax.Call, tree) -> Tree:
         leaves: list[tuple[relax.Expr, Tree]] = []
         expr = self._collect(call, leaves, set())
-        inputs = [n for _, t in leaves for n in _flatten(t)]
+        inputs = [n for _, t in leaves for n in flatten(t)]
         if not inputs:
-            raise UnsupportedOperator(f"{_call_kind(call)} reads no float32 tensor; tvm_pet keeps "
+            raise UnsupportedOperator(f"{call_kind(call)} reads no float32 tensor; tvm_pet keeps "
                                       f"opaque operators that read at least one")
         kind, params = _evaluable_kind(call, [self.b.shapes[i] for i in inputs])
-        types_ = _leaf_types(tree)
+        types_ = leaf_types(tree)
         names = [self.fresh(var.name if len(types_) == 1 else f"{var.name}_{k}")
                  for k in range(len(types_))]
-        outputs = _unflatten(_template(tree), iter(names), tuple)
-        shapes = tuple(_static(t, var.name) for t in types_)
+        outputs = unflatten(template(tree), iter(names), tuple)
+        shapes = tuple(static_shape(t, var.name) for t in types_)
         self.b.node(Op.OPAQUE, inputs, {"kind": kind, "shapes": shapes, "params": params}, names)
         binding = OpaqueBinding(expr, tuple(leaves), outputs, kind)
         for n in names:
@@ -219,7 +221,7 @@ class _Lifter:
         non-float constants replaced by those constants."""
         if isinstance(expr, relax.Var) or (isinstance(expr, tvm.ir.expr.Constant)
                                            and isinstance(expr.ty, relax.TensorType)
-                                           and _is_f32(expr)):  # not a FloatImm operand
+                                           and is_f32(expr)):  # not a FloatImm operand
             value = self.value_of(expr)
             if isinstance(value, _Const) and value.array.dtype != np.float32:
                 if value.origin is None:
@@ -286,18 +288,18 @@ def _conv(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     x, w = lift.arg(call, 0), lift.arg(call, 1)
     a, nsp = call.attrs, len(lift.shape(x)) - 2
     data, kernel = _CONV_LAYOUTS.get(nsp, (None, None))
-    pads = _pads(a.padding, nsp)
+    pads = begins_ends(a.padding, nsp)
     if (str(a.data_layout) != data or str(a.kernel_layout) != kernel or pads is None
-            or str(a.out_layout) not in ("", data) or not _no_dtype(a.out_dtype)):
+            or str(a.out_layout) not in ("", data) or not float32_or_void(a.out_dtype)):
         return None
-    return lift.emit(Op.CONV, [x, w], {"strides": _ints(a.strides), "pads": pads,
-                                       "dilations": _ints(a.dilation), "groups": int(a.groups)},
+    return lift.emit(Op.CONV, [x, w], {"strides": ints(a.strides), "pads": pads,
+                                       "dilations": ints(a.dilation), "groups": int(a.groups)},
                      var.name)
 
 
 def _matmul(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     a, b = lift.arg(call, 0), lift.arg(call, 1)
-    if len(lift.shape(a)) < 2 or len(lift.shape(b)) < 2 or not _no_dtype(call.attrs.out_dtype):
+    if len(lift.shape(a)) < 2 or len(lift.shape(b)) < 2 or not float32_or_void(call.attrs.out_dtype):
         return None
     return lift.emit(Op.MATMUL, [a, b], {}, var.name)
 
@@ -315,7 +317,7 @@ def _permute_dims(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
 def _reshape(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
     """reshape, expand_dims, squeeze and flatten: the target is the binding's static shape."""
     x = lift.arg(call, 0)
-    shape = _static(var.ty, var.name)
+    shape = static_shape(var.ty, var.name)
     if isinstance(x, _Const):
         return lift.constant(x.array.reshape(shape))
     return x if lift.shape(x) == shape else lift.emit(Op.RESHAPE, [x], {"shape": shape}, var.name)
@@ -334,8 +336,8 @@ def _concat(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
 def _split(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
     x = lift.arg(call, 0)
     axis = int(call.attrs.axis) % len(lift.shape(x))
-    types_ = _leaf_types(_type_tree(var.ty, var.name))
-    sizes = tuple(_static(t, var.name)[axis] for t in types_)
+    types_ = leaf_types(type_tree(var.ty, var.name))
+    sizes = tuple(static_shape(t, var.name)[axis] for t in types_)
     names = [lift.fresh(f"{var.name}_{k}") for k in range(len(sizes))]
     return lift.b.node(Op.SPLIT, [lift.name_of(x)], {"axis": axis, "sizes": sizes}, names)
 
@@ -343,8 +345,8 @@ def _split(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
 def _strided_slice(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     x = lift.arg(call, 0)
     shape = lift.shape(x)
-    axes, begin, end = (_const_ints(call.args[i]) for i in (1, 2, 3))
-    strides = _const_ints(call.args[4]) if len(call.args) > 4 else (1,) * len(axes or ())
+    axes, begin, end = (const_ints(call.args[i]) for i in (1, 2, 3))
+    strides = const_ints(call.args[4]) if len(call.args) > 4 else (1,) * len(axes or ())
     if None in (axes, begin, end, strides) or any(s < 1 for s in strides):
         return None  # dynamic bounds or a reversed slice
     starts, steps, sizes = [0] * len(shape), [1] * len(shape), list(shape)
@@ -361,7 +363,7 @@ def _strided_slice(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | N
 
 def _pad(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     a = call.attrs
-    width = _ints(a.pad_width)
+    width = ints(a.pad_width)
     if str(a.pad_mode) != "constant" or float(a.pad_value) != 0.0 or min(width, default=0) < 0:
         return None
     return lift.emit(Op.PAD, [lift.arg(call, 0)], {"pads": width[0::2] + width[1::2]}, var.name)
@@ -371,12 +373,12 @@ def _avg_pool(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     x = lift.arg(call, 0)
     a, nsp = call.attrs, len(lift.shape(x)) - 2
     data = _CONV_LAYOUTS.get(nsp, (None,))[0]
-    kernel, pads = _ints(a.pool_size), _pads(a.padding, nsp)
+    kernel, pads = ints(a.pool_size), begins_ends(a.padding, nsp)
     if (str(a.layout) != data or str(a.out_layout) not in ("", data) or bool(a.ceil_mode)
-            or any(d != 1 for d in _ints(a.dilation)) or pads is None
+            or any(d != 1 for d in ints(a.dilation)) or pads is None
             or any(p >= k for p, k in zip(pads, kernel * 2))):
         return None
-    return lift.emit(Op.AVGPOOL, [x], {"kernel": kernel, "strides": _ints(a.strides),
+    return lift.emit(Op.AVGPOOL, [x], {"kernel": kernel, "strides": ints(a.strides),
                                        "pads": pads,
                                        "count_include_pad": bool(a.count_include_pad)}, var.name)
 
@@ -447,11 +449,11 @@ LIFT_RULES: dict[str, LiftRule] = {
 # --------------------------------------------------------------- opaque operators tvm_pet can run
 def _maxpool_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
     a, nsp = call.attrs, len(shapes[0]) - 2
-    pads = _pads(a.padding, nsp)
+    pads = begins_ends(a.padding, nsp)
     if (str(a.layout) != _CONV_LAYOUTS.get(nsp, (None,))[0] or bool(a.ceil_mode) or pads is None
-            or any(d != 1 for d in _ints(a.dilation)) or str(a.out_layout) not in ("", a.layout)):
+            or any(d != 1 for d in ints(a.dilation)) or str(a.out_layout) not in ("", a.layout)):
         return None
-    return {"kernel_shape": _ints(a.pool_size), "strides": _ints(a.strides), "pads": pads}
+    return {"kernel_shape": ints(a.pool_size), "strides": ints(a.strides), "pads": pads}
 
 
 def _layernorm_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
@@ -481,8 +483,8 @@ EVALUABLE_OPAQUE: dict[str, tuple[str, Callable[[relax.Call, list[Shape]], dict 
 
 
 def _evaluable_kind(call: relax.Call, shapes: list[Shape]) -> tuple[str, dict]:
-    kind = _call_kind(call)
-    entry = EVALUABLE_OPAQUE.get(kind) if all(_is_f32(a) for a in call.args) else None
+    kind = call_kind(call)
+    entry = EVALUABLE_OPAQUE.get(kind) if all(is_f32(a) for a in call.args) else None
     params = entry[1](call, shapes) if entry is not None else None
     return (kind, {}) if params is None else (entry[0], params)
 
