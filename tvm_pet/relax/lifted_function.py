@@ -42,12 +42,16 @@ class OpaqueBinding:
         return (node.attrs["kind"] == self.kind and node.outputs == tuple(flatten(self.outputs))
                 and len(node.inputs) == sum(len(flatten(t)) for _, t in self.leaves))
 
-    def rebuild(self, args: Sequence[relax.Expr]) -> relax.Expr:
-        """The kept expression with its leaves replaced by ``args`` (the node's inputs)."""
+    def rebuild(self, args: Sequence[relax.Expr],
+                renamed: Mapping[int, relax.Expr] | None = None) -> relax.Expr:
+        """The kept expression with its leaves replaced by ``args`` (the node's inputs) and
+        the Vars of bindings kept outside the program by their re-emitted ``renamed`` Vars
+        (keyed by handle)."""
         items = iter(args)
-        mapping = {leaf.__chandle__(): unflatten(tree, items, relax.Tuple)
-                   for leaf, tree in self.leaves}
-        return _substitute(self.expr, mapping)
+        mapping = dict(renamed or {})
+        mapping.update({leaf.__chandle__(): unflatten(tree, items, relax.Tuple)
+                        for leaf, tree in self.leaves})
+        return substitute(self.expr, mapping)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -57,22 +61,29 @@ class Lifted:
     Attributes:
         program: the tvm_pet program.
         params: the function's parameter Vars, in signature order.
-        input_names: the program input each parameter became (same order).
+        input_names: the program input each parameter became (same order); None for a
+            parameter that is not a float32 tensor (it is read by ``outside`` bindings only).
         opaque: the kept expression of every OPAQUE node, by each of its output names.
         constants: the original Relax constant of each weight that came from one.
         outputs: the structure of the function's result, as a tree of program output names.
         attrs: the function's attributes (``num_input``, ``global_symbol``, ...).
         name: the function's global symbol (``"main"`` by default).
+        outside: the bindings kept outside the program (they read no tensor the program
+            computes), in their order; the lowering emits them first, verbatim.
+        outside_inputs: the program inputs that stand for float32 values computed outside:
+            each input name with its expression (a Var of ``outside``, or a tuple item of one).
     """
 
     program: Program
     params: tuple[relax.Var, ...]
-    input_names: tuple[str, ...]
+    input_names: tuple[str | None, ...]
     opaque: Mapping[str, OpaqueBinding]
     constants: Mapping[str, tuple[np.ndarray, relax.Expr]]
     outputs: Tree
     attrs: Mapping[str, Any]
     name: str = "main"
+    outside: tuple[relax.Binding, ...] = ()
+    outside_inputs: Mapping[str, relax.Expr] = dataclasses.field(default_factory=dict)
 
 
 def flatten(tree: Tree) -> list[str]:
@@ -85,15 +96,15 @@ def unflatten(tree: Tree, items: Iterator, make_tuple: Callable) -> Any:
     return make_tuple([unflatten(t, items, make_tuple) for t in tree])
 
 
-def _substitute(expr: relax.Expr, mapping: Mapping[int, relax.Expr]) -> relax.Expr:
+def substitute(expr: relax.Expr, mapping: Mapping[int, relax.Expr]) -> relax.Expr:
     """``expr`` with every Var or Constant whose handle is in ``mapping`` replaced."""
     if isinstance(expr, (relax.Var, tvm.ir.expr.Constant)):
         return mapping.get(expr.__chandle__(), expr)
     if isinstance(expr, relax.Tuple):
-        return relax.Tuple([_substitute(f, mapping) for f in expr.fields])
+        return relax.Tuple([substitute(f, mapping) for f in expr.fields])
     if isinstance(expr, relax.TupleGetItem):
-        return relax.TupleGetItem(_substitute(expr.tuple_value, mapping), expr.index)
+        return relax.TupleGetItem(substitute(expr.tuple_value, mapping), expr.index)
     if isinstance(expr, relax.Call):
-        return relax.Call(expr.op, [_substitute(a, mapping) for a in expr.args], expr.attrs,
+        return relax.Call(expr.op, [substitute(a, mapping) for a in expr.args], expr.attrs,
                           expr.ty_args)
     return expr

@@ -1,7 +1,17 @@
 """Lifting: Relax calls to tvm_pet operators, one rule per Relax op name (:data:`LIFT_RULES`).
 
-Calls no rule maps become OPAQUE nodes that keep their expression; their kind is the ONNX name
-where tvm_pet can evaluate them (:data:`EVALUABLE_OPAQUE`), else the Relax op name.
+Every binding becomes one of three things, and no single binding makes the whole function fail:
+
+- **lifted**: a call a rule maps (float32 operands and result) becomes tvm_pet operators;
+- **opaque**: any other call that reads a tensor the program computes becomes an OPAQUE node
+  that keeps its expression; its kind is the ONNX name where tvm_pet can evaluate it
+  (:data:`EVALUABLE_OPAQUE`), else the Relax op name;
+- **outside**: a binding that reads no tensor the program computes (integer and shape
+  computations on token ids or masks, ``arange``, ``full``, embedding lookups ``take(weight,
+  ids)``, ...) is kept verbatim outside the program, as are parameters that are not float32
+  tensors. Where a lifted or opaque operator reads a float32 value computed outside, that value
+  becomes a program input (the search treats it like any input), so the float32 regions around
+  integer inputs are searched.
 """
 from __future__ import annotations
 
@@ -33,7 +43,18 @@ class _Const:
     name: str | None = None
 
 
-Value = Union[str, _Const, tuple]
+@dataclasses.dataclass(eq=False)
+class _Outside:
+    """A value computed outside the program: a parameter that is not a float32 tensor, a binding
+    that reads no program tensor, or a tuple item of one. ``name`` is set when the program reads
+    it (it then is a program input)."""
+
+    expr: relax.Expr  # a Var, or a TupleGetItem of one
+    ty: object
+    name: str | None = None
+
+
+Value = Union[str, _Const, _Outside, tuple]
 
 
 class _Lifter:
@@ -51,6 +72,9 @@ class _Lifter:
         self.scalars: dict[float, _Const] = {}
         self.opaque: dict[str, OpaqueBinding] = {}
         self.origins: dict[str, tuple[np.ndarray, relax.Expr]] = {}
+        self.outside: list[relax.Binding] = []
+        self.outside_inputs: dict[str, relax.Expr] = {}
+        self.items: dict[tuple[int, int], _Outside] = {}
 
     # -------------------------------------------------------------------------- names and values
     def fresh(self, hint: str) -> str:
@@ -88,6 +112,8 @@ class _Lifter:
             return tuple(self.value_of(f) for f in expr.fields)
         if isinstance(expr, relax.TupleGetItem):
             whole = self.value_of(expr.tuple_value)
+            if isinstance(whole, _Outside):
+                return self._outside_item(whole, int(expr.index))
             if not isinstance(whole, tuple):
                 raise ProgramError(f"tuple index into a non-tuple value ({expr})")
             return whole[int(expr.index)]
@@ -106,6 +132,8 @@ class _Lifter:
                 if value.origin is not None:
                     self.origins[value.name] = (self.b.weights[value.name], value.origin)
             return value.name
+        if isinstance(value, _Outside):
+            return self._outside_input(value)
         raise UnsupportedOperator("a tuple is used where a tensor is expected")
 
     def tree_of(self, value: Value) -> Tree:
@@ -113,7 +141,74 @@ class _Lifter:
             self.name_of(value)
 
     def shape(self, value: Value) -> Shape:
-        return tuple(value.array.shape) if isinstance(value, _Const) else self.b.shapes[value]
+        if isinstance(value, _Const):
+            return tuple(value.array.shape)
+        if isinstance(value, _Outside):
+            return static_shape(value.ty, str(value.expr))
+        return self.b.shapes[value]
+
+    # ----------------------------------------------------------------- values computed outside
+    def _outside_item(self, whole: _Outside, index: int) -> _Outside:
+        key = (whole.expr.__chandle__(), index)
+        if key not in self.items:
+            ty = whole.ty.fields[index] if isinstance(whole.ty, relax.TupleType) else None
+            self.items[key] = _Outside(relax.TupleGetItem(whole.expr, index), ty)
+        return self.items[key]
+
+    def _outside_input(self, value: _Outside) -> str:
+        """The program input standing for a float32 tensor computed outside the program."""
+        if value.name is None:
+            ty = value.ty
+            if not isinstance(ty, relax.TensorType) or str(ty.dtype) != F32:
+                raise UnsupportedOperator(f"{value.expr} is {ty}, computed outside the program; "
+                                          f"tvm_pet programs read float32 tensors only")
+            hint = value.expr.name if isinstance(value.expr, relax.Var) else "item"
+            value.name = self.b.input(self.fresh(hint), static_shape(ty, str(value.expr)))
+            self.outside_inputs[value.name] = value.expr
+        return value.name
+
+    def _reads_program(self, expr: relax.Expr) -> bool:
+        """True when ``expr`` reads a tensor the program computes (an input or a node output)."""
+        if isinstance(expr, relax.Var):
+            return _has_name(self.value_of(expr))
+        if isinstance(expr, relax.Tuple):
+            return any(self._reads_program(f) for f in expr.fields)
+        if isinstance(expr, relax.TupleGetItem):
+            return self._reads_program(expr.tuple_value)
+        if isinstance(expr, relax.Call):
+            return any(self._reads_program(a) for a in expr.args)
+        return False
+
+    def _keep_outside(self, binding) -> None:
+        """Keep ``binding`` verbatim outside the program, except that Vars bound to constants
+        (which the lift folded away) are replaced by those constants."""
+        var, value = binding.var, self._inline_constants(binding.value)
+        if not value.same_as(binding.value):
+            binding = (relax.MatchCast(var, value, binding.ty)
+                       if isinstance(binding, relax.MatchCast) else relax.VarBinding(var, value))
+        self.outside.append(binding)
+        self.env[var] = _Outside(var, var.ty)
+
+    def _inline_constants(self, expr: relax.Expr) -> relax.Expr:
+        if isinstance(expr, relax.Var):
+            value = self.value_of(expr)
+            if isinstance(value, _Const):
+                return value.origin if value.origin is not None else relax.const(value.array)
+            return expr
+        if isinstance(expr, relax.Tuple):
+            fields = [self._inline_constants(f) for f in expr.fields]
+            same = all(a.same_as(b) for a, b in zip(fields, expr.fields))
+            return expr if same else relax.Tuple(fields)
+        if isinstance(expr, relax.TupleGetItem):
+            inner = self._inline_constants(expr.tuple_value)
+            return expr if inner.same_as(expr.tuple_value) else relax.TupleGetItem(inner,
+                                                                                   expr.index)
+        if isinstance(expr, relax.Call):
+            args = [self._inline_constants(a) for a in expr.args]
+            if all(a.same_as(b) for a, b in zip(args, expr.args)):
+                return expr
+            return relax.Call(expr.op, args, expr.attrs, expr.ty_args)
+        return expr
 
     def arg(self, call: relax.Call, i: int) -> Value:
         return self.value_of(call.args[i])
@@ -127,14 +222,11 @@ class _Lifter:
     def run(self) -> Lifted:
         for p in self.func.params:
             ty = p.ty
-            what = f"parameter {p.name!r}"
-            if not isinstance(ty, relax.TensorType):
-                raise UnsupportedOperator(f"{what} has type {ty}; tvm_pet lifts functions of "
-                                          f"tensor parameters only")
-            if str(ty.dtype) != F32:
-                raise UnsupportedOperator(f"{what} is {ty.dtype}; tvm_pet lifts float32 tensors "
-                                          f"only")
-            self.env[p] = self.b.input(self.fresh(p.name), static_shape(ty, what))
+            if isinstance(ty, relax.TensorType) and str(ty.dtype) == F32:
+                self.env[p] = self.b.input(self.fresh(p.name),
+                                           static_shape(ty, f"parameter {p.name!r}"))
+            else:  # token ids, masks, shapes: read by bindings kept outside the program
+                self.env[p] = _Outside(p, ty)
         body = self.func.body
         blocks, result = (body.blocks, body.body) if isinstance(body, relax.SeqExpr) else ((), body)
         for block in blocks:
@@ -143,12 +235,17 @@ class _Lifter:
         if isinstance(result, relax.Call):
             raise UnsupportedOperator("the function returns a call, not a variable: normalize it "
                                       "first (relax.transform.Normalize())")
-        outputs = self.tree_of(self.value_of(result))
+        try:
+            outputs = self.tree_of(self.value_of(result))
+        except PetError as e:
+            raise type(e)(f"while lifting the function's result: {e}") from None
         program = self.b.build(flatten(outputs))
         params = tuple(self.func.params)
-        return Lifted(program, params, tuple(self.env[p] for p in params),
+        names = tuple(v if isinstance(v, str) else None for v in (self.env[p] for p in params))
+        return Lifted(program, params, names,
                       types.MappingProxyType(self.opaque), types.MappingProxyType(self.origins),
-                      outputs, types.MappingProxyType(self.attrs), self.name)
+                      outputs, types.MappingProxyType(self.attrs), self.name,
+                      tuple(self.outside), types.MappingProxyType(self.outside_inputs))
 
     def bind(self, binding) -> None:
         var, value = binding.var, binding.value
@@ -158,14 +255,27 @@ class _Lifter:
                     and value.op.get_attr("FPurity") is False):
                 raise UnsupportedOperator(f"{value.op.name} has side effects; tvm_pet emits one "
                                           f"dataflow block, so it lifts pure calls only")
+            reads_program = self._reads_program(value)
+            is_call = isinstance(value, relax.Call) and not isinstance(binding, relax.MatchCast)
+            if not reads_program and not is_call and _has_outside(self, value):
+                self._keep_outside(binding)  # an alias of a value computed outside
+                return
+            if not reads_program and is_call and not _static_tensors(var.ty):
+                self._keep_outside(binding)  # a shape or other non-tensor computation
+                return
             tree = type_tree(var.ty, f"binding {var.name!r}")
             for ty in leaf_types(tree):
                 static_shape(ty, f"binding {var.name!r}")
-            if isinstance(binding, relax.MatchCast) or not isinstance(value, relax.Call):
+            if not is_call:
                 self.env[var] = self._alias(var, value)
                 return
             result = self._recognised(var, value)
-            self.env[var] = result if result is not None else self._opaque(var, value, tree)
+            if result is not None:
+                self.env[var] = result
+            elif reads_program:
+                self.env[var] = self._opaque(var, value, tree)
+            else:
+                self._keep_outside(binding)
         except PetError as e:
             raise type(e)(f"while lifting {label}: {e}") from None
 
@@ -223,6 +333,8 @@ class _Lifter:
                                            and isinstance(expr.ty, relax.TensorType)
                                            and is_f32(expr)):  # not a FloatImm operand
             value = self.value_of(expr)
+            if isinstance(value, _Outside) and not _f32_tensor(value.ty):
+                return expr  # kept as it is: the lowering emits it before the program
             if isinstance(value, _Const) and value.array.dtype != np.float32:
                 if value.origin is None:
                     raise UnsupportedOperator(f"{expr} is a computed {value.array.dtype} constant")
@@ -244,6 +356,41 @@ class _Lifter:
 def _flat_values(value: tuple) -> Iterator:
     for v in value:
         yield from (_flat_values(v) if isinstance(v, tuple) else (v,))
+
+
+def _has_name(value: Value) -> bool:
+    """True when a lifted value holds a program tensor (an input or a node output)."""
+    if isinstance(value, tuple):
+        return any(_has_name(v) for v in value)
+    return isinstance(value, str)
+
+
+def _has_outside(lift: _Lifter, expr: relax.Expr) -> bool:
+    if isinstance(expr, relax.Var):
+        value = lift.value_of(expr)
+        return isinstance(value, _Outside) or (isinstance(value, tuple) and any(
+            isinstance(v, _Outside) for v in _flat_values(value)))
+    if isinstance(expr, relax.Tuple):
+        return any(_has_outside(lift, f) for f in expr.fields)
+    if isinstance(expr, relax.TupleGetItem):
+        return _has_outside(lift, expr.tuple_value)
+    return False
+
+
+def _f32_tensor(ty) -> bool:
+    return isinstance(ty, relax.TensorType) and str(ty.dtype) == F32
+
+
+def _static_tensors(ty) -> bool:
+    """True for a tensor, or a tuple of them, of static shape (what the program can hold)."""
+    if isinstance(ty, relax.TupleType):
+        return len(ty.fields) > 0 and all(_static_tensors(f) for f in ty.fields)
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return False
+    try:
+        return all(int(d) >= 1 for d in ty.shape)
+    except TypeError:
+        return False
 
 
 # ----------------------------------------------------------------------------- the lifting rules
