@@ -530,6 +530,30 @@ def _avg_pool(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
                                        "count_include_pad": bool(a.count_include_pad)}, var.name)
 
 
+def _adaptive_avg_pool(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    """An adaptive average pool whose output sizes divide the input's is a plain average pool
+    (kernel = stride = input / output); torch emits it for ``AdaptiveAvgPool2d``."""
+    x = lift.arg(call, 0)
+    a, shape = call.attrs, lift.shape(x)
+    nsp = len(shape) - 2
+    data = _CONV_LAYOUTS.get(nsp, (None,))[0]
+    out = static_shape(var.ty, var.name)
+    if (str(a.layout) != data or str(a.out_layout) not in ("", data)
+            or any(i % o for i, o in zip(shape[2:], out[2:]))):
+        return None
+    kernel = tuple(i // o for i, o in zip(shape[2:], out[2:]))
+    if all(k == 1 for k in kernel):
+        return x
+    return lift.emit(Op.AVGPOOL, [x], {"kernel": kernel, "strides": kernel, "pads": (0,) * 2 * nsp,
+                                       "count_include_pad": False}, var.name)
+
+
+def _same_shape(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    """broadcast_to its own shape, astype float32 to float32: the operand itself."""
+    x = lift.arg(call, 0)
+    return x if lift.shape(x) == static_shape(var.ty, var.name) else None
+
+
 def _mean(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     """A mean over every spatial axis (ONNX's GlobalAveragePool) is an average pool."""
     x = lift.arg(call, 0)
@@ -589,6 +613,11 @@ LIFT_RULES: dict[str, LiftRule] = {
     "relax.nn.avg_pool2d": _avg_pool,
     "relax.nn.avg_pool3d": _avg_pool,
     "relax.mean": _mean,
+    "relax.nn.adaptive_avg_pool1d": _adaptive_avg_pool,
+    "relax.nn.adaptive_avg_pool2d": _adaptive_avg_pool,
+    "relax.nn.adaptive_avg_pool3d": _adaptive_avg_pool,
+    "relax.broadcast_to": _same_shape,
+    "relax.astype": _same_shape,
     "relax.nn.batch_norm": _batch_norm,
 }
 
