@@ -649,3 +649,31 @@ def test_figure3_corrections_use_strided_boxes():
 @given(programs())
 def test_random_programs_lower_like_float_evaluation(program):
     check_lowering(program)
+
+
+def test_torch_frontend_forms_are_lifted():
+    """What from_exported_program emits: linear as permute_dims + matmul(out_dtype) + add with the
+    bias first, conv bias as reshape + add, batch_norm(training=False)[0], adaptive average
+    pooling with divisible sizes, flatten as reshape, broadcast_to its own shape."""
+    w = relax.const(rand((4, 3, 3, 3), 1, 0.3))
+    b = relax.const(rand((4,), 2))
+    g, mu = relax.const(rand((4,), 3) ** 2 + 0.5), relax.const(rand((4,), 4))
+    lw, lb = relax.const(rand((5, 16), 5, 0.3)), relax.const(rand((5,), 6))
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), F32))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(rnn.conv2d(x, w, padding=1, out_dtype=F32))
+            c = bb.emit(relax.op.add(c, relax.op.reshape(b, (1, 4, 1, 1))))
+            n = bb.emit(rnn.batch_norm(c, g, b, mu, g, axis=1, training=False))
+            p = bb.emit(rnn.adaptive_avg_pool2d(relax.TupleGetItem(n, 0), (2, 2)))
+            f = bb.emit(relax.op.broadcast_to(relax.op.reshape(p, (1, 16)), (1, 16)))
+            m = bb.emit(relax.op.matmul(f, relax.op.permute_dims(lw, [1, 0]), out_dtype=F32))
+            out = bb.emit_output(relax.op.add(lb, m))
+        bb.emit_func_output(out)
+    mod = relax.transform.Normalize()(bb.finalize())
+    lifted = check_round_trip(mod, [rand((1, 3, 8, 8), 7)])
+    assert not any(n.op is Op.OPAQUE for n in lifted.program.nodes)
+    assert [n.op for n in lifted.program.nodes if n.op in (Op.CONV, Op.MATMUL, Op.AVGPOOL,
+                                                            Op.BATCHNORM)] == \
+        [Op.CONV, Op.BATCHNORM, Op.AVGPOOL, Op.MATMUL]
