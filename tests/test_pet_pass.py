@@ -120,3 +120,31 @@ def test_function_with_symbolic_shape_is_left_unchanged():
     new = pet(mod)
     tvm.ir.assert_structural_equal(new, mod)
     assert pet.report["main"]["changed"] is False
+
+
+def test_names_a_tvm_user_reaches_for():
+    """`import tvm_pet` loads no TVM; `tvm_pet.PETPass` is the pass; importing tvm_pet.relax
+    registers "pet" (checked in a fresh interpreter, where nothing registered it before)."""
+    code = ("import sys, tvm_pet\n"
+            "assert 'tvm' not in sys.modules\n"
+            "from tvm_pet import PETPass\n"
+            "import tvm_pet.relax\n"
+            "from tvm import relax\n"
+            "assert PETPass is tvm_pet.relax.PETPass\n"
+            "assert 'pet' in relax.pipeline.PIPELINE_MAP\n"
+            "tvm_pet.relax.register_pipeline()\n")
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_report_has_coverage(model_and_input):
+    model, _, _ = model_and_input
+    pet = PETPass(config=CONFIG, cost=PenaliseDilation())
+    pet(from_onnx(model))
+    cov = pet.report["main"]["coverage"]
+    assert cov["coverage"] == 1.0 and cov["subprograms"] == 1 == cov["searched_subprograms"]
+    assert cov["opaque"] == {"Relu": 1} and cov["linear_flops"] == 2 * 8 * 12 * 12 * 8 * 9
+    assert pet.coverage["main"].summary_line().startswith("main: 100.0% of linear FLOPs")
+    assert len(pet.summary()) == 1

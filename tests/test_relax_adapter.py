@@ -440,7 +440,7 @@ def test_dynamic_intermediate_is_a_shape_error():
         from_relax(M["main"])
 
 
-def test_non_float_parameter_is_unsupported():
+def test_integer_parameter_stays_outside_the_program():
     @I.ir_module
     class M:
         @R.function
@@ -450,8 +450,50 @@ def test_non_float_parameter_is_unsupported():
                 R.output(y)
             return y
 
-    with pytest.raises(UnsupportedOperator, match="parameter 'i' is int64"):
-        from_relax(M["main"])
+    lifted = check_round_trip(M, [rand((2, 3)), np.array([2, 0], np.int64)])
+    assert lifted.input_names == ("x", None)
+    assert [t.name for t in lifted.program.inputs] == ["x"]
+    (take,) = [n for n in lifted.program.nodes if n.op is Op.OPAQUE]
+    assert take.inputs == ("x",)  # the int64 indices stay in the kept expression
+
+
+def test_integer_and_mask_computations_stay_outside_and_float_regions_are_lifted():
+    """Token ids and a mask (BERT's shape): the integer bindings, the constant position slice
+    and the embedding lookups read no program tensor, so they are kept outside; the float32
+    values they produce become program inputs of the lifted matmuls and adds."""
+    emb, pos_emb = relax.const(rand((10, 8), 1)), relax.const(rand((6, 8), 2))
+    w1, w2 = relax.const(rand((8, 8), 3, 0.3)), relax.const(rand((8, 8), 4, 0.3))
+    positions = relax.const(np.arange(6, dtype=np.int64).reshape(1, 6))
+    bb = relax.BlockBuilder()
+    ids = relax.Var("ids", relax.TensorType((1, 4), "int64"))
+    mask = relax.Var("mask", relax.TensorType((1, 4), "int64"))
+    with bb.function("main", [ids, mask]):
+        with bb.dataflow():
+            pos = bb.emit(relax.op.strided_slice(positions, [1], [0], [4]))
+            tok = bb.emit(relax.op.take(emb, relax.op.reshape(ids, (4,)), axis=0))
+            where = bb.emit(relax.op.take(pos_emb, relax.op.reshape(pos, (4,)), axis=0))
+            h = bb.emit(relax.op.add(tok, where))
+            q = bb.emit(relax.op.matmul(h, w1))
+            k = bb.emit(relax.op.matmul(h, w2))
+            scores = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k, [1, 0])))
+            m = bb.emit(relax.op.astype(mask, F32))
+            bias = bb.emit(relax.op.multiply(relax.op.subtract(relax.const(1.0, F32), m),
+                                             relax.const(-1e4, F32)))
+            masked = bb.emit(relax.op.add(scores, bias))
+            out = bb.emit_output(relax.op.nn.softmax(masked, axis=-1))
+        bb.emit_func_output(out)
+    mod = relax.transform.Normalize()(bb.finalize())
+    args = [np.array([[3, 1, 4, 1]], np.int64), np.array([[1, 1, 1, 0]], np.int64)]
+    lifted = from_relax(mod["main"])
+    assert lifted.input_names == (None, None)
+    assert lifted.outside  # the integer bindings and the lookups
+    assert len([n for n in lifted.program.nodes if n.op is Op.MATMUL]) == 3
+    assert [n.attrs["kind"] for n in lifted.program.nodes if n.op is Op.OPAQUE] == ["Softmax"]
+    func = to_relax(lifted.program, lifted)
+    assert [p.same_as(q) for p, q in zip(func.params, mod["main"].params)] == [True, True]
+    relax.analysis.check_well_formed(with_main(mod, func))
+    want, got = run_relax(mod, args), run_relax(with_main(mod, func), args)
+    np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
 
 
 def test_non_tensor_binding_is_unsupported():
@@ -607,3 +649,31 @@ def test_figure3_corrections_use_strided_boxes():
 @given(programs())
 def test_random_programs_lower_like_float_evaluation(program):
     check_lowering(program)
+
+
+def test_torch_frontend_forms_are_lifted():
+    """What from_exported_program emits: linear as permute_dims + matmul(out_dtype) + add with the
+    bias first, conv bias as reshape + add, batch_norm(training=False)[0], adaptive average
+    pooling with divisible sizes, flatten as reshape, broadcast_to its own shape."""
+    w = relax.const(rand((4, 3, 3, 3), 1, 0.3))
+    b = relax.const(rand((4,), 2))
+    g, mu = relax.const(rand((4,), 3) ** 2 + 0.5), relax.const(rand((4,), 4))
+    lw, lb = relax.const(rand((5, 16), 5, 0.3)), relax.const(rand((5,), 6))
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), F32))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(rnn.conv2d(x, w, padding=1, out_dtype=F32))
+            c = bb.emit(relax.op.add(c, relax.op.reshape(b, (1, 4, 1, 1))))
+            n = bb.emit(rnn.batch_norm(c, g, b, mu, g, axis=1, training=False))
+            p = bb.emit(rnn.adaptive_avg_pool2d(relax.TupleGetItem(n, 0), (2, 2)))
+            f = bb.emit(relax.op.broadcast_to(relax.op.reshape(p, (1, 16)), (1, 16)))
+            m = bb.emit(relax.op.matmul(f, relax.op.permute_dims(lw, [1, 0]), out_dtype=F32))
+            out = bb.emit_output(relax.op.add(lb, m))
+        bb.emit_func_output(out)
+    mod = relax.transform.Normalize()(bb.finalize())
+    lifted = check_round_trip(mod, [rand((1, 3, 8, 8), 7)])
+    assert not any(n.op is Op.OPAQUE for n in lifted.program.nodes)
+    assert [n.op for n in lifted.program.nodes if n.op in (Op.CONV, Op.MATMUL, Op.AVGPOOL,
+                                                            Op.BATCHNORM)] == \
+        [Op.CONV, Op.BATCHNORM, Op.AVGPOOL, Op.MATMUL]

@@ -1,7 +1,8 @@
 """tvm_pet: PET's partially equivalent transformations with automated corrections, for TVM.
 
 The engine (``tvm_pet.ir``, ``tvm_pet.ops``, ``tvm_pet.verify``, ``tvm_pet.onnx``) is pure
-Python and NumPy and does not import TVM.
+Python and NumPy and does not import TVM. ``tvm_pet.PETPass`` is loaded on first use (it imports
+TVM and registers the ``"pet"`` Relax pipeline).
 """
 from tvm_pet.errors import (ModelError, PetError, ProgramError, ShapeError, UnsupportedOperator,
                             VerificationError)
@@ -9,7 +10,7 @@ from tvm_pet.errors import (ModelError, PetError, ProgramError, ShapeError, Unsu
 __version__ = "0.1.0"
 
 __all__ = ["PetError", "ShapeError", "UnsupportedOperator", "VerificationError", "ProgramError",
-           "ModelError", "verify", "correct"]
+           "ModelError", "verify", "correct", "PETPass"]
 
 
 def __getattr__(name):
@@ -19,4 +20,8 @@ def __getattr__(name):
     if name == "correct":
         from tvm_pet.verify.corrector import correct
         return correct
+    if name == "PETPass":
+        from tvm_pet.relax.pet_pass import PETPass
+        import tvm_pet.relax  # noqa: F401  (registers the "pet" pipeline)
+        return PETPass
     raise AttributeError(f"module 'tvm_pet' has no attribute {name!r}")

@@ -1,10 +1,17 @@
 """tvm_pet on TVM Relax: the adapter (Relax <-> Program), ``PETPass`` and the ``"pet"`` pipeline.
 
+Importing this package registers the ``"pet"`` Relax pipeline, as TVM's own modules register
+theirs, so that ``tvm.compile(mod, target, relax_pipeline="pet")`` works after
+``import tvm_pet.relax`` (or ``from tvm_pet import PETPass``).
+
 Only this package, :mod:`tvm_pet.tune` (with the measured cost model) and the application's TVM
 toolchain (:mod:`tvm_pet.pipeline.tvm_toolchain`) import :mod:`tvm`.
 """
 from tvm_pet.relax.adapter import Lifted, OpaqueBinding, from_relax, program_to_module, to_relax
+from tvm_pet.relax.coverage import Coverage
 from tvm_pet.relax.pet_pass import PETPass, register_pipeline
 
+register_pipeline()
+
 __all__ = ["Lifted", "OpaqueBinding", "from_relax", "to_relax", "program_to_module", "PETPass",
-           "register_pipeline"]
+           "register_pipeline", "Coverage"]

@@ -7,12 +7,16 @@ module that spells Relax operator names.
 
 Lifting (one rule per Relax op name in :data:`LIFT_RULES`):
 
-- parameters (static float32 tensors) become program inputs, ``relax.const`` data becomes
-  weights (constants only reshaped or transposed are folded into new weights);
+- float32 parameters become program inputs, ``relax.const`` data becomes weights (constants only
+  reshaped or transposed are folded into new weights);
+- other parameters (token ids, masks) and bindings that read no tensor the program computes
+  (integer, mask and shape computations, embedding lookups) are kept outside the program and
+  emitted first, verbatim; a float32 value of theirs that the program reads is a program input;
 - add, multiply, subtract, divide or negate by a constant, conv1d/2d/3d (NC* layouts), matmul,
   permute_dims, reshape-like ops, concat, split, strided_slice, zero nn.pad, avg_pool1d/2d/3d,
-  spatial mean, and inference batch_norm (a BATCHNORM with folded scale and shift) become tvm_pet
-  ops;
+  spatial mean, adaptive average pooling whose output divides its input, broadcast_to and astype
+  that change nothing, and inference batch_norm (a BATCHNORM with folded scale and shift) become
+  tvm_pet ops;
 - any other call becomes an OPAQUE node whose original expression is kept in
   :class:`Lifted` and re-emitted unchanged. Its ``kind`` is the ONNX name where tvm_pet can
   evaluate it (:data:`EVALUABLE_OPAQUE`: Relu, Softmax, MaxPool, LayerNormalization, ...), so
@@ -35,8 +39,8 @@ from tvm import relax
 
 from tvm_pet.errors import UnsupportedOperator
 from tvm_pet.ir.node import Program
-from tvm_pet.relax.lift import EVALUABLE_OPAQUE, LIFT_RULES, _Lifter
-from tvm_pet.relax.lifted import Lifted, OpaqueBinding
+from tvm_pet.relax.lifting import EVALUABLE_OPAQUE, LIFT_RULES, _Lifter
+from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding
 from tvm_pet.relax.lower import LOWER_RULES, OPAQUE_LOWERING, _Lowerer
 
 __all__ = ["from_relax", "to_relax", "program_to_module", "Lifted", "OpaqueBinding", "LIFT_RULES",

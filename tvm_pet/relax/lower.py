@@ -15,7 +15,8 @@ from tvm.relax.op import nn as rnn
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator
 from tvm_pet.ir.node import Node, Program, Shape
 from tvm_pet.ir.ops import Op
-from tvm_pet.relax.lifted import (F32, Tree, Lifted, _flatten, _unflatten, _static)
+from tvm_pet.relax.lifted_function import Lifted, Tree, flatten, substitute, unflatten
+from tvm_pet.relax.relax_types import F32, static_shape
 
 
 # -------------------------------------------------------------------------------------- lowering
@@ -26,6 +27,8 @@ class _Lowerer:
         self.p, self.lifted = program, lifted
         self.bb = relax.BlockBuilder()
         self.env: dict[str, relax.Expr] = {}
+        #: The re-emitted Var of each binding kept outside the program, by the old Var's handle.
+        self.renamed: dict[int, relax.Expr] = {}
 
     def module(self) -> tvm.IRModule:
         params = self._params()
@@ -33,6 +36,7 @@ class _Lowerer:
         attrs = dict(self.lifted.attrs) if self.lifted and self.lifted.attrs else None
         with self.bb.function(name, params, attrs=attrs):
             with self.bb.dataflow():
+                self._outside()
                 for node in self.p.nodes:
                     self._node(node)
                 out = self.bb.emit_output(self._result())
@@ -45,23 +49,43 @@ class _Lowerer:
             params = [relax.Var(t.name, relax.TensorType(t.shape, F32)) for t in self.p.inputs]
             self.env.update(zip(specs, params))
             return params
-        extra = sorted(set(specs) - set(self.lifted.input_names))
+        known = {n for n in self.lifted.input_names if n is not None}
+        extra = sorted(set(specs) - known - set(self.lifted.outside_inputs))
         if extra:
             raise ProgramError(f"program inputs {extra} are not parameters of the lifted function "
-                               f"({list(self.lifted.input_names)}); keep the signature")
+                               f"({sorted(known)}) or values computed outside the program; keep "
+                               f"the signature")
         for var, name in zip(self.lifted.params, self.lifted.input_names):
-            if name in specs and specs[name].shape != _static(var.ty, name):
+            if name is None:
+                continue
+            if name in specs and specs[name].shape != static_shape(var.ty, name):
                 raise ShapeError(f"input {name!r} has shape {list(specs[name].shape)}, the "
-                                 f"function's parameter {list(_static(var.ty, name))}")
+                                 f"function's parameter {list(static_shape(var.ty, name))}")
             self.env[name] = var
         return list(self.lifted.params)
+
+    def _outside(self) -> None:
+        """Emit the bindings kept outside the program, then bind the inputs that stand for
+        their float32 values."""
+        if self.lifted is None:
+            return
+        for binding in self.lifted.outside:
+            value = substitute(binding.value, self.renamed)
+            if isinstance(binding, relax.MatchCast):
+                new = self.bb.match_cast(value, binding.ty, name_hint=binding.var.name)
+            else:
+                new = self.bb.emit(value, name_hint=binding.var.name)
+            self.renamed[binding.var.__chandle__()] = new
+        for name, expr in self.lifted.outside_inputs.items():
+            value = substitute(expr, self.renamed)
+            self.env[name] = value if isinstance(value, relax.Var) else self.emit(value, name)
 
     def _result(self) -> relax.Expr:
         outs = list(self.p.outputs)
         tree: Tree = outs[0] if len(outs) == 1 else tuple(outs)
-        if self.lifted is not None and _flatten(self.lifted.outputs) == outs:
+        if self.lifted is not None and flatten(self.lifted.outputs) == outs:
             tree = self.lifted.outputs
-        return _unflatten(tree, iter(self.expr(o) for o in _flatten(tree)), relax.Tuple)
+        return unflatten(tree, iter(self.expr(o) for o in flatten(tree)), relax.Tuple)
 
     def expr(self, name: str) -> relax.Expr:
         """The Relax value of a program tensor (a weight becomes a constant on first use)."""
@@ -212,10 +236,10 @@ def _fill_lower(low: _Lowerer, node: Node, args: list) -> list:
 def _opaque_lower(low: _Lowerer, node: Node, args: list) -> list:
     binding = low.lifted.opaque.get(node.outputs[0]) if low.lifted else None
     if binding is not None and binding.fits(node):
-        value = low.emit(binding.rebuild(args), node.outputs[0])
+        value = low.emit(binding.rebuild(args, low.renamed), node.outputs[0])
         if isinstance(binding.outputs, str):
             return [value]
-        getters = _unflatten(binding.outputs, iter(range(len(node.outputs))), tuple)
+        getters = unflatten(binding.outputs, iter(range(len(node.outputs))), tuple)
         return [relax.TupleGetItem(_path(value, p[:-1]), p[-1]) for p in _paths(getters)]
     kind = node.attrs["kind"]
     if kind not in OPAQUE_LOWERING:

@@ -2,9 +2,12 @@
 
 Where it goes: on high-level Relax, before legalization, for example first in a
 ``tvm.transform.Sequential``. ``tvm.compile(mod, target, relax_pipeline="pet")`` runs it and then
-TVM's usual fused pipeline for the target. Preconditions: static shapes, float32 data. A function
-it cannot read is left unchanged and the reason is reported; an operator it does not know stays
-as it was (an opaque boundary of the search).
+TVM's usual fused pipeline for the target (importing :mod:`tvm_pet.relax` registers ``"pet"``).
+Preconditions: static shapes. PET searches the float32 multi-linear regions; an operator it does
+not know stays as it was (an opaque boundary of the search), and integer, mask and shape
+computations (token ids, attention masks) stay outside the searched program. A function it
+cannot read at all is left unchanged and the reason is reported. The report gives, per function,
+its coverage (:mod:`tvm_pet.relax.coverage`).
 
 Every rewrite it applies comes from verified (and, where needed, corrected) mutants. As a last
 guard, the optimized program is also evaluated in NumPy against the original on random inputs;
@@ -18,6 +21,7 @@ from tvm import relax
 
 from tvm_pet.cost.model import CostModel
 from tvm_pet.errors import PetError
+from tvm_pet.relax.coverage import Coverage, coverage
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.optimizer import SearchResult, optimize
 from tvm_pet.verify.limits import check_tensor_sizes
@@ -65,15 +69,18 @@ class PETPass:
         enable: ``False`` makes the pass an identity (the pipeline's switch).
 
     After it runs, ``.report`` maps each function name to its search result as JSON (with
-    ``changed`` and, when unchanged, ``reason``); ``.results`` holds the search results.
+    ``changed``, ``coverage`` and, when unchanged, ``reason``); ``.results`` holds the search
+    results and ``.coverage`` the :class:`~tvm_pet.relax.coverage.Coverage` of each function.
 
     Data types and other input it does not rewrite (it never raises on these):
 
-    - PET rewrites float32 computation only. A function with a parameter that is not a float32
-      tensor (float16, bfloat16, int32, ..., or not a tensor) is left unchanged whole. Inside a
-      float32 function, an operator that reads or produces another dtype (a cast to float16, an
-      int32 add) stays as it is, an opaque boundary of the search, like an unknown operator.
-    - A function with a symbolic or zero-size dimension is left unchanged.
+    - PET rewrites float32 computation only. Parameters that are not float32 tensors (token
+      ids, masks) and every binding that reads no float32 value the program computes (integer,
+      mask and shape computations, embedding lookups) stay outside the searched program, kept
+      as they are; the float32 values they produce are inputs of the search. An operator that
+      reads a program tensor and is not multi-linear float32 (a cast, an int32 add, a
+      comparison, an unknown operator) stays as it is, an opaque boundary of the search.
+    - A function with a symbolic or zero-size float32 dimension is left unchanged.
     - A function with a tensor above :data:`~tvm_pet.verify.limits.MAX_TENSOR_ELEMENTS`
       (2**27) elements is left unchanged, so that the search and the verifier stay bounded.
 
@@ -88,6 +95,7 @@ class PETPass:
         self.enable = enable
         self.report: dict[str, dict] = {}
         self.results: dict[str, SearchResult] = {}
+        self.coverage: dict[str, Coverage] = {}
 
     def transform_function(self, func, mod, ctx):
         if not self.enable or not isinstance(func, relax.Function):
@@ -99,16 +107,18 @@ class PETPass:
             lifted = from_relax(func)
             check_tensor_sizes(lifted.program)
         except PetError as e:
-            self.report[name] = {"changed": False, "reason": f"not searched: {e}"}
+            self._unsearched(func, name, f"not searched: {e}")
             return func
         cost = _cost_model(self.cost, self.target)  # a bad ``cost`` argument raises
         try:
             result = optimize(lifted.program, self.config, cost)
         except PetError as e:  # an expected rejection (e.g. a kernel the cost model cannot build)
-            self.report[name] = {"changed": False, "reason": f"search stopped: {e}"}
+            self._unsearched(func, name, f"search stopped: {e}", lifted)
             return func
         self.results[name] = result
-        entry = {"changed": False, **result.to_json()}
+        cov = coverage(func, name, lifted, frozenset(s.subprogram for s in result.subsets))
+        self.coverage[name] = cov
+        entry = {"changed": False, "coverage": cov.to_json(), **result.to_json()}
         self.report[name] = entry
         if result.cost >= result.original_cost or result.program is lifted.program:
             entry["reason"] = "no cheaper exact program found"
@@ -126,9 +136,22 @@ class PETPass:
         entry["changed"] = True
         return new
 
+    def _unsearched(self, func, name: str, reason: str, lifted=None) -> None:
+        cov = coverage(func, name, lifted, None)
+        self.coverage[name] = cov
+        self.report[name] = {"changed": False, "reason": reason, "coverage": cov.to_json()}
+
+    def summary(self) -> list[str]:
+        """One coverage line per function (see :meth:`Coverage.summary_line`), with whether
+        the function changed."""
+        return [f"{cov.summary_line()}; "
+                f"{'changed' if self.report[name]['changed'] else 'unchanged'}"
+                for name, cov in self.coverage.items()]
+
 
 def register_pipeline() -> None:
-    """Register the ``"pet"`` Relax pipeline (once; later calls do nothing).
+    """Register the ``"pet"`` Relax pipeline (once; later calls do nothing). Importing
+    :mod:`tvm_pet.relax` calls it, so this is only needed after the name was removed.
 
     ``tvm.compile(mod, target, relax_pipeline="pet")`` runs :class:`PETPass` and then
     ``relax.get_default_pipeline(target)``, TVM's fused pipeline for the target.

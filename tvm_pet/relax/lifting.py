@@ -1,7 +1,17 @@
 """Lifting: Relax calls to tvm_pet operators, one rule per Relax op name (:data:`LIFT_RULES`).
 
-Calls no rule maps become OPAQUE nodes that keep their expression; their kind is the ONNX name
-where tvm_pet can evaluate them (:data:`EVALUABLE_OPAQUE`), else the Relax op name.
+Every binding becomes one of three things, and no single binding makes the whole function fail:
+
+- **lifted**: a call a rule maps (float32 operands and result) becomes tvm_pet operators;
+- **opaque**: any other call that reads a tensor the program computes becomes an OPAQUE node
+  that keeps its expression; its kind is the ONNX name where tvm_pet can evaluate it
+  (:data:`EVALUABLE_OPAQUE`), else the Relax op name;
+- **outside**: a binding that reads no tensor the program computes (integer and shape
+  computations on token ids or masks, ``arange``, ``full``, embedding lookups ``take(weight,
+  ids)``, ...) is kept verbatim outside the program, as are parameters that are not float32
+  tensors. Where a lifted or opaque operator reads a float32 value computed outside, that value
+  becomes a program input (the search treats it like any input), so the float32 regions around
+  integer inputs are searched.
 """
 from __future__ import annotations
 
@@ -18,7 +28,9 @@ from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperat
 from tvm_pet.ir.builder import ProgramBuilder
 from tvm_pet.ir.node import Shape
 from tvm_pet.ir.ops import Op
-from tvm_pet.relax.lifted import (F32, Tree, Lifted, OpaqueBinding, _flatten, _unflatten, _ints, _static, _type_tree, _template, _leaf_types, _is_f32, _const_ints, _call_kind, _no_dtype, _pads)
+from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding, Tree, flatten, unflatten
+from tvm_pet.relax.relax_types import (F32, begins_ends, call_kind, const_ints, float32_or_void, ints,
+                                       is_f32, leaf_types, static_shape, template, type_tree)
 
 
 # --------------------------------------------------------------------------------------- lifting
@@ -31,7 +43,18 @@ class _Const:
     name: str | None = None
 
 
-Value = Union[str, _Const, tuple]
+@dataclasses.dataclass(eq=False)
+class _Outside:
+    """A value computed outside the program: a parameter that is not a float32 tensor, a binding
+    that reads no program tensor, or a tuple item of one. ``name`` is set when the program reads
+    it (it then is a program input)."""
+
+    expr: relax.Expr  # a Var, or a TupleGetItem of one
+    ty: object
+    name: str | None = None
+
+
+Value = Union[str, _Const, _Outside, tuple]
 
 
 class _Lifter:
@@ -49,6 +72,9 @@ class _Lifter:
         self.scalars: dict[float, _Const] = {}
         self.opaque: dict[str, OpaqueBinding] = {}
         self.origins: dict[str, tuple[np.ndarray, relax.Expr]] = {}
+        self.outside: list[relax.Binding] = []
+        self.outside_inputs: dict[str, relax.Expr] = {}
+        self.items: dict[tuple[int, int], _Outside] = {}
 
     # -------------------------------------------------------------------------- names and values
     def fresh(self, hint: str) -> str:
@@ -86,6 +112,8 @@ class _Lifter:
             return tuple(self.value_of(f) for f in expr.fields)
         if isinstance(expr, relax.TupleGetItem):
             whole = self.value_of(expr.tuple_value)
+            if isinstance(whole, _Outside):
+                return self._outside_item(whole, int(expr.index))
             if not isinstance(whole, tuple):
                 raise ProgramError(f"tuple index into a non-tuple value ({expr})")
             return whole[int(expr.index)]
@@ -104,6 +132,8 @@ class _Lifter:
                 if value.origin is not None:
                     self.origins[value.name] = (self.b.weights[value.name], value.origin)
             return value.name
+        if isinstance(value, _Outside):
+            return self._outside_input(value)
         raise UnsupportedOperator("a tuple is used where a tensor is expected")
 
     def tree_of(self, value: Value) -> Tree:
@@ -111,7 +141,74 @@ class _Lifter:
             self.name_of(value)
 
     def shape(self, value: Value) -> Shape:
-        return tuple(value.array.shape) if isinstance(value, _Const) else self.b.shapes[value]
+        if isinstance(value, _Const):
+            return tuple(value.array.shape)
+        if isinstance(value, _Outside):
+            return static_shape(value.ty, str(value.expr))
+        return self.b.shapes[value]
+
+    # ----------------------------------------------------------------- values computed outside
+    def _outside_item(self, whole: _Outside, index: int) -> _Outside:
+        key = (whole.expr.__chandle__(), index)
+        if key not in self.items:
+            ty = whole.ty.fields[index] if isinstance(whole.ty, relax.TupleType) else None
+            self.items[key] = _Outside(relax.TupleGetItem(whole.expr, index), ty)
+        return self.items[key]
+
+    def _outside_input(self, value: _Outside) -> str:
+        """The program input standing for a float32 tensor computed outside the program."""
+        if value.name is None:
+            ty = value.ty
+            if not isinstance(ty, relax.TensorType) or str(ty.dtype) != F32:
+                raise UnsupportedOperator(f"{value.expr} is {ty}, computed outside the program; "
+                                          f"tvm_pet programs read float32 tensors only")
+            hint = value.expr.name if isinstance(value.expr, relax.Var) else "item"
+            value.name = self.b.input(self.fresh(hint), static_shape(ty, str(value.expr)))
+            self.outside_inputs[value.name] = value.expr
+        return value.name
+
+    def _reads_program(self, expr: relax.Expr) -> bool:
+        """True when ``expr`` reads a tensor the program computes (an input or a node output)."""
+        if isinstance(expr, relax.Var):
+            return _has_name(self.value_of(expr))
+        if isinstance(expr, relax.Tuple):
+            return any(self._reads_program(f) for f in expr.fields)
+        if isinstance(expr, relax.TupleGetItem):
+            return self._reads_program(expr.tuple_value)
+        if isinstance(expr, relax.Call):
+            return any(self._reads_program(a) for a in expr.args)
+        return False
+
+    def _keep_outside(self, binding) -> None:
+        """Keep ``binding`` verbatim outside the program, except that Vars bound to constants
+        (which the lift folded away) are replaced by those constants."""
+        var, value = binding.var, self._inline_constants(binding.value)
+        if not value.same_as(binding.value):
+            binding = (relax.MatchCast(var, value, binding.ty)
+                       if isinstance(binding, relax.MatchCast) else relax.VarBinding(var, value))
+        self.outside.append(binding)
+        self.env[var] = _Outside(var, var.ty)
+
+    def _inline_constants(self, expr: relax.Expr) -> relax.Expr:
+        if isinstance(expr, relax.Var):
+            value = self.value_of(expr)
+            if isinstance(value, _Const):
+                return value.origin if value.origin is not None else relax.const(value.array)
+            return expr
+        if isinstance(expr, relax.Tuple):
+            fields = [self._inline_constants(f) for f in expr.fields]
+            same = all(a.same_as(b) for a, b in zip(fields, expr.fields))
+            return expr if same else relax.Tuple(fields)
+        if isinstance(expr, relax.TupleGetItem):
+            inner = self._inline_constants(expr.tuple_value)
+            return expr if inner.same_as(expr.tuple_value) else relax.TupleGetItem(inner,
+                                                                                   expr.index)
+        if isinstance(expr, relax.Call):
+            args = [self._inline_constants(a) for a in expr.args]
+            if all(a.same_as(b) for a, b in zip(args, expr.args)):
+                return expr
+            return relax.Call(expr.op, args, expr.attrs, expr.ty_args)
+        return expr
 
     def arg(self, call: relax.Call, i: int) -> Value:
         return self.value_of(call.args[i])
@@ -125,14 +222,11 @@ class _Lifter:
     def run(self) -> Lifted:
         for p in self.func.params:
             ty = p.ty
-            what = f"parameter {p.name!r}"
-            if not isinstance(ty, relax.TensorType):
-                raise UnsupportedOperator(f"{what} has type {ty}; tvm_pet lifts functions of "
-                                          f"tensor parameters only")
-            if str(ty.dtype) != F32:
-                raise UnsupportedOperator(f"{what} is {ty.dtype}; tvm_pet lifts float32 tensors "
-                                          f"only")
-            self.env[p] = self.b.input(self.fresh(p.name), _static(ty, what))
+            if isinstance(ty, relax.TensorType) and str(ty.dtype) == F32:
+                self.env[p] = self.b.input(self.fresh(p.name),
+                                           static_shape(ty, f"parameter {p.name!r}"))
+            else:  # token ids, masks, shapes: read by bindings kept outside the program
+                self.env[p] = _Outside(p, ty)
         body = self.func.body
         blocks, result = (body.blocks, body.body) if isinstance(body, relax.SeqExpr) else ((), body)
         for block in blocks:
@@ -141,29 +235,47 @@ class _Lifter:
         if isinstance(result, relax.Call):
             raise UnsupportedOperator("the function returns a call, not a variable: normalize it "
                                       "first (relax.transform.Normalize())")
-        outputs = self.tree_of(self.value_of(result))
-        program = self.b.build(_flatten(outputs))
+        try:
+            outputs = self.tree_of(self.value_of(result))
+        except PetError as e:
+            raise type(e)(f"while lifting the function's result: {e}") from None
+        program = self.b.build(flatten(outputs))
         params = tuple(self.func.params)
-        return Lifted(program, params, tuple(self.env[p] for p in params),
+        names = tuple(v if isinstance(v, str) else None for v in (self.env[p] for p in params))
+        return Lifted(program, params, names,
                       types.MappingProxyType(self.opaque), types.MappingProxyType(self.origins),
-                      outputs, types.MappingProxyType(self.attrs), self.name)
+                      outputs, types.MappingProxyType(self.attrs), self.name,
+                      tuple(self.outside), types.MappingProxyType(self.outside_inputs))
 
     def bind(self, binding) -> None:
         var, value = binding.var, binding.value
-        label = f"`{var.name} = {_call_kind(value) if isinstance(value, relax.Call) else value}`"
+        label = f"`{var.name} = {call_kind(value) if isinstance(value, relax.Call) else value}`"
         try:
             if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
                     and value.op.get_attr("FPurity") is False):
                 raise UnsupportedOperator(f"{value.op.name} has side effects; tvm_pet emits one "
                                           f"dataflow block, so it lifts pure calls only")
-            tree = _type_tree(var.ty, f"binding {var.name!r}")
-            for ty in _leaf_types(tree):
-                _static(ty, f"binding {var.name!r}")
-            if isinstance(binding, relax.MatchCast) or not isinstance(value, relax.Call):
+            reads_program = self._reads_program(value)
+            is_call = isinstance(value, relax.Call) and not isinstance(binding, relax.MatchCast)
+            if not reads_program and not is_call and _has_outside(self, value):
+                self._keep_outside(binding)  # an alias of a value computed outside
+                return
+            if not reads_program and is_call and not _static_tensors(var.ty):
+                self._keep_outside(binding)  # a shape or other non-tensor computation
+                return
+            tree = type_tree(var.ty, f"binding {var.name!r}")
+            for ty in leaf_types(tree):
+                static_shape(ty, f"binding {var.name!r}")
+            if not is_call:
                 self.env[var] = self._alias(var, value)
                 return
             result = self._recognised(var, value)
-            self.env[var] = result if result is not None else self._opaque(var, value, tree)
+            if result is not None:
+                self.env[var] = result
+            elif reads_program:
+                self.env[var] = self._opaque(var, value, tree)
+            else:
+                self._keep_outside(binding)
         except PetError as e:
             raise type(e)(f"while lifting {label}: {e}") from None
 
@@ -179,7 +291,7 @@ class _Lifter:
     def _recognised(self, var: relax.Var, call: relax.Call) -> Value | None:
         """The lifted value of a call that a rule maps, or None (then it stays opaque)."""
         rule = LIFT_RULES.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
-        if rule is None or not _is_f32(var) or not all(_is_f32(a) for a in call.args):
+        if rule is None or not is_f32(var) or not all(is_f32(a) for a in call.args):
             return None
         result = rule(self, call, var)
         if result is not None:
@@ -188,7 +300,7 @@ class _Lifter:
 
     def _check(self, var: relax.Var, value: Value) -> None:
         """The lifted shapes must be Relax's: a mismatch is a bug in a rule, never ignored."""
-        want = [_static(t, var.name) for t in _leaf_types(_type_tree(var.ty, var.name))]
+        want = [static_shape(t, var.name) for t in leaf_types(type_tree(var.ty, var.name))]
         leaves = [value] if not isinstance(value, tuple) else list(_flat_values(value))
         have = [self.shape(v) for v in leaves]
         if have != want:
@@ -198,16 +310,16 @@ class _Lifter:
     def _opaque(self, var: relax.Var, call: relax.Call, tree) -> Tree:
         leaves: list[tuple[relax.Expr, Tree]] = []
         expr = self._collect(call, leaves, set())
-        inputs = [n for _, t in leaves for n in _flatten(t)]
+        inputs = [n for _, t in leaves for n in flatten(t)]
         if not inputs:
-            raise UnsupportedOperator(f"{_call_kind(call)} reads no float32 tensor; tvm_pet keeps "
+            raise UnsupportedOperator(f"{call_kind(call)} reads no float32 tensor; tvm_pet keeps "
                                       f"opaque operators that read at least one")
         kind, params = _evaluable_kind(call, [self.b.shapes[i] for i in inputs])
-        types_ = _leaf_types(tree)
+        types_ = leaf_types(tree)
         names = [self.fresh(var.name if len(types_) == 1 else f"{var.name}_{k}")
                  for k in range(len(types_))]
-        outputs = _unflatten(_template(tree), iter(names), tuple)
-        shapes = tuple(_static(t, var.name) for t in types_)
+        outputs = unflatten(template(tree), iter(names), tuple)
+        shapes = tuple(static_shape(t, var.name) for t in types_)
         self.b.node(Op.OPAQUE, inputs, {"kind": kind, "shapes": shapes, "params": params}, names)
         binding = OpaqueBinding(expr, tuple(leaves), outputs, kind)
         for n in names:
@@ -219,8 +331,10 @@ class _Lifter:
         non-float constants replaced by those constants."""
         if isinstance(expr, relax.Var) or (isinstance(expr, tvm.ir.expr.Constant)
                                            and isinstance(expr.ty, relax.TensorType)
-                                           and _is_f32(expr)):  # not a FloatImm operand
+                                           and is_f32(expr)):  # not a FloatImm operand
             value = self.value_of(expr)
+            if isinstance(value, _Outside) and not _f32_tensor(value.ty):
+                return expr  # kept as it is: the lowering emits it before the program
             if isinstance(value, _Const) and value.array.dtype != np.float32:
                 if value.origin is None:
                     raise UnsupportedOperator(f"{expr} is a computed {value.array.dtype} constant")
@@ -242,6 +356,41 @@ class _Lifter:
 def _flat_values(value: tuple) -> Iterator:
     for v in value:
         yield from (_flat_values(v) if isinstance(v, tuple) else (v,))
+
+
+def _has_name(value: Value) -> bool:
+    """True when a lifted value holds a program tensor (an input or a node output)."""
+    if isinstance(value, tuple):
+        return any(_has_name(v) for v in value)
+    return isinstance(value, str)
+
+
+def _has_outside(lift: _Lifter, expr: relax.Expr) -> bool:
+    if isinstance(expr, relax.Var):
+        value = lift.value_of(expr)
+        return isinstance(value, _Outside) or (isinstance(value, tuple) and any(
+            isinstance(v, _Outside) for v in _flat_values(value)))
+    if isinstance(expr, relax.Tuple):
+        return any(_has_outside(lift, f) for f in expr.fields)
+    if isinstance(expr, relax.TupleGetItem):
+        return _has_outside(lift, expr.tuple_value)
+    return False
+
+
+def _f32_tensor(ty) -> bool:
+    return isinstance(ty, relax.TensorType) and str(ty.dtype) == F32
+
+
+def _static_tensors(ty) -> bool:
+    """True for a tensor, or a tuple of them, of static shape (what the program can hold)."""
+    if isinstance(ty, relax.TupleType):
+        return len(ty.fields) > 0 and all(_static_tensors(f) for f in ty.fields)
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return False
+    try:
+        return all(int(d) >= 1 for d in ty.shape)
+    except TypeError:
+        return False
 
 
 # ----------------------------------------------------------------------------- the lifting rules
@@ -286,18 +435,18 @@ def _conv(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     x, w = lift.arg(call, 0), lift.arg(call, 1)
     a, nsp = call.attrs, len(lift.shape(x)) - 2
     data, kernel = _CONV_LAYOUTS.get(nsp, (None, None))
-    pads = _pads(a.padding, nsp)
+    pads = begins_ends(a.padding, nsp)
     if (str(a.data_layout) != data or str(a.kernel_layout) != kernel or pads is None
-            or str(a.out_layout) not in ("", data) or not _no_dtype(a.out_dtype)):
+            or str(a.out_layout) not in ("", data) or not float32_or_void(a.out_dtype)):
         return None
-    return lift.emit(Op.CONV, [x, w], {"strides": _ints(a.strides), "pads": pads,
-                                       "dilations": _ints(a.dilation), "groups": int(a.groups)},
+    return lift.emit(Op.CONV, [x, w], {"strides": ints(a.strides), "pads": pads,
+                                       "dilations": ints(a.dilation), "groups": int(a.groups)},
                      var.name)
 
 
 def _matmul(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     a, b = lift.arg(call, 0), lift.arg(call, 1)
-    if len(lift.shape(a)) < 2 or len(lift.shape(b)) < 2 or not _no_dtype(call.attrs.out_dtype):
+    if len(lift.shape(a)) < 2 or len(lift.shape(b)) < 2 or not float32_or_void(call.attrs.out_dtype):
         return None
     return lift.emit(Op.MATMUL, [a, b], {}, var.name)
 
@@ -315,7 +464,7 @@ def _permute_dims(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
 def _reshape(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
     """reshape, expand_dims, squeeze and flatten: the target is the binding's static shape."""
     x = lift.arg(call, 0)
-    shape = _static(var.ty, var.name)
+    shape = static_shape(var.ty, var.name)
     if isinstance(x, _Const):
         return lift.constant(x.array.reshape(shape))
     return x if lift.shape(x) == shape else lift.emit(Op.RESHAPE, [x], {"shape": shape}, var.name)
@@ -334,8 +483,8 @@ def _concat(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
 def _split(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
     x = lift.arg(call, 0)
     axis = int(call.attrs.axis) % len(lift.shape(x))
-    types_ = _leaf_types(_type_tree(var.ty, var.name))
-    sizes = tuple(_static(t, var.name)[axis] for t in types_)
+    types_ = leaf_types(type_tree(var.ty, var.name))
+    sizes = tuple(static_shape(t, var.name)[axis] for t in types_)
     names = [lift.fresh(f"{var.name}_{k}") for k in range(len(sizes))]
     return lift.b.node(Op.SPLIT, [lift.name_of(x)], {"axis": axis, "sizes": sizes}, names)
 
@@ -343,8 +492,8 @@ def _split(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value:
 def _strided_slice(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     x = lift.arg(call, 0)
     shape = lift.shape(x)
-    axes, begin, end = (_const_ints(call.args[i]) for i in (1, 2, 3))
-    strides = _const_ints(call.args[4]) if len(call.args) > 4 else (1,) * len(axes or ())
+    axes, begin, end = (const_ints(call.args[i]) for i in (1, 2, 3))
+    strides = const_ints(call.args[4]) if len(call.args) > 4 else (1,) * len(axes or ())
     if None in (axes, begin, end, strides) or any(s < 1 for s in strides):
         return None  # dynamic bounds or a reversed slice
     starts, steps, sizes = [0] * len(shape), [1] * len(shape), list(shape)
@@ -361,7 +510,7 @@ def _strided_slice(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | N
 
 def _pad(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     a = call.attrs
-    width = _ints(a.pad_width)
+    width = ints(a.pad_width)
     if str(a.pad_mode) != "constant" or float(a.pad_value) != 0.0 or min(width, default=0) < 0:
         return None
     return lift.emit(Op.PAD, [lift.arg(call, 0)], {"pads": width[0::2] + width[1::2]}, var.name)
@@ -371,14 +520,38 @@ def _avg_pool(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     x = lift.arg(call, 0)
     a, nsp = call.attrs, len(lift.shape(x)) - 2
     data = _CONV_LAYOUTS.get(nsp, (None,))[0]
-    kernel, pads = _ints(a.pool_size), _pads(a.padding, nsp)
+    kernel, pads = ints(a.pool_size), begins_ends(a.padding, nsp)
     if (str(a.layout) != data or str(a.out_layout) not in ("", data) or bool(a.ceil_mode)
-            or any(d != 1 for d in _ints(a.dilation)) or pads is None
+            or any(d != 1 for d in ints(a.dilation)) or pads is None
             or any(p >= k for p, k in zip(pads, kernel * 2))):
         return None
-    return lift.emit(Op.AVGPOOL, [x], {"kernel": kernel, "strides": _ints(a.strides),
+    return lift.emit(Op.AVGPOOL, [x], {"kernel": kernel, "strides": ints(a.strides),
                                        "pads": pads,
                                        "count_include_pad": bool(a.count_include_pad)}, var.name)
+
+
+def _adaptive_avg_pool(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    """An adaptive average pool whose output sizes divide the input's is a plain average pool
+    (kernel = stride = input / output); torch emits it for ``AdaptiveAvgPool2d``."""
+    x = lift.arg(call, 0)
+    a, shape = call.attrs, lift.shape(x)
+    nsp = len(shape) - 2
+    data = _CONV_LAYOUTS.get(nsp, (None,))[0]
+    out = static_shape(var.ty, var.name)
+    if (str(a.layout) != data or str(a.out_layout) not in ("", data)
+            or any(i % o for i, o in zip(shape[2:], out[2:]))):
+        return None
+    kernel = tuple(i // o for i, o in zip(shape[2:], out[2:]))
+    if all(k == 1 for k in kernel):
+        return x
+    return lift.emit(Op.AVGPOOL, [x], {"kernel": kernel, "strides": kernel, "pads": (0,) * 2 * nsp,
+                                       "count_include_pad": False}, var.name)
+
+
+def _same_shape(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    """broadcast_to its own shape, astype float32 to float32: the operand itself."""
+    x = lift.arg(call, 0)
+    return x if lift.shape(x) == static_shape(var.ty, var.name) else None
 
 
 def _mean(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
@@ -440,6 +613,11 @@ LIFT_RULES: dict[str, LiftRule] = {
     "relax.nn.avg_pool2d": _avg_pool,
     "relax.nn.avg_pool3d": _avg_pool,
     "relax.mean": _mean,
+    "relax.nn.adaptive_avg_pool1d": _adaptive_avg_pool,
+    "relax.nn.adaptive_avg_pool2d": _adaptive_avg_pool,
+    "relax.nn.adaptive_avg_pool3d": _adaptive_avg_pool,
+    "relax.broadcast_to": _same_shape,
+    "relax.astype": _same_shape,
     "relax.nn.batch_norm": _batch_norm,
 }
 
@@ -447,11 +625,11 @@ LIFT_RULES: dict[str, LiftRule] = {
 # --------------------------------------------------------------- opaque operators tvm_pet can run
 def _maxpool_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
     a, nsp = call.attrs, len(shapes[0]) - 2
-    pads = _pads(a.padding, nsp)
+    pads = begins_ends(a.padding, nsp)
     if (str(a.layout) != _CONV_LAYOUTS.get(nsp, (None,))[0] or bool(a.ceil_mode) or pads is None
-            or any(d != 1 for d in _ints(a.dilation)) or str(a.out_layout) not in ("", a.layout)):
+            or any(d != 1 for d in ints(a.dilation)) or str(a.out_layout) not in ("", a.layout)):
         return None
-    return {"kernel_shape": _ints(a.pool_size), "strides": _ints(a.strides), "pads": pads}
+    return {"kernel_shape": ints(a.pool_size), "strides": ints(a.strides), "pads": pads}
 
 
 def _layernorm_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
@@ -481,8 +659,8 @@ EVALUABLE_OPAQUE: dict[str, tuple[str, Callable[[relax.Call, list[Shape]], dict 
 
 
 def _evaluable_kind(call: relax.Call, shapes: list[Shape]) -> tuple[str, dict]:
-    kind = _call_kind(call)
-    entry = EVALUABLE_OPAQUE.get(kind) if all(_is_f32(a) for a in call.args) else None
+    kind = call_kind(call)
+    entry = EVALUABLE_OPAQUE.get(kind) if all(is_f32(a) for a in call.args) else None
     params = entry[1](call, shapes) if entry is not None else None
     return (kind, {}) if params is None else (entry[0], params)
 
