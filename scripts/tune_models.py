@@ -1,0 +1,59 @@
+"""Tune whole models into the shipped records, one task at a time, for long background runs.
+
+    nohup python scripts/tune_models.py --models resnet18,csrnet --trials 32 > tune.log 2>&1 &
+
+Each model is built from code (seeded), imported with TVM's ONNX frontend and rewritten by TVM's
+own graph rewrites (:func:`tvm_pet.relax.rewrites.tvm_rewrites`), the form that ``tvm-pet
+optimize`` builds as its baseline, then every task is tuned to ``--trials`` records into the
+host target's directory under ``tuning_logs/``. Records are merged into the shared database as
+each task ends (an interrupted run keeps them), and after each model the database is pruned to
+the ``--keep`` fastest records per workload (``tvm_pet.tune.dbfile.prune``), so what is committed
+stays small. A second run measures nothing for tasks already tuned.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: The paper's five models at batch 1, with the sizes of the benchmarks of record.
+MODELS = ("resnet18", "csrnet", "bert_encoder", "resnet3d_18", "inception_v3")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated names")
+    parser.add_argument("--trials", type=int, default=32, help="records per task (default 32)")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--records", default=str(ROOT / "tuning_logs"))
+    parser.add_argument("--keep", type=int, default=4, help="records kept per workload")
+    args = parser.parse_args()
+
+    import tvm
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from tvm_pet.models import build_model
+    from tvm_pet.relax.rewrites import tvm_rewrites
+    from tvm_pet.tune import dbfile, resolve_target, tune
+    from tvm_pet.tune.records import db_dir
+
+    target = resolve_target(args.target)
+    for name in args.models.split(","):
+        start = time.perf_counter()
+        print(f"== {name}: importing", flush=True)
+        with tvm.transform.PassContext(opt_level=3):
+            mod = tvm_rewrites(from_onnx(build_model(name), keep_params_in_input=False))
+        stats = tune(mod, target, args.trials, args.records, borrow=False,
+                     progress=lambda line: print(f"  {name}: {line}", flush=True))
+        dropped = dbfile.prune(db_dir(args.records, target), keep=args.keep)
+        print(f"== {name}: {stats.tasks} tasks, {stats.new_trials} new trials, "
+              f"{time.perf_counter() - start:.0f} s; pruned {dropped} records", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
