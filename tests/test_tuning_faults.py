@@ -27,9 +27,10 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import PyRunner
 
+from tvm_pet.errors import PetError
 from tvm_pet.io import atomic_write, dir_lock
 from tvm_pet.tune import (Task, TuningSearch, count_records, extract_tasks, open_database,
-                          resolve_target, tune, tuner)
+                          resolve_target, tune, tune_budget, tuner)
 from tvm_pet.tune import dbfile
 from tvm_pet.tune.builder import make_builder
 from tvm_pet.tune.dbfile import CorruptDatabaseWarning
@@ -495,3 +496,29 @@ def test_prune_keeps_the_fastest_records_and_counts_the_dropped_ones(shared, mod
     assert dbfile.prune(shared, keep=1) == 2 and sorted(dbfile.pruned_counts(shared).values()) == [2, 2]
     with pytest.raises(ValueError, match="keep=0"):
         dbfile.prune(shared, keep=0)
+
+
+# ------------------------------------------------------------------------ whole-model budgets
+
+def test_a_budget_already_spent_measures_nothing(tmp_path):
+    mod = matmul_module(8, 8, 8, copies=2)  # two tasks
+    directory = db_dir(tmp_path, TARGET)
+    write_records(directory, [t.mod for t in extract_tasks(mod, TARGET)], per_task=3)
+    stats = tune_budget(mod, TARGET, 6, tmp_path, borrow=False)
+    assert stats.tasks == 2 and stats.new_trials == 0
+    assert [s.records_before for s in stats.per_task] == [3, 3]
+    dbfile.prune(directory, keep=1)  # pruned records still count toward the budget
+    assert tune_budget(mod, TARGET, 6, tmp_path, borrow=False).new_trials == 0
+    with pytest.raises(PetError, match="budget=0"):
+        tune_budget(mod, TARGET, 0, tmp_path)
+
+
+@pytest.mark.tuning
+@only_when_selected
+def test_a_budget_is_spread_over_the_tasks_and_reused(tmp_path):
+    mod = matmul_module(16, 16, 16, copies=2)
+    lines = []
+    stats = tune_budget(mod, TARGET, 12, tmp_path, borrow=False, progress=lines.append)
+    assert stats.new_trials == 12 and count_records(tmp_path, TARGET) == 12
+    assert lines and lines[-1].startswith("tuning 12/12 trials")
+    assert tune_budget(mod, TARGET, 12, tmp_path, borrow=False).new_trials == 0

@@ -38,7 +38,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
 
@@ -355,20 +355,31 @@ def merge(source: str | Path, destination: str | Path) -> int:
     return len(new_records)
 
 
-def seed(source: Tables, shash: str, destination: str | Path) -> int:
-    """Start a database in ``destination`` with one workload's lines from ``source``.
+def seed(source: Tables, shashes: str | Iterable[str], destination: str | Path) -> int:
+    """Start a database in ``destination`` with the lines of some workloads from ``source``.
+
+    Args:
+        source: the tables to copy from.
+        shashes: the structural hash of one workload, or several.
+        destination: the directory to write.
 
     Returns:
-        The number of records copied (0 when ``source`` does not have the workload).
+        The number of records copied (0 when ``source`` has none of the workloads).
     """
     destination = Path(destination)
-    found = [i for i, s in enumerate(source.shashes) if s == shash]
-    workloads = [source.workloads[found[0]]] if found else []
-    records = [(0, text) for idx, text in source.records if idx in found]
-    seeded = Tables(workloads, [shash] * len(workloads), records)
+    wanted = {shashes} if isinstance(shashes, str) else set(shashes)
+    index: dict[int, int] = {}  # source workload index -> destination index (first of a hash)
+    seeded = Tables()
+    for i, shash in enumerate(source.shashes):
+        if shash in wanted:
+            if shash not in seeded.shashes:
+                seeded.workloads.append(source.workloads[i])
+                seeded.shashes.append(shash)
+            index[i] = seeded.shashes.index(shash)
+    seeded.records = [(index[idx], text) for idx, text in source.records if idx in index]
     atomic_write(destination / WORKLOAD_FILE, seeded.workload_text())
     atomic_write(destination / RECORD_FILE, seeded.record_text())
-    return len(records)
+    return len(seeded.records)
 
 
 def prune(directory: str | Path, keep: int) -> int:

@@ -41,7 +41,7 @@ import dataclasses
 import json
 import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import tvm
 import tvm_ffi
@@ -185,11 +185,13 @@ def _load(work_dir: Path) -> ms.database.JSONDatabase:
 
 @contextlib.contextmanager
 def pending_database(records_dir: str | Path, target: tvm.target.Target,
-                     task_mod: tvm.IRModule) -> Iterator[ms.database.JSONDatabase]:
-    """Yield a private database to tune one task in; merge its new records into the target's.
+                     task_mod: tvm.IRModule | Sequence[tvm.IRModule],
+                     ) -> Iterator[ms.database.JSONDatabase]:
+    """Yield a private database to tune a task (or several) in; merge its new records into the
+    target's.
 
     The private database lives in ``<target dir>/pending/<pid>-<id>/`` (``dbfile.pending``) and
-    starts with the task's records from the shared database, so that the search starts from the
+    starts with the tasks' records from the shared database, so that the search starts from the
     best schedules found so far. On exit (also on an exception or ``KeyboardInterrupt``) the
     records measured meanwhile are merged into the shared database under its exclusive lock and
     the directory is removed; a killed process leaves it for ``recover_pending``.
@@ -197,7 +199,7 @@ def pending_database(records_dir: str | Path, target: tvm.target.Target,
     Args:
         records_dir: the records root or the target's directory.
         target: the target.
-        task_mod: the task (MetaSchedule's ``main`` PrimFunc module).
+        task_mod: the task (MetaSchedule's ``main`` PrimFunc module), or a list of them.
 
     Yields:
         The private ``JSONDatabase``; pass it to MetaSchedule.
@@ -207,7 +209,8 @@ def pending_database(records_dir: str | Path, target: tvm.target.Target,
     with dbfile.pending(work_dir) as path:
         with dir_lock(work_dir, shared=True):
             shared = dbfile.read_tables(work_dir)
-        dbfile.seed(shared, str(tvm_ffi.structural_hash(task_mod)), path)
+        mods = [task_mod] if isinstance(task_mod, tvm.IRModule) else task_mod
+        dbfile.seed(shared, [str(tvm_ffi.structural_hash(mod)) for mod in mods], path)
         yield _load(path)
 
 

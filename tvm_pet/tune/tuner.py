@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.errors import PetError
@@ -134,6 +135,112 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
         if own_runner is not None:  # its popen worker outlives the process otherwise (pytest)
             own_runner.pool.shutdown()
     return TuneStats(target_dir(target), str(work_dir), tuple(stats), time.perf_counter() - start)
+
+
+def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
+                records_dir: str | Path = records.DEFAULT_RECORDS_DIR, *, seed: int = 0,
+                max_workers: int = 2, timeout_s: float = 60.0, rpc: str | None = None,
+                trials_per_iter: int = 64, borrow: bool = True,
+                progress: Callable[[str], None] | None = None) -> TuneStats:
+    """Tune a whole module within ``budget`` trials in all, allocated across its tasks by
+    MetaSchedule's gradient task scheduler (more trials where they save more time).
+
+    The budget counts the records the module's tasks already have (their own, pruned ones
+    included), so a second call with the same budget measures nothing; tasks a compatible
+    target's records cover are left out (``borrow``). All tasks are tuned in one private database,
+    merged into the target's as a single task's would be (``records.pending_database``).
+
+    Args:
+        mod: a Relax module.
+        target: a target or spec.
+        budget: trials for the whole module.
+        records_dir: the records root or the target's directory.
+        seed: the tuning seed.
+        max_workers, timeout_s, rpc, trials_per_iter: as for :func:`tune`.
+        borrow: leave out the tasks a compatible target's records cover.
+        progress: called after each measured batch with trials done, time so far and an ETA.
+
+    Returns:
+        ``TuneStats`` with one entry per task.
+    """
+    if budget < 1:
+        raise PetError(f"budget={budget}: the tuning budget must be at least 1 trial")
+    start = time.perf_counter()
+    target = resolve_target(target)
+    records.recover_pending(records_dir, target)
+    database = records.open_database(records_dir, target)
+    borrowed = records.record_sources(records_dir, target, borrow).open().borrowed
+    pruned = dbfile.pruned_counts(records.db_dir(records_dir, target))
+    before = {}
+    for task in extract_tasks(mod, target):
+        before[task] = len(records.workload_records(database, task.mod)) + pruned.get(
+            str(task.shash), 0)
+    lent = {t: _already_tuned(t, n, budget + 1, database, borrowed) for t, n in before.items()}
+    todo = [t for t in before if lent[t] is None]
+    remaining = budget - sum(before[t] for t in todo)
+    if todo and remaining > 0:
+        runner = _make_runner(rpc, timeout_s)
+        try:
+            _tune_together(todo, remaining, records_dir, target, seed, progress, TuningSearch(
+                target, make_builder(max_workers, timeout_s), runner, seed, max_workers,
+                trials_per_iter, []))
+        finally:  # its popen worker outlives the process otherwise
+            runner.pool.shutdown()
+    database = records.open_database(records_dir, target)
+    stats = tuple(lent[t] or _task_stats(t, before[t], database, pruned) for t in before)
+    return TuneStats(target_dir(target), str(records.db_dir(records_dir, target)), stats,
+                     time.perf_counter() - start)
+
+
+def _tune_together(tasks: list[Task], trials: int, records_dir, target, seed: int,
+                   progress, search: TuningSearch) -> None:
+    """Run MetaSchedule's gradient task scheduler over ``tasks`` for ``trials`` in all."""
+    work_dir = records.db_dir(records_dir, target)
+    callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
+    if progress is not None:
+        callbacks.append(_Progress(trials, progress))
+    # small enough batches that every task gets a first round and the scheduler has a choice
+    per_iter = max(1, min(search.trials_per_iter, trials // (2 * len(tasks))))
+    with records.pending_database(records_dir, target, [t.mod for t in tasks]) as database, \
+            _task_logger(work_dir, "budget") as logger:
+        contexts = [search.new_context(mod=t.mod, target=target,
+                                       space_generator="post-order-apply",
+                                       search_strategy="evolutionary", task_name=t.name,
+                                       logger=logger, rand_state=s,
+                                       num_threads=search.num_threads).clone()
+                    for t, s in zip(tasks, ms.utils.fork_seed(seed, n=len(tasks)))]
+        search.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in tasks],
+                          work_dir=str(work_dir), max_trials_global=trials,
+                          num_trials_per_iter=per_iter,
+                          builder=search.builder, runner=search.runner, database=database,
+                          cost_model="xgb", measure_callbacks=callbacks,
+                          task_scheduler="gradient")
+
+
+def _task_stats(task: Task, before: int, database, pruned: dict[str, int]) -> TaskStats:
+    """A task's statistics after tuning: records now against ``before``."""
+    after = records.workload_records(database, task.mod)
+    now = len(after) + pruned.get(str(task.shash), 0)
+    best = records.best_record(database, task.mod)
+    failed = sum(1 for rec in after if records.mean_run_secs(rec) is None)
+    return TaskStats(task.name, task.weight, before, now - before, failed, 0.0,
+                     records.mean_run_secs(best) if best else None)
+
+
+@derived_object
+class _Progress(ms.measure_callback.PyMeasureCallback):
+    """Reports trials done out of the budget after each measured batch, with an ETA."""
+
+    def __init__(self, total: int, say: Callable[[str], None]):
+        self.total, self.say, self.done, self.start = total, say, 0, time.perf_counter()
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        self.done += len(measure_candidates)
+        elapsed = time.perf_counter() - self.start
+        left = elapsed / self.done * max(0, self.total - self.done) if self.done else 0.0
+        self.say(f"tuning {min(self.done, self.total)}/{self.total} trials {_clock(elapsed)}"
+                 + (f", ETA {_clock(left)}" if self.done < self.total else ""))
 
 
 def _progress_line(stats: list[TaskStats], total: int, elapsed: float) -> str:
