@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("tvm")
 
-from tests.test_pet_pass import PenaliseDilation, dilated_model  # noqa: E402
+from tests.dilated import PenaliseDilation, dilated_model  # noqa: E402
 from tvm_pet.cost import analytic  # noqa: E402
 from tvm_pet.relax import driver  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402

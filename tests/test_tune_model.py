@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("tvm")
 
-from tests.test_search import PenaliseDilationAndLayouts, dilated_chain  # noqa: E402
+from tests.dilated import PenaliseDilationAndLayouts, dilated_chain  # noqa: E402
 from tvm_pet.cost import measured  # noqa: E402
 from tvm_pet.ir import Op  # noqa: E402
 from tvm_pet.relax import driver  # noqa: E402

@@ -23,7 +23,7 @@ a million times the roundoff of a 4608-term reduction, and, since a genuine diff
 non-zero polynomial of standard normal variables, a chance of about ``1e-9`` per trial of hiding
 one. Positions where both bounds are exactly zero hold exact zeros on both sides.
 
->>> from tvm_pet.cases import figure1_pair
+>>> from tvm_pet.example_pairs import figure1_pair
 >>> masks = differing_masks(*figure1_pair())
 >>> int(masks["y"].sum()) > 0
 True
