@@ -53,7 +53,8 @@ from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.optimizer import Optimizer, operator_subsets
 from tvm_pet.search.partition import partition, replace_subprogram
 from tvm_pet.tune.targets import resolve_target
-from tvm_pet.verify.bruteforce import differing_masks, outputs_modp
+from tvm_pet.testing.bruteforce import differing_masks
+from tvm_pet.testing.modp_oracle import outputs_modp
 from tvm_pet.verify.corrector import correct
 from tvm_pet.verify.interpreter import evaluate
 from tvm_pet.verify.verifier import verify

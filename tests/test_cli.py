@@ -8,7 +8,7 @@ from tvm_pet import example_pairs
 from tvm_pet.cli import main
 from tvm_pet.ir import ProgramBuilder
 from tvm_pet.onnx import import_model, save_model
-from tvm_pet.verify.bruteforce import differing_masks
+from tvm_pet.testing.bruteforce import differing_masks
 
 
 def _write_pair(tmp_path, pair):

@@ -9,7 +9,8 @@ from tests.strategies import small_programs
 from tvm_pet.ir import Op, ProgramBuilder
 from tvm_pet.ops.float_eval import FLOAT_RULES
 from tvm_pet.ops.gather import GATHER_RULES
-from tvm_pet.ops.modp import P, evaluate_modp, inverse, sum_mod
+from tvm_pet.ops.modp import P, inverse, sum_mod
+from tvm_pet.testing.modp_oracle import evaluate_modp
 from tvm_pet.verify.interpreter import run
 
 

@@ -15,7 +15,7 @@ from tvm_pet import example_pairs
 from tvm_pet.errors import VerificationError
 from tvm_pet.ir import ProgramBuilder, check_program, weight_key
 from tvm_pet.verify.boxes import Box
-from tvm_pet.verify.bruteforce import (compare_with_report, differing_masks, shared_values)
+from tvm_pet.testing.bruteforce import (compare_with_report, differing_masks, shared_values)
 from tvm_pet.verify.interpreter import evaluate
 
 QUICK = settings(max_examples=60, deadline=None, derandomize=True, database=None,

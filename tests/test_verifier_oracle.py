@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from tests.strategies import mutant_pairs, programs
 from tvm_pet import example_pairs
 from tvm_pet.ir import ProgramBuilder, check_program
-from tvm_pet.verify.bruteforce import compare_with_report, differing_masks, outputs_modp
+from tvm_pet.testing.bruteforce import compare_with_report, differing_masks
+from tvm_pet.testing.modp_oracle import outputs_modp
 from tvm_pet.verify.corrector import correct
 from tvm_pet.verify.interpreter import evaluate
 from tvm_pet.verify.verifier import verify

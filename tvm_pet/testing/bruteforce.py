@@ -1,5 +1,7 @@
 """Brute force, the oracle of the verifier: evaluate both programs everywhere and compare.
 
+For the tests only (see :mod:`tvm_pet.testing`): the optimizer never runs it.
+
 The verifier (:mod:`tvm_pet.verify.verifier`) tests a few positions per box and reasons about the
 rest. This module does not reason at all: it evaluates the original and the candidate in float64
 at *every* output position on a few random draws and marks where they differ. Tests then check the
@@ -79,17 +81,6 @@ def shared_values(programs: Sequence[Program], sample: Sampler
             named[name] = by_key[key]
         weights.append(named)
     return inputs, weights
-
-
-def outputs_modp(original: Program, other: Program, seed: int = 0
-                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Both programs evaluated exactly in Z_p on the same random residues (inputs shared by name,
-    weights by content: :func:`shared_values`); returns (original's outputs, other's)."""
-    from tvm_pet.ops.modp import P, evaluate_modp
-    rng = np.random.default_rng(seed)
-    inputs, (w0, w1) = shared_values([original, other],
-                                     lambda s: rng.integers(0, P, size=s, dtype=np.int64))
-    return evaluate_modp(original, {**inputs, **w0}), evaluate_modp(other, {**inputs, **w1})
 
 
 def differing_masks(original: Program, candidate: Program, trials: int = 3, seed: int = 0,
