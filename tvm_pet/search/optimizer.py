@@ -22,14 +22,14 @@ inverse layouts between neighbours vanish, and costed as a whole like any other 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from collections.abc import Sequence
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.cost.model import CostModel
-from tvm_pet.ir.node import Node, Program, TensorSpec, WeightKeys, free_name, weight_key
-from tvm_pet.ir.ops import COMMUTATIVE, REDUCING
+from tvm_pet.ir.keys import canonical
+from tvm_pet.ir.node import Node, Program, TensorSpec, WeightKeys, free_name
+from tvm_pet.ir.ops import REDUCING
 from tvm_pet.search.config import SearchConfig, StopReason
 from tvm_pet.search.generator import GeneratorStats, Mutant, generate
 from tvm_pet.search.partition import Subprogram, extract, partition, replace_subprogram
@@ -134,51 +134,6 @@ class SearchResult:
 
 def _op_names(nodes: Sequence[Node]) -> tuple[str, ...]:
     return tuple(n.attrs["kind"] if n.op.value == "Opaque" else n.op.value for n in nodes)
-
-
-def canonical(program: Program, keys=weight_key) -> tuple[tuple, list[str]]:
-    """A key of the program's structure with leaf names abstracted, and its leaves in key order.
-
-    Two programs with equal keys differ only in the names of inputs, weights and outputs (and in
-    weight values, with the same pattern of equal weights). ``keys`` gives weight content keys
-    (pass a :class:`~tvm_pet.ir.node.WeightKeys` to memoize them).
-
-    Each tensor's key is a Merkle digest (16-byte BLAKE2b) of its operator, attributes and its
-    inputs' digests, so the key of a whole model is computed in linear time and stays small:
-    nesting the structure itself would expand a DAG with shared branches (Inception's concats,
-    residual adds) into a tree exponentially large in its depth. A digest collision (2^-128)
-    is far less likely than a miss of the verifier's random tests.
-    """
-    producer = {o: (n, k) for n in program.nodes for k, o in enumerate(n.outputs)}
-    leaves: list[str] = []
-    content: dict[str, int] = {}
-    memo: dict[str, bytes] = {}
-
-    def key(t: str) -> bytes:
-        if t in memo:
-            return memo[t]
-        if t not in producer:
-            if t not in leaves:
-                leaves.append(t)
-            if t in program.weights:
-                c = content.setdefault(keys(program.weights[t]), len(content))
-                memo[t] = _digest("w", program.shapes[t], c)
-            else:
-                memo[t] = _digest("x", program.shapes[t], leaves.index(t))
-            return memo[t]
-        n, k = producer[t]
-        args = [key(i) for i in n.inputs]
-        if n.op in COMMUTATIVE:
-            args.sort()
-        memo[t] = _digest(n.op.value, n.attrs, *args, k)
-        return memo[t]
-
-    return tuple(key(o) for o in program.outputs), leaves
-
-
-def _digest(*parts) -> bytes:
-    """A 16-byte digest of ``parts`` (strings, ints, shapes, Attrs and other digests)."""
-    return hashlib.blake2b(repr(parts).encode(), digest_size=16).digest()
 
 
 def _rename(mutant: Program, mapping: dict[str, str], like: Program) -> Program:
