@@ -1,7 +1,8 @@
 """tvm_pet: PET's partially equivalent transformations with automated corrections, for TVM.
 
 The engine (``tvm_pet.ir``, ``tvm_pet.ops``, ``tvm_pet.verify``, ``tvm_pet.onnx``) is pure
-Python and NumPy and does not import TVM.
+Python and NumPy and does not import TVM; neither does ``tvm_pet.testing``, the oracles that only
+the tests use (brute force, exact whole-program evaluation mod p).
 """
 from tvm_pet.errors import (ModelError, PetError, ProgramError, ShapeError, UnsupportedOperator,
                             VerificationError)
