@@ -2,7 +2,7 @@
 
     python benchmarks/search_bench.py [--out benchmarks/results/search_bench.json]
 
-1. Time to discovery: for each case of :mod:`tvm_pet.search.cases` (real shapes), the seconds
+1. Time to discovery: for each case of :mod:`tvm_pet.search.case_studies` (real shapes), the seconds
    from the start of generation until the generator yields that transformation, verified and
    corrected (target: 10 s each).
 2. Whole-model search at depth 3, rounds 3, with the analytic cost: ResNet-18 (224), the CSRNet
@@ -23,7 +23,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from tvm_pet.models import build_model  # noqa: E402
 from tvm_pet.onnx import import_model  # noqa: E402
-from tvm_pet.search.cases import CASES  # noqa: E402
+from tvm_pet.search.case_studies import CASE_STUDIES  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402
 from tvm_pet.search.generator import iter_mutants  # noqa: E402
 from tvm_pet.search.optimizer import optimize  # noqa: E402
@@ -62,7 +62,7 @@ def main() -> int:
     parser.add_argument("--out", default="benchmarks/results/search_bench.json")
     args = parser.parse_args()
     cases = []
-    for case in CASES.values():
+    for case in CASE_STUDIES.values():
         row = discovery(case)
         cases.append(row)
         secs = "not found" if row["seconds"] is None else f"{row['seconds']:6.2f} s"

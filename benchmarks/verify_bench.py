@@ -20,14 +20,16 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from tvm_pet import cases  # noqa: E402
+from tvm_pet import example_pairs  # noqa: E402
 from tvm_pet.verify.corrector import correct  # noqa: E402
 from tvm_pet.verify.verifier import verify  # noqa: E402
 
 CASES = {
-    "figure3_dilated_conv_512x14x14": lambda: cases.figure3_pair(1, 512, 14, 14, 256, exact=True),
-    "figure3_partial_512x14x14": lambda: cases.figure3_pair(1, 512, 14, 14, 256, exact=False),
-    "figure1_side_by_side_16x48x38x38": lambda: cases.figure1_pair(16, 48, 38, 38, 64, 5),
+    "figure3_dilated_conv_512x14x14":
+        lambda: example_pairs.figure3_pair(1, 512, 14, 14, 256, exact=True),
+    "figure3_partial_512x14x14":
+        lambda: example_pairs.figure3_pair(1, 512, 14, 14, 256, exact=False),
+    "figure1_side_by_side_16x48x38x38": lambda: example_pairs.figure1_pair(16, 48, 38, 38, 64, 5),
 }
 
 

@@ -27,12 +27,12 @@
 # %%
 import numpy as np
 
-from tvm_pet import cases
+from tvm_pet import example_pairs
 from tvm_pet.verify.corrector import correct
 from tvm_pet.verify.interpreter import evaluate
 from tvm_pet.verify.verifier import verify
 
-original, mutant = cases.figure3_pair(n=1, c=8, h=14, w=14, o=8, exact=False, seed=0)
+original, mutant = example_pairs.figure3_pair(n=1, c=8, h=14, w=14, o=8, exact=False, seed=0)
 print("original:", " -> ".join(n.op.value for n in original.nodes))
 print("mutant:  ", " -> ".join(n.op.value for n in mutant.nodes))
 

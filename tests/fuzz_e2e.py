@@ -28,8 +28,8 @@ Compiling is the slow part (0.05-0.2 s per function on two cores, and a cost per
 
 Any unexpected exception is a crash: it is recorded with its stage and ``repr``, never dropped.
 
->>> outcome = run_fuzz(2, seed=1)          # doctest: +SKIP
->>> outcome["exact_mismatches"], outcome["float_mismatches"], outcome["crashes"]  # doctest: +SKIP
+>>> outcome = run_fuzz(2, seed=1)
+>>> outcome["exact_mismatches"], outcome["float_mismatches"], outcome["crashes"]
 (0, 0, 0)
 """
 from __future__ import annotations
@@ -45,6 +45,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from tvm import relax
 
+from tests.strategies import mutant_pairs
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import Program, check_program as check_structure, weight_key
 from tvm_pet.relax.adapter import program_to_module
@@ -52,15 +53,11 @@ from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.optimizer import Optimizer, operator_subsets
 from tvm_pet.search.partition import partition, replace_subprogram
 from tvm_pet.tune.targets import resolve_target
-from tvm_pet.verify.bruteforce import differing_masks, outputs_modp
+from tvm_pet.testing.bruteforce import differing_masks
+from tvm_pet.testing.modp_oracle import outputs_modp
 from tvm_pet.verify.corrector import correct
 from tvm_pet.verify.interpreter import evaluate
 from tvm_pet.verify.verifier import verify
-
-try:
-    from strategies import mutant_pairs
-except ImportError:  # tests/ imported as a package
-    from tests.strategies import mutant_pairs
 
 #: Small budgets: every subset of at most two operators, mutants of at most three operators.
 FUZZ_CONFIG = SearchConfig(depth=3, max_subset=2, time_limit=5.0, max_candidates=200)

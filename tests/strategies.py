@@ -10,6 +10,9 @@ side by side, parity grids, ``count_include_pad`` flipped, a wrong inverse trans
 differently: the verifier must match them by content.
 
 Every tensor stays below :data:`MAX_ELEMS` elements so brute force stays cheap.
+
+:func:`small_programs` draws simpler programs directly: a chain over every multi-linear operator
+on small 4-d shapes (the exact mod-p and restriction tests).
 """
 from __future__ import annotations
 
@@ -947,3 +950,57 @@ FAVOURED = ("conv_side_by_side", "conv_interleave_batch", "conv_space_to_batch",
             "conv_edge_replicated")
 #: Tried last: a round trip fits every step.
 FALLBACK = [("roundtrip", rw_roundtrip)]
+
+
+@st.composite
+def small_programs(draw):
+    """A random chain over every multi-linear operator, on small shapes."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    b = ProgramBuilder()
+    n, c, h = draw(st.integers(1, 2)), draw(st.sampled_from([2, 4])), draw(st.integers(4, 6))
+    x = b.input("x", (n, c, h, h))
+    ops = draw(st.lists(st.sampled_from(["conv", "pool", "pad", "slice", "transpose", "rt",
+                                         "concat", "split", "bn", "mul", "add", "matmul", "update"]),
+                        min_size=1, max_size=4))
+    cur = x
+    for op in ops:
+        s = b.shapes[cur]
+        if len(s) != 4:
+            cur = b.reshape(cur, (1, 1, 1, -1))
+            s = b.shapes[cur]
+        if op == "conv":
+            g = draw(st.sampled_from([g for g in (1, 2) if s[1] % g == 0]))
+            k = draw(st.integers(1, min(3, s[2], s[3])))
+            w = b.weight(b.fresh("w"), rng.standard_normal((2 * g, s[1] // g, k, k)))
+            cur = b.conv(cur, w, strides=draw(st.integers(1, 2)), pads=draw(st.integers(0, 1)),
+                         groups=g)
+        elif op == "pool":
+            k = draw(st.integers(1, min(2, s[2], s[3])))
+            cur = b.avgpool(cur, k, 1, pads=draw(st.integers(0, k - 1)),
+                            count_include_pad=draw(st.booleans()))
+        elif op == "pad":
+            cur = b.pad(cur, (0, 0, draw(st.integers(0, 2)), 1, 0, 1, 0, draw(st.integers(0, 2))))
+        elif op == "slice" and s[3] > 2:
+            cur = b.slice(cur, (0, 0, 0, 1), (s[0], s[1], s[2], s[3]), (1, 1, 2, 2))
+        elif op == "transpose":
+            cur = b.transpose(cur, (0, 1, 3, 2))
+        elif op == "rt" and s[2] % 2 == 0:
+            cur = b.reshape_transpose(cur, (s[0], s[1], s[2] // 2, 2, s[3]), (0, 3, 1, 2, 4),
+                                      (s[0] * 2, s[1], s[2] // 2, s[3]))
+        elif op == "concat":
+            cur = b.concat([cur, x] if b.shapes[x][1:] == s[1:] else [cur, cur], 0)
+        elif op == "split" and s[1] >= 2:
+            cur = b.split(cur, 1, (1, s[1] - 1))[draw(st.integers(0, 1))]
+        elif op == "bn":
+            cur = b.batchnorm(cur, b.weight(b.fresh("s"), rng.standard_normal(s[1])),
+                              b.weight(b.fresh("t"), rng.standard_normal(s[1])))
+        elif op == "mul":
+            cur = b.mul(cur, b.weight(b.fresh("m"), rng.standard_normal((1, s[1], 1, 1))))
+        elif op == "add":
+            cur = b.add(cur, cur)
+        elif op == "matmul":
+            cur = b.matmul(cur, b.weight(b.fresh("k"), rng.standard_normal((s[3], 3))))
+        elif op == "update" and s[2] > 1:
+            patch = b.slice(cur, (0, 0, 0, 0), (s[0], s[1], 1, s[3]))
+            cur = b.update(cur, patch, (0, 0, s[2] - 1, 0))
+    return b.build([cur])

@@ -4,11 +4,11 @@ import json
 import numpy as np
 import pytest
 
-from tvm_pet import cases
+from tvm_pet import example_pairs
 from tvm_pet.cli import main
 from tvm_pet.ir import ProgramBuilder
 from tvm_pet.onnx import import_model, save_model
-from tvm_pet.verify.bruteforce import differing_masks
+from tvm_pet.testing.bruteforce import differing_masks
 
 
 def _write_pair(tmp_path, pair):
@@ -24,7 +24,7 @@ def _run_json(capsys, *argv):
 
 
 def test_verify_json_contract_and_soundness(tmp_path, capsys):
-    pair = cases.figure1_pair()
+    pair = example_pairs.figure1_pair()
     a, b = _write_pair(tmp_path, pair)
     out = _run_json(capsys, a, b, "--tests", "3", "--seed", "7")
     assert {"equivalent", "prime", "tests", "error_bound", "outputs"} <= set(out)
@@ -41,13 +41,13 @@ def test_verify_json_contract_and_soundness(tmp_path, capsys):
 
 
 def test_verify_equivalent_pair_exits_zero(tmp_path, capsys):
-    a, b = _write_pair(tmp_path, cases.figure3_pair(exact=True))
+    a, b = _write_pair(tmp_path, example_pairs.figure3_pair(exact=True))
     out = _run_json(capsys, a, b)
     assert out["equivalent"] is True and out["outputs"][0]["differing_boxes"] == []
 
 
 def test_verify_human_output(tmp_path, capsys):
-    a, b = _write_pair(tmp_path, cases.off_by_one_slice_pair())
+    a, b = _write_pair(tmp_path, example_pairs.off_by_one_slice_pair())
     assert main(["verify", a, b]) == 0
     text = capsys.readouterr().out
     assert "NOT equivalent" in text and "differs in" in text
@@ -56,8 +56,8 @@ def test_verify_human_output(tmp_path, capsys):
 def test_mismatched_models_exit_two(tmp_path, capsys):
     a = tmp_path / "two.onnx"
     c = tmp_path / "four.onnx"
-    save_model(cases.figure1_pair(batch=2)[0], a)
-    save_model(cases.figure1_pair(batch=4)[1], c)
+    save_model(example_pairs.figure1_pair(batch=2)[0], a)
+    save_model(example_pairs.figure1_pair(batch=4)[1], c)
     assert main(["verify", str(a), str(c)]) == 2
     assert "differ" in capsys.readouterr().err
 
@@ -65,7 +65,7 @@ def test_mismatched_models_exit_two(tmp_path, capsys):
 def test_corrupt_and_missing_files_exit_two(tmp_path, capsys):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00\x01 not a model")
-    a, _ = _write_pair(tmp_path, cases.figure1_pair())
+    a, _ = _write_pair(tmp_path, example_pairs.figure1_pair())
     assert main(["verify", str(bad), a]) == 2
     assert main(["verify", str(tmp_path / "missing.onnx"), a]) == 2
     err = capsys.readouterr().err

@@ -17,7 +17,7 @@ tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 from tvm.relax.op import nn as rnn  # noqa: E402
 
-from tests.test_pet_pass import dilated_model  # noqa: E402
+from tests.dilated import dilated_model  # noqa: E402
 from tvm_pet.cli import main  # noqa: E402
 from tvm_pet.errors import PetError  # noqa: E402
 from tvm_pet.tune import build_with_records, extract_tasks  # noqa: E402

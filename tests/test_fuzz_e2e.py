@@ -9,7 +9,7 @@
   replicated) are caught by the verifier with every seed, and the chance of a miss is the
   Schwartz-Zippel bound :func:`~tvm_pet.verify.verifier.miss_probability`.
 
-The fixed wrong cases of :mod:`tvm_pet.cases` are checked in
+The fixed wrong cases of :mod:`tvm_pet.example_pairs` are checked in
 ``test_verifier_oracle.py::test_wrong_candidates_are_detected``.
 """
 import numpy as np
@@ -17,7 +17,8 @@ import pytest
 import tvm
 from tvm import relax
 
-from tvm_pet import cases
+from tests import fuzz_e2e
+from tvm_pet import example_pairs
 from tvm_pet.ir import Op, ProgramBuilder
 from tvm_pet.ops.modp import P
 from tvm_pet.relax import lower
@@ -26,11 +27,6 @@ from tvm_pet.search.generator import generate
 from tvm_pet.search.optimizer import optimize
 from tvm_pet.search.partition import extract
 from tvm_pet.verify.verifier import DEFAULT_TESTS, miss_probability, verify
-
-try:
-    import fuzz_e2e
-except ImportError:  # tests/ imported as a package
-    from tests import fuzz_e2e
 
 #: Long runs are skipped unless selected with ``-m slow`` (pytest evaluates the string).
 only_when_selected = pytest.mark.skipif("'slow' not in config.getoption('markexpr')",
@@ -75,7 +71,7 @@ def test_thousand_random_programs_end_to_end():
 
 
 def test_the_fuzzer_catches_a_corrector_that_does_nothing(monkeypatch):
-    original, candidate = cases.figure1_pair()
+    original, candidate = example_pairs.figure1_pair()
     monkeypatch.setattr(fuzz_e2e, "correct", lambda original, candidate, result: candidate)
     outcome = fuzz_e2e.check_program(original, candidate=candidate, max_mutants=0)
     assert outcome.exact_mismatches == 1 and outcome.crashes == 0
@@ -85,7 +81,7 @@ def test_the_fuzzer_catches_a_corrector_that_does_nothing(monkeypatch):
 
 def test_the_fuzzer_catches_a_wrong_lowering(monkeypatch):
     """Figure 1's correction writes the seams with UPDATE: lowered as a no-op, TVM differs."""
-    original, candidate = cases.figure1_pair()
+    original, candidate = example_pairs.figure1_pair()
     monkeypatch.setitem(lower.LOWER_RULES, Op.UPDATE, lambda low, node, args: [args[0]])
     outcome = fuzz_e2e.check_program(original, candidate=candidate, max_mutants=0)
     assert outcome.exact_mismatches == 0 and outcome.crashes == 0
@@ -97,7 +93,7 @@ def test_a_crash_is_recorded_with_its_stage(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("injected")
     monkeypatch.setattr(fuzz_e2e, "verify", broken)
-    original, candidate = cases.figure1_pair()
+    original, candidate = example_pairs.figure1_pair()
     outcome = fuzz_e2e.check_program(original, candidate=candidate, max_mutants=0)
     assert outcome.crashes == 1
     assert outcome.failures[0].stage == "rewrite" and "injected" in outcome.failures[0].detail
@@ -185,7 +181,7 @@ def test_miss_probability_is_the_schwartz_zippel_bound():
 
 
 def test_verify_reports_the_bound_of_its_degree_and_tests():
-    original, candidate = cases.figure1_pair()
+    original, candidate = example_pairs.figure1_pair()
     result = verify(original, candidate, tests=3)
     assert result.degree == 2 and result.tests == 3
     assert result.error_bound == miss_probability(2, 3)

@@ -91,7 +91,8 @@ def test_fill_is_a_uniform_constant_everywhere():
     from fractions import Fraction
 
     from tvm_pet.onnx import export_model
-    from tvm_pet.ops.modp import P, evaluate_modp
+    from tvm_pet.ops.modp import P
+    from tvm_pet.testing.modp_oracle import evaluate_modp
     from tvm_pet.verify.interpreter import evaluate
     from tvm_pet.verify.verifier import verify
     import onnxruntime as ort

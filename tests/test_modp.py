@@ -5,10 +5,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from tests.strategies import small_programs
 from tvm_pet.ir import Op, ProgramBuilder
 from tvm_pet.ops.float_eval import FLOAT_RULES
 from tvm_pet.ops.gather import GATHER_RULES
-from tvm_pet.ops.modp import P, evaluate_modp, inverse, sum_mod
+from tvm_pet.ops.modp import P, inverse, sum_mod
+from tvm_pet.testing.modp_oracle import evaluate_modp
 from tvm_pet.verify.interpreter import run
 
 
@@ -60,60 +62,6 @@ def test_sum_mod_chunks_exactly():
 def test_inverse():
     v = np.array([1, 2, 3, 9, 25, 27])
     assert np.all(inverse(v) * v % P == 1)
-
-
-@st.composite
-def small_programs(draw):
-    """A random chain over every multi-linear operator, on small shapes."""
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    b = ProgramBuilder()
-    n, c, h = draw(st.integers(1, 2)), draw(st.sampled_from([2, 4])), draw(st.integers(4, 6))
-    x = b.input("x", (n, c, h, h))
-    ops = draw(st.lists(st.sampled_from(["conv", "pool", "pad", "slice", "transpose", "rt",
-                                         "concat", "split", "bn", "mul", "add", "matmul", "update"]),
-                        min_size=1, max_size=4))
-    cur = x
-    for op in ops:
-        s = b.shapes[cur]
-        if len(s) != 4:
-            cur = b.reshape(cur, (1, 1, 1, -1))
-            s = b.shapes[cur]
-        if op == "conv":
-            g = draw(st.sampled_from([g for g in (1, 2) if s[1] % g == 0]))
-            k = draw(st.integers(1, min(3, s[2], s[3])))
-            w = b.weight(b.fresh("w"), rng.standard_normal((2 * g, s[1] // g, k, k)))
-            cur = b.conv(cur, w, strides=draw(st.integers(1, 2)), pads=draw(st.integers(0, 1)),
-                         groups=g)
-        elif op == "pool":
-            k = draw(st.integers(1, min(2, s[2], s[3])))
-            cur = b.avgpool(cur, k, 1, pads=draw(st.integers(0, k - 1)),
-                            count_include_pad=draw(st.booleans()))
-        elif op == "pad":
-            cur = b.pad(cur, (0, 0, draw(st.integers(0, 2)), 1, 0, 1, 0, draw(st.integers(0, 2))))
-        elif op == "slice" and s[3] > 2:
-            cur = b.slice(cur, (0, 0, 0, 1), (s[0], s[1], s[2], s[3]), (1, 1, 2, 2))
-        elif op == "transpose":
-            cur = b.transpose(cur, (0, 1, 3, 2))
-        elif op == "rt" and s[2] % 2 == 0:
-            cur = b.reshape_transpose(cur, (s[0], s[1], s[2] // 2, 2, s[3]), (0, 3, 1, 2, 4),
-                                      (s[0] * 2, s[1], s[2] // 2, s[3]))
-        elif op == "concat":
-            cur = b.concat([cur, x] if b.shapes[x][1:] == s[1:] else [cur, cur], 0)
-        elif op == "split" and s[1] >= 2:
-            cur = b.split(cur, 1, (1, s[1] - 1))[draw(st.integers(0, 1))]
-        elif op == "bn":
-            cur = b.batchnorm(cur, b.weight(b.fresh("s"), rng.standard_normal(s[1])),
-                              b.weight(b.fresh("t"), rng.standard_normal(s[1])))
-        elif op == "mul":
-            cur = b.mul(cur, b.weight(b.fresh("m"), rng.standard_normal((1, s[1], 1, 1))))
-        elif op == "add":
-            cur = b.add(cur, cur)
-        elif op == "matmul":
-            cur = b.matmul(cur, b.weight(b.fresh("k"), rng.standard_normal((s[3], 3))))
-        elif op == "update" and s[2] > 1:
-            patch = b.slice(cur, (0, 0, 0, 0), (s[0], s[1], 1, s[3]))
-            cur = b.update(cur, patch, (0, 0, s[2] - 1, 0))
-    return b.build([cur])
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -9,7 +9,7 @@ import pytest
 tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 
-from tests.test_pet_pass import dilated_model  # noqa: E402
+from tests.dilated import dilated_model  # noqa: E402
 from tvm_pet.cli import main  # noqa: E402
 
 

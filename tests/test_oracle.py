@@ -10,17 +10,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tvm_pet import cases
+from tests.strategies import mutant_pairs, programs
+from tvm_pet import example_pairs
 from tvm_pet.errors import VerificationError
 from tvm_pet.ir import ProgramBuilder, check_program, weight_key
 from tvm_pet.verify.boxes import Box
-from tvm_pet.verify.bruteforce import (compare_with_report, differing_masks, shared_values)
+from tvm_pet.testing.bruteforce import (compare_with_report, differing_masks, shared_values)
 from tvm_pet.verify.interpreter import evaluate
-
-try:
-    from strategies import mutant_pairs, programs
-except ImportError:  # tests/ imported as a package
-    from tests.strategies import mutant_pairs, programs
 
 QUICK = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -55,7 +51,7 @@ def test_shared_values_share_by_input_name_and_weight_content():
 
 
 def test_masks_are_empty_for_a_program_and_its_renamed_copy():
-    original, _ = cases.figure1_pair()
+    original, _ = example_pairs.figure1_pair()
     copy = _renamed_weights(original)
     assert set(copy.weights) != set(original.weights)
     masks = differing_masks(original, copy)
@@ -124,13 +120,13 @@ def _seam_mask(batch, o, h, w, k):
 @pytest.mark.parametrize("batch,c,h,w,o,k", [(2, 3, 8, 8, 4, 5), (4, 2, 5, 7, 3, 3),
                                               (2, 1, 3, 9, 2, 1)])
 def test_figure1_differs_exactly_at_the_seam(batch, c, h, w, o, k):
-    original, candidate = cases.figure1_pair(batch, c, h, w, o, k)
+    original, candidate = example_pairs.figure1_pair(batch, c, h, w, o, k)
     np.testing.assert_array_equal(differing_masks(original, candidate)["y"],
                                   _seam_mask(batch, o, h, w, k))
 
 
 def test_figure1_float_outputs_agree_away_from_the_seam():
-    original, candidate = cases.figure1_pair()
+    original, candidate = example_pairs.figure1_pair()
     x = np.random.default_rng(3).standard_normal(original.inputs[0].shape)
     a = evaluate(original, {"x": x}, np.float64)["y"]
     b = evaluate(candidate, {"x": x}, np.float64)["y"]
@@ -139,11 +135,12 @@ def test_figure1_float_outputs_agree_away_from_the_seam():
     assert np.all(np.abs(a[seam] - b[seam]) > 1e-6)
 
 
-@pytest.mark.parametrize("builder", [lambda: cases.figure3_pair(exact=True),
-                                     lambda: cases.figure3_pair(n=2, c=2, h=8, w=4, exact=True),
-                                     cases.figure3_batch_pad1_pair,
-                                     lambda: cases.figure3_batch_pad1_pair(n=1, c=3, h=4, w=10),
-                                     cases.equivalent_pair])
+@pytest.mark.parametrize("builder", [
+    lambda: example_pairs.figure3_pair(exact=True),
+    lambda: example_pairs.figure3_pair(n=2, c=2, h=8, w=4, exact=True),
+    example_pairs.figure3_batch_pad1_pair,
+    lambda: example_pairs.figure3_batch_pad1_pair(n=1, c=3, h=4, w=10),
+    example_pairs.equivalent_pair])
 def test_equivalent_pairs_agree_everywhere(builder):
     original, candidate = builder()
     assert not differing_masks(original, candidate)["y"].any()
@@ -152,7 +149,7 @@ def test_equivalent_pairs_agree_everywhere(builder):
 @pytest.mark.parametrize("n,c,h,w,o", [(1, 4, 6, 6, 3), (2, 2, 8, 10, 2), (1, 1, 4, 4, 1)])
 def test_figure3_grid_differs_on_the_inner_seams(n, c, h, w, o):
     """Rows h-2 (last even row) and 1 (first odd row) meet at the grid's seam; same for columns."""
-    original, candidate = cases.figure3_pair(n, c, h, w, o)
+    original, candidate = example_pairs.figure3_pair(n, c, h, w, o)
     expected = np.zeros((n, o, h, w), bool)
     expected[:, :, [1, h - 2], :] = True
     expected[:, :, :, [1, w - 2]] = True
@@ -160,17 +157,18 @@ def test_figure3_grid_differs_on_the_inner_seams(n, c, h, w, o):
 
 
 def test_wrong_candidates_differ_where_constructed():
-    masks = differing_masks(*cases.weight_changed_pair())["y"]
+    masks = differing_masks(*example_pairs.weight_changed_pair())["y"]
     assert not masks[:, :2].any() and masks[:, 2:].all()      # only the second conv's channels
-    assert differing_masks(*cases.off_by_one_slice_pair())["y"].all()
-    masks = differing_masks(*cases.wrong_padding_pair())["y"]
+    assert differing_masks(*example_pairs.off_by_one_slice_pair())["y"].all()
+    masks = differing_masks(*example_pairs.wrong_padding_pair())["y"]
     assert masks[..., -1].all() and not masks[..., :-1].any()  # only the last column
 
 
 def test_cases_are_well_formed_pairs():
-    assert set(cases.ALL_CASES) == (set(cases.EQUIVALENT_CASES) | set(cases.PARTIAL_CASES)
-                                    | set(cases.WRONG_CASES))
-    for name, build in cases.ALL_CASES.items():
+    assert set(example_pairs.ALL_CASES) == (set(example_pairs.EQUIVALENT_CASES)
+                                            | set(example_pairs.PARTIAL_CASES)
+                                            | set(example_pairs.WRONG_CASES))
+    for name, build in example_pairs.ALL_CASES.items():
         original, candidate = build()
         check_program(original), check_program(candidate)
         assert original.inputs == candidate.inputs, name
@@ -179,35 +177,35 @@ def test_cases_are_well_formed_pairs():
         masks = differing_masks(original, candidate)
         differs = any(m.any() for m in masks.values())
         everywhere = all(m.all() for m in masks.values())
-        if name in cases.EQUIVALENT_CASES:
+        if name in example_pairs.EQUIVALENT_CASES:
             assert not differs, name
-        elif name in cases.PARTIAL_CASES:
+        elif name in example_pairs.PARTIAL_CASES:
             assert differs and not everywhere, name
         else:
             assert differs, name
 
 
 def test_cases_share_weights_by_content_only():
-    original, candidate = cases.figure1_pair()
+    original, candidate = example_pairs.figure1_pair()
     assert set(original.weights) != set(candidate.weights)
     assert {weight_key(v) for v in original.weights.values()} == \
         {weight_key(v) for v in candidate.weights.values()}
 
 
 def test_cases_build_at_benchmark_size():
-    original, candidate = cases.figure1_pair(16, 48, 38, 38, 64, 5)
+    original, candidate = example_pairs.figure1_pair(16, 48, 38, 38, 64, 5)
     assert original.shapes["y"] == candidate.shapes["y"] == (16, 64, 38, 38)
-    original, candidate = cases.figure3_pair(1, 512, 14, 14, 256)
+    original, candidate = example_pairs.figure3_pair(1, 512, 14, 14, 256)
     assert original.shapes["y"] == candidate.shapes["y"] == (1, 256, 14, 14)
-    original, candidate = cases.figure3_pair(1, 512, 14, 14, 256, exact=True)
+    original, candidate = example_pairs.figure3_pair(1, 512, 14, 14, 256, exact=True)
     assert candidate.shapes["y"] == (1, 256, 14, 14)
 
 
 def test_cases_reject_odd_sizes():
     with pytest.raises(ValueError):
-        cases.figure1_pair(batch=3)
+        example_pairs.figure1_pair(batch=3)
     with pytest.raises(ValueError):
-        cases.figure3_pair(h=7)
+        example_pairs.figure3_pair(h=7)
 
 
 # ----------------------------------------------------------------------------- report checks

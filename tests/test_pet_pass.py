@@ -5,41 +5,16 @@ pass provably changes the module, and the outputs are compared with the unoptimi
 with onnxruntime.
 """
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 from tvm.relax.frontend.onnx import from_onnx  # noqa: E402
 
-from tvm_pet.cost.analytic import AnalyticCost  # noqa: E402
-from tvm_pet.ir import Op  # noqa: E402
+from tests.dilated import PenaliseDilation, dilated_model  # noqa: E402
 from tvm_pet.relax import PETPass, register_pipeline  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402
-
-
-class PenaliseDilation:
-    name = "penalise-dilation"
-
-    def cost(self, program):
-        extra = sum(1.0 for n in program.nodes
-                    if n.op is Op.CONV and any(d > 1 for d in n.attrs["dilations"]))
-        return AnalyticCost().cost(program) + extra
-
-
-def dilated_model() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[2, 2, 2, 2], dilations=[2, 2]),
-             helper.make_node("Relu", ["c"], ["y"])]
-    graph = helper.make_graph(nodes, "dilated", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 8, 12, 12])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [1, 8, 12, 12])], initializer=[numpy_helper.from_array(w, "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
 
 
 def run(mod, x, pipeline="default"):

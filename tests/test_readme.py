@@ -18,3 +18,9 @@ def test_ci_runs_the_readme_test_command():
     assert len(commands) >= 2
     ci = (ROOT / ".ci" / "run").read_text()
     assert commands[1].strip() in ci
+
+
+def test_the_readme_test_command_runs_the_package_doctests():
+    commands = re.findall(r"```bash\n(?:#[^\n]*\n)?(.*?)\n```", README, re.S)
+    args = commands[1].split()
+    assert "--doctest-modules" in args and "tvm_pet" in args[args.index("--doctest-modules"):]

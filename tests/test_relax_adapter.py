@@ -26,7 +26,8 @@ from tvm.relax.op import nn as rnn  # noqa: E402
 from tvm.script import ir as I  # noqa: E402
 from tvm.script import relax as R  # noqa: E402
 
-from tvm_pet import cases  # noqa: E402
+from tests.strategies import programs  # noqa: E402
+from tvm_pet import example_pairs  # noqa: E402
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator  # noqa: E402
 from tvm_pet.ir import Op, ProgramBuilder, check_program  # noqa: E402
 from tvm_pet.models import build_model  # noqa: E402
@@ -34,11 +35,6 @@ from tvm_pet.relax import from_relax, program_to_module, to_relax  # noqa: E402
 from tvm_pet.relax.adapter import LOWER_RULES, OPAQUE_LOWERING  # noqa: E402
 from tvm_pet.verify.corrector import correct  # noqa: E402
 from tvm_pet.verify.interpreter import evaluate  # noqa: E402
-
-try:
-    from strategies import programs
-except ImportError:  # tests/ imported as a package
-    from tests.strategies import programs
 
 RTOL, ATOL = 1e-4, 1e-5
 F32 = "float32"
@@ -624,7 +620,7 @@ def test_model_zoo(name, kwargs):
 
 
 # ---------------------------------------------------------------------------- corrected programs
-@pytest.mark.parametrize("pair", [cases.figure1_pair, cases.figure3_pair])
+@pytest.mark.parametrize("pair", [example_pairs.figure1_pair, example_pairs.figure3_pair])
 def test_corrected_programs_compile(pair):
     original, candidate = pair()
     corrected = correct(original, candidate)
@@ -639,7 +635,7 @@ def test_corrected_programs_compile(pair):
 
 
 def test_figure3_corrections_use_strided_boxes():
-    corrected = correct(*cases.figure3_pair())
+    corrected = correct(*example_pairs.figure3_pair())
     assert any(s > 1 for n in corrected.nodes if n.op is Op.UPDATE for s in n.attrs["steps"])
 
 

@@ -2,10 +2,10 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+from tests.strategies import small_programs
 from tvm_pet.ir import ProgramBuilder
 from tvm_pet.verify.corrector import _Recompute
 from tvm_pet.verify.interpreter import evaluate
-from tests.test_modp import small_programs
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

@@ -5,6 +5,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from tests.dilated import PenaliseDilation, PenaliseDilationAndLayouts, dilated_chain
 from tvm_pet.cli import main
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import Op, ProgramBuilder, check_program
@@ -50,20 +51,6 @@ def test_partition_splits_at_nonlinear_ops_and_offers_merges():
         same = replace_subprogram(program, sub, sub.program)
         x = _inputs(program)
         np.testing.assert_array_equal(evaluate(same, x)["out"], evaluate(program, x)["out"])
-
-
-class PenaliseDilation:
-    """A cost model under which dilated convolutions are slow (to exercise the optimizer)."""
-
-    name = "penalise-dilation"
-
-    def __init__(self):
-        self.base = AnalyticCost()
-
-    def cost(self, program):
-        extra = sum(1.0 for n in program.nodes
-                    if n.op is Op.CONV and any(d > 1 for d in n.attrs["dilations"]))
-        return self.base.cost(program) + extra
 
 
 def test_optimizer_applies_what_the_cost_prefers_and_stays_exact():
@@ -154,31 +141,6 @@ def test_report_has_a_row_per_subprogram_and_post_optimizations_keep_results():
     x = _inputs(program)
     np.testing.assert_allclose(evaluate(result.program, x, np.float64)["out"],
                                evaluate(program, x, np.float64)["out"], rtol=1e-9, atol=1e-9)
-
-
-def dilated_chain(layers=3, channels=4, size=8):
-    """A CSRNet-like back end: dilated 3x3 convs (pad 2) with a bias and a ReLU each."""
-    rng = np.random.default_rng(2)
-    b = ProgramBuilder("chain")
-    h = b.input("x", (1, channels, size, size))
-    for k in range(layers):
-        h = b.conv(h, b.weight(f"w{k}", rng.standard_normal((channels, channels, 3, 3)) * 0.3),
-                   pads=2, dilations=2)
-        h = b.add(h, b.weight(f"b{k}", rng.standard_normal((1, channels, 1, 1))))
-        (h,) = b.opaque("Relu", [h])
-    return b.build([h])
-
-
-class PenaliseDilationAndLayouts(PenaliseDilation):
-    """Dilated convs are slow, and so is every layout node: a rewrite of one conv pays only when
-    its layouts cancel against a neighbour's."""
-
-    name = "penalise-dilation-and-layouts"
-
-    def cost(self, program):
-        layouts = sum(n.op in (Op.RESHAPE, Op.TRANSPOSE, Op.RESHAPE_TRANSPOSE)
-                      for n in program.nodes)
-        return super().cost(program) + 0.4 * layouts
 
 
 def test_one_round_rewrites_every_layer_of_a_chain_at_once():

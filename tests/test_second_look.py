@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("tvm")
 
-from tests.test_pet_pass import PenaliseDilation, dilated_model  # noqa: E402
+from tests.dilated import PenaliseDilation, dilated_model  # noqa: E402
 from tvm_pet.pipeline import DriverOptions, TuneSummary, optimize_model  # noqa: E402
 from tvm_pet.pipeline.confirm import ALPHA, MIN_GAIN, decide  # noqa: E402
 from tvm_pet.pipeline.tvm_toolchain import TVMToolchain  # noqa: E402

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("tvm")
 
-from tests.test_search import PenaliseDilationAndLayouts, dilated_chain  # noqa: E402
+from tests.dilated import PenaliseDilationAndLayouts, dilated_chain  # noqa: E402
 from tvm_pet.ir import Op  # noqa: E402
 from tvm_pet.pipeline import DriverOptions, tune_model  # noqa: E402
 from tvm_pet.pipeline.plan import combination  # noqa: E402

@@ -17,17 +17,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tvm_pet import cases
+from tests.strategies import mutant_pairs, programs
+from tvm_pet import example_pairs
 from tvm_pet.ir import ProgramBuilder, check_program
-from tvm_pet.verify.bruteforce import compare_with_report, differing_masks, outputs_modp
+from tvm_pet.testing.bruteforce import compare_with_report, differing_masks
+from tvm_pet.testing.modp_oracle import outputs_modp
 from tvm_pet.verify.corrector import correct
 from tvm_pet.verify.interpreter import evaluate
 from tvm_pet.verify.verifier import verify
-
-try:
-    from strategies import mutant_pairs, programs
-except ImportError:  # tests/ imported as a package
-    from tests.strategies import mutant_pairs, programs
 
 #: The paper's regroupings of convolutions, and the almost-right paddings and strides.
 CONV_FOCUS = ("conv_side_by_side", "conv_grid", "conv_space_to_batch", "conv_interleave_batch",
@@ -129,11 +126,11 @@ def test_reshape_dropping_a_unit_axis():
 
 # ----------------------------------------------------------------------------- the paper's cases
 
-@pytest.mark.parametrize("name", sorted(cases.ALL_CASES))
+@pytest.mark.parametrize("name", sorted(example_pairs.ALL_CASES))
 def test_cases_verified_as_brute_force_says_and_corrected(name):
-    original, candidate = cases.ALL_CASES[name]()
+    original, candidate = example_pairs.ALL_CASES[name]()
     result, report, corrected = check_pair(original, candidate)
-    if name in cases.EQUIVALENT_CASES:
+    if name in example_pairs.EQUIVALENT_CASES:
         assert result.equivalent and report.differing == 0
     else:
         assert not result.equivalent and report.differing > 0
@@ -143,7 +140,7 @@ def test_cases_verified_as_brute_force_says_and_corrected(name):
 def test_figure1_boxes_are_the_seams():
     """Even batch items differ on the last k//2 columns, odd ones on the first: two strided boxes
     (or more, split further) that cover exactly the seams."""
-    original, candidate = cases.figure1_pair(batch=4, c=2, h=5, w=8, o=3, k=5)
+    original, candidate = example_pairs.figure1_pair(batch=4, c=2, h=5, w=8, o=3, k=5)
     (diff,) = verify(original, candidate).outputs
     covered = np.zeros(diff.shape, bool)
     for box in diff.boxes:
@@ -154,16 +151,16 @@ def test_figure1_boxes_are_the_seams():
     np.testing.assert_array_equal(covered, expected)
 
 
-@pytest.mark.parametrize("name", sorted(cases.WRONG_CASES))
+@pytest.mark.parametrize("name", sorted(example_pairs.WRONG_CASES))
 def test_wrong_candidates_are_detected(name):
-    original, candidate = cases.WRONG_CASES[name]()
+    original, candidate = example_pairs.WRONG_CASES[name]()
     for seed in range(3):
         assert not verify(original, candidate, seed=seed).equivalent
 
 
 @pytest.mark.parametrize("name", ["figure1", "figure3_grid", "wrong_padding", "weight_changed"])
 def test_cases_corrected_survive_onnx(name):
-    original, candidate = cases.ALL_CASES[name]()
+    original, candidate = example_pairs.ALL_CASES[name]()
     check_onnx_round_trip(original, correct(original, candidate))
 
 

@@ -1,8 +1,10 @@
 """tvm_pet: PET's partially equivalent transformations with automated corrections, for TVM.
 
 The engine (``tvm_pet.ir``, ``tvm_pet.ops``, ``tvm_pet.verify``, ``tvm_pet.onnx``) is pure
-Python and NumPy and does not import TVM. ``tvm_pet.PETPass`` is loaded on first use (it imports
-TVM and registers the ``"pet"`` Relax pipeline).
+Python and NumPy and does not import TVM; neither does ``tvm_pet.testing``, the helpers that only
+the tests and benchmarks use (oracles: brute force, exact whole-program evaluation mod p; real
+model definitions). ``tvm_pet.PETPass`` is loaded on first use (it imports TVM and registers the
+``"pet"`` Relax pipeline).
 """
 from tvm_pet.errors import (ModelError, PetError, ProgramError, ShapeError, UnsupportedOperator,
                             VerificationError)

@@ -171,13 +171,16 @@ def _cmd_model(args: argparse.Namespace) -> int:
 def _cmd_example(args: argparse.Namespace) -> int:
     import pathlib
 
-    from tvm_pet import cases
+    from tvm_pet import example_pairs
     from tvm_pet.onnx import save_model
     makers = {
-        "figure1": cases.figure1_pair, "figure3": lambda: cases.figure3_pair(exact=True),
-        "figure3-partial": lambda: cases.figure3_pair(exact=False),
-        "weight-changed": cases.weight_changed_pair, "off-by-one-slice": cases.off_by_one_slice_pair,
-        "wrong-padding": cases.wrong_padding_pair, "equivalent": cases.equivalent_pair,
+        "figure1": example_pairs.figure1_pair,
+        "figure3": lambda: example_pairs.figure3_pair(exact=True),
+        "figure3-partial": lambda: example_pairs.figure3_pair(exact=False),
+        "weight-changed": example_pairs.weight_changed_pair,
+        "off-by-one-slice": example_pairs.off_by_one_slice_pair,
+        "wrong-padding": example_pairs.wrong_padding_pair,
+        "equivalent": example_pairs.equivalent_pair,
     }
     original, candidate = makers[args.name]()
     out = pathlib.Path(args.dir)

@@ -63,8 +63,6 @@ BIJECTIVE_LAYOUT = frozenset({Op.TRANSPOSE, Op.RESHAPE, Op.RESHAPE_TRANSPOSE})
 ELEMENTWISE = frozenset({Op.ADD, Op.MUL, Op.BATCHNORM})
 #: Operators that sum products over a reduction (the expensive ones).
 REDUCING = frozenset({Op.CONV, Op.MATMUL, Op.AVGPOOL})
-#: Operators without inputs.
-NULLARY = frozenset({Op.FILL})
 #: Operators with more than one output.
 MULTI_OUTPUT = frozenset({Op.SPLIT, Op.OPAQUE})
 #: Operators where swapping the two inputs does not change the result.

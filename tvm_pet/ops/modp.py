@@ -3,15 +3,18 @@
 Residues are int64 in ``[0, p)``. A product of two residues needs 62 bits and fits an int64, so
 every product is reduced before it is summed; a sum of up to 2^32 reduced terms still fits, and
 reductions are chunked far below that. Nothing can overflow, whatever the reduction size.
+
+The verifier evaluates single nodes at chosen positions (:func:`eval_node_at`); whole programs are
+evaluated mod p by the test oracle :func:`tvm_pet.testing.modp_oracle.evaluate_modp`.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from tvm_pet.errors import UnsupportedOperator
-from tvm_pet.ir.node import Attrs, Program, Shape
+from tvm_pet.ir.node import Attrs, Shape
 from tvm_pet.ir.ops import Op
 from tvm_pet.ops.gather import GATHER_RULES, Gather, reduction_size, unravel
 
@@ -89,35 +92,3 @@ def eval_node_at(op: Op, attrs: Attrs, in_shapes: Sequence[Shape], out_shapes: S
         return np.zeros((tests, 0), np.int64)
     return np.concatenate(parts, axis=-1)
 
-
-def evaluate_modp(program: Program, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Exact evaluation of a multi-linear program mod p on whole tensors.
-
-    Args:
-        program: a program without OPAQUE nodes.
-        env: int64 residues for every input and weight, each shaped like the tensor, or with one
-            extra leading axis of independent tests.
-
-    Returns:
-        The outputs by name, shaped like ``env`` (with the test axis if it was given).
-    """
-    shapes = program.shapes
-    first = next(iter(env.values())) if env else None
-    batched = first is not None and first.ndim == len(shapes[next(iter(env))]) + 1
-    flat_env = {k: (np.asarray(v, np.int64) % P).reshape((v.shape[0] if batched else 1, -1))
-                for k, v in env.items()}
-    values = dict(flat_env)
-    tests = first.shape[0] if batched else 1
-    for node in program.nodes:
-        ins = [shapes[i] for i in node.inputs]
-        outs = [shapes[o] for o in node.outputs]
-        args = [values[i] for i in node.inputs]
-        for j, name in enumerate(node.outputs):
-            size = int(np.prod(outs[j]))
-            values[name] = eval_node_at(node.op, node.attrs, ins, outs, j, np.arange(size), args,
-                                        tests)
-    result = {}
-    for o in program.outputs:
-        v = values[o].reshape((-1,) + shapes[o])
-        result[o] = v if batched else v[0]
-    return result

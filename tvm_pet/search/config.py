@@ -50,4 +50,3 @@ class StopReason(enum.Enum):
     ROUNDS = "rounds"                # the configured rounds were done
     TIME_LIMIT = "time_limit"        # the time limit was reached
     CANDIDATE_LIMIT = "candidate_limit"  # max_candidates verified
-    NO_IMPROVEMENT = "no_improvement"    # a round found nothing better

@@ -13,10 +13,10 @@ import pathlib
 import time
 
 from tvm_pet.cost.analytic import AnalyticCost
+from tvm_pet.ir.keys import canonical
 from tvm_pet.ir.node import Program
 from tvm_pet.search.config import SearchConfig, StopReason
 from tvm_pet.search.generator import GeneratorStats, Mutant, generate
-from tvm_pet.search.optimizer import canonical
 from tvm_pet.search.partition import partition
 from tvm_pet.search.progress import progress
 

@@ -80,7 +80,13 @@ class GeneratorStats:
         return out
 
 
-class _Search:
+class _MutantEnumerator:
+    """Algorithm 1 on one subprogram: the depth-first enumeration, its pruning state and stats.
+
+    :meth:`run` yields the verified (and corrected) mutants; :attr:`stats` counts what was tried
+    and says why the enumeration stopped. :func:`generate` and :func:`iter_mutants` drive it.
+    """
+
     def __init__(self, sub: Program, config: SearchConfig, deadline: float | None):
         self.sub, self.config, self.deadline = sub, config, deadline
         self.vocab = Vocabulary.of(sub)
@@ -334,10 +340,10 @@ def generate(sub: Program, config: SearchConfig = SearchConfig(),
     """
     if deadline is None and config.time_limit is not None:
         deadline = time.perf_counter() + config.time_limit
-    search = _Search(sub, config, deadline)
-    mutants = list(search.run())
-    search.stats.seconds = time.perf_counter() - search.start
-    return mutants, search.stats
+    enumerator = _MutantEnumerator(sub, config, deadline)
+    mutants = list(enumerator.run())
+    enumerator.stats.seconds = time.perf_counter() - enumerator.start
+    return mutants, enumerator.stats
 
 
 def iter_mutants(sub: Program, config: SearchConfig = SearchConfig(),
@@ -345,5 +351,5 @@ def iter_mutants(sub: Program, config: SearchConfig = SearchConfig(),
     """Like :func:`generate`, lazily: mutants are yielded as they are found."""
     if deadline is None and config.time_limit is not None:
         deadline = time.perf_counter() + config.time_limit
-    search = _Search(sub, config, deadline)
-    return search.run(), search.stats
+    enumerator = _MutantEnumerator(sub, config, deadline)
+    return enumerator.run(), enumerator.stats

@@ -22,19 +22,20 @@ inverse layouts between neighbours vanish, and costed as a whole like any other 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from collections.abc import Sequence
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.cost.model import CostModel
-from tvm_pet.ir.node import Node, Program, TensorSpec, free_name, weight_key
-from tvm_pet.ir.ops import COMMUTATIVE, REDUCING
+from tvm_pet.ir.keys import canonical
+from tvm_pet.ir.node import Node, Program, TensorSpec, free_name
+from tvm_pet.ir.ops import REDUCING
 from tvm_pet.search.config import SearchConfig, StopReason
 from tvm_pet.search.generator import generate
 from tvm_pet.search.mutant_cache import MutantCache
 from tvm_pet.search.partition import Subprogram, extract, partition, replace_subprogram
 from tvm_pet.search.postopt import post_optimize
+from tvm_pet.search.progress import progress
 
 
 @dataclasses.dataclass
@@ -135,51 +136,6 @@ class SearchResult:
 
 def _op_names(nodes: Sequence[Node]) -> tuple[str, ...]:
     return tuple(n.attrs["kind"] if n.op.value == "Opaque" else n.op.value for n in nodes)
-
-
-def canonical(program: Program, keys=weight_key) -> tuple[tuple, list[str]]:
-    """A key of the program's structure with leaf names abstracted, and its leaves in key order.
-
-    Two programs with equal keys differ only in the names of inputs, weights and outputs (and in
-    weight values, with the same pattern of equal weights). ``keys`` gives weight content keys
-    (pass a :class:`~tvm_pet.ir.node.WeightKeys` to memoize them).
-
-    Each tensor's key is a Merkle digest (16-byte BLAKE2b) of its operator, attributes and its
-    inputs' digests, so the key of a whole model is computed in linear time and stays small:
-    nesting the structure itself would expand a DAG with shared branches (Inception's concats,
-    residual adds) into a tree exponentially large in its depth. A digest collision (2^-128)
-    is far less likely than a miss of the verifier's random tests.
-    """
-    producer = {o: (n, k) for n in program.nodes for k, o in enumerate(n.outputs)}
-    leaves: list[str] = []
-    content: dict[str, int] = {}
-    memo: dict[str, bytes] = {}
-
-    def key(t: str) -> bytes:
-        if t in memo:
-            return memo[t]
-        if t not in producer:
-            if t not in leaves:
-                leaves.append(t)
-            if t in program.weights:
-                c = content.setdefault(keys(program.weights[t]), len(content))
-                memo[t] = _digest("w", program.shapes[t], c)
-            else:
-                memo[t] = _digest("x", program.shapes[t], leaves.index(t))
-            return memo[t]
-        n, k = producer[t]
-        args = [key(i) for i in n.inputs]
-        if n.op in COMMUTATIVE:
-            args.sort()
-        memo[t] = _digest(n.op.value, n.attrs, *args, k)
-        return memo[t]
-
-    return tuple(key(o) for o in program.outputs), leaves
-
-
-def _digest(*parts) -> bytes:
-    """A 16-byte digest of ``parts`` (strings, ints, shapes, Attrs and other digests)."""
-    return hashlib.blake2b(repr(parts).encode(), digest_size=16).digest()
 
 
 def _rename(mutant: Program, mapping: dict[str, str], like: Program) -> Program:
@@ -333,6 +289,10 @@ class Optimizer:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
 
+#: One program of the search: its cost, the program, and the mutants applied to reach it.
+_Entry = tuple[float, Program, list[Applied]]
+
+
 def optimize(program: Program, config: SearchConfig = SearchConfig(),
              cost: CostModel | None = None, mutants: MutantCache | None = None) -> SearchResult:
     """Search for a cheaper program that computes exactly what ``program`` computes.
@@ -346,50 +306,19 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
     Returns:
         A :class:`SearchResult`; its program costs at most as much as ``program``.
     """
-    from tvm_pet.search.progress import progress
     cost = cost or AnalyticCost()
     opt = Optimizer(config, cost, mutants)
-    additive = getattr(cost, "additive", True)
     start = time.perf_counter()
     base = opt.cost(program)
-    heap: list[tuple[float, Program, list[Applied]]] = [(base, program, [])]
+    heap: list[_Entry] = [(base, program, [])]
     best = heap[0]
     seen = {canonical(program, opt.keys)[0]}
     stop, rounds = StopReason.ROUNDS, 0
-    cheaper: list[tuple[float, Program, list[Applied]]] = []
+    cheaper: list[_Entry] = []
     for rounds in range(1, config.rounds + 1):
         fresh = []
-        for cost_now, prog, history in heap:
-            scored: list[tuple[float, Subprogram, Program, Applied]] = []
-            subs = partition(prog, max_merge=3)
-            for sub in progress(subs, config.progress, f"round {rounds}: subprograms"):
-                for subset in operator_subsets(prog, sub, config.max_subset):
-                    if opt.out_of_time():
-                        break
-                    part, mutants = opt.mutants_of(prog, subset, sub.name)
-                    part_cost = opt.cost(part.program) if mutants and additive else 0.0
-                    for mutant, corrected in mutants:
-                        new = replace_subprogram(prog, part, corrected)
-                        key = canonical(new, opt.keys)[0]
-                        if key in seen:
-                            continue
-                        seen.add(key)
-                        # with additive costs only the replaced part changes, so only small
-                        # programs are costed; otherwise the whole candidate is
-                        c = (cost_now - part_cost + opt.cost(corrected) if additive
-                             else opt.cost(new))
-                        step = Applied(sub.name, _op_names(part.program.nodes), mutant.ops,
-                                       mutant.partially_equivalent, mutant.corrected_boxes,
-                                       cost_now, c)
-                        fresh.append((c, new, history + [step]))
-                        scored.append((c, part, corrected, step))
-            together = None if opt.out_of_time() else combine(prog, scored, cost_now)
-            if together is not None:
-                new, chosen = together
-                key = canonical(new, opt.keys)[0]
-                if key not in seen:
-                    seen.add(key)
-                    fresh.append((opt.cost(new), new, history + [scored[k][3] for k in chosen]))
+        for entry in heap:
+            fresh += _children(opt, entry, seen, f"round {rounds}: subprograms")
         if opt.out_of_time():
             stop = StopReason.TIME_LIMIT
         cheaper += [f for f in fresh if f[0] < base]
@@ -408,6 +337,58 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
                   for f in others[:config.topk - 1]]
     return SearchResult(program_out, base, cost_out, best[2], opt.reports, rounds, stop,
                         time.perf_counter() - start, post, runners_up)
+
+
+def _children(opt: Optimizer, entry: _Entry, seen: set, label: str) -> list[_Entry]:
+    """What one round makes of one heap program: every verified mutant of every subset applied
+    alone (:func:`_single_mutations`), then the improving ones applied together
+    (:func:`combine`). Programs already in ``seen`` (by structure) are skipped; new ones are added
+    to it."""
+    cost_now, prog, history = entry
+    fresh, scored = _single_mutations(opt, entry, seen, label)
+    together = None if opt.out_of_time() else combine(prog, scored, cost_now)
+    if together is not None:
+        new, chosen = together
+        key = canonical(new, opt.keys)[0]
+        if key not in seen:
+            seen.add(key)
+            fresh.append((opt.cost(new), new, history + [scored[k][3] for k in chosen]))
+    return fresh
+
+
+def _single_mutations(opt: Optimizer, entry: _Entry, seen: set, label: str
+                      ) -> tuple[list[_Entry], list[tuple[float, Subprogram, Program, Applied]]]:
+    """Each verified mutant of each subset of ``entry``'s program, applied alone.
+
+    Returns:
+        The new programs (those not in ``seen``, which is updated), and per new program the
+        ``(cost, subprogram, corrected mutant, step)`` that :func:`combine` takes.
+    """
+    cost_now, prog, history = entry
+    additive = getattr(opt.cost_model, "additive", True)
+    fresh: list[_Entry] = []
+    scored: list[tuple[float, Subprogram, Program, Applied]] = []
+    for sub in progress(partition(prog, max_merge=3), opt.config.progress, label):
+        for subset in operator_subsets(prog, sub, opt.config.max_subset):
+            if opt.out_of_time():
+                break
+            part, mutants = opt.mutants_of(prog, subset, sub.name)
+            part_cost = opt.cost(part.program) if mutants and additive else 0.0
+            for mutant, corrected in mutants:
+                new = replace_subprogram(prog, part, corrected)
+                key = canonical(new, opt.keys)[0]
+                if key in seen:
+                    continue
+                seen.add(key)
+                # with additive costs only the replaced part changes, so only small
+                # programs are costed; otherwise the whole candidate is
+                c = (cost_now - part_cost + opt.cost(corrected) if additive
+                     else opt.cost(new))
+                step = Applied(sub.name, _op_names(part.program.nodes), mutant.ops,
+                               mutant.partially_equivalent, mutant.corrected_boxes, cost_now, c)
+                fresh.append((c, new, history + [step]))
+                scored.append((c, part, corrected, step))
+    return fresh, scored
 
 
 def _polished(opt: Optimizer, program: Program, cost: float

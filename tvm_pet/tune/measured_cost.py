@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import program_to_module
-from tvm_pet.search.optimizer import canonical
+from tvm_pet.ir.keys import canonical
 from tvm_pet.tune.kernels import kernel_times
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.targets import resolve_target

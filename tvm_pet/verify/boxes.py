@@ -6,7 +6,6 @@ A :class:`Box` holds ``lo`` (inclusive), ``hi`` (exclusive, one past the last po
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -100,17 +99,6 @@ def axis_progressions(labels: np.ndarray) -> list[tuple[int, int, int]]:
     for c in np.unique(labels):
         out += progressions(np.flatnonzero(labels == c))
     return out
-
-
-def boxes_of(per_axis: Sequence[np.ndarray]) -> list[Box]:
-    """The boxes of a tensor from its per-axis labels (product of per-axis progressions)."""
-    return [Box.from_progressions(aps)
-            for aps in itertools.product(*[axis_progressions(a) for a in per_axis])]
-
-
-def count_boxes(per_axis: Sequence[np.ndarray]) -> int:
-    """How many boxes :func:`boxes_of` would make, without making them."""
-    return math.prod(len(axis_progressions(a)) for a in per_axis)
 
 
 def _join(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int] | None:

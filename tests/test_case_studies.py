@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from tvm_pet.search.cases import CASES
+from tvm_pet.search.case_studies import CASE_STUDIES
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.generator import iter_mutants
 from tvm_pet.verify.interpreter import evaluate
@@ -25,9 +25,9 @@ def first_match(case, limit=60.0):
     pytest.fail(f"{case.name}: not found ({stats.to_json()})")
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(CASE_STUDIES))
 def test_case_is_generated_verified_and_corrected(name):
-    sub, mutant, seconds = first_match(CASES[name])
+    sub, mutant, seconds = first_match(CASE_STUDIES[name])
     # the verifier's own verdict on the corrected mutant, with fresh random values
     assert verify(sub, mutant.corrected, seed=11).equivalent
     if mutant.partially_equivalent:

@@ -1,5 +1,7 @@
 """Brute force, the oracle of the verifier: evaluate both programs everywhere and compare.
 
+For the tests only (see :mod:`tvm_pet.testing`): the optimizer never runs it.
+
 The verifier (:mod:`tvm_pet.verify.verifier`) tests a few positions per box and reasons about the
 rest. This module does not reason at all: it evaluates the original and the candidate in float64
 at *every* output position on a few random draws and marks where they differ. Tests then check the
@@ -23,7 +25,7 @@ a million times the roundoff of a 4608-term reduction, and, since a genuine diff
 non-zero polynomial of standard normal variables, a chance of about ``1e-9`` per trial of hiding
 one. Positions where both bounds are exactly zero hold exact zeros on both sides.
 
->>> from tvm_pet.cases import figure1_pair
+>>> from tvm_pet.example_pairs import figure1_pair
 >>> masks = differing_masks(*figure1_pair())
 >>> int(masks["y"].sum()) > 0
 True
@@ -79,17 +81,6 @@ def shared_values(programs: Sequence[Program], sample: Sampler
             named[name] = by_key[key]
         weights.append(named)
     return inputs, weights
-
-
-def outputs_modp(original: Program, other: Program, seed: int = 0
-                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Both programs evaluated exactly in Z_p on the same random residues (inputs shared by name,
-    weights by content: :func:`shared_values`); returns (original's outputs, other's)."""
-    from tvm_pet.ops.modp import P, evaluate_modp
-    rng = np.random.default_rng(seed)
-    inputs, (w0, w1) = shared_values([original, other],
-                                     lambda s: rng.integers(0, P, size=s, dtype=np.int64))
-    return evaluate_modp(original, {**inputs, **w0}), evaluate_modp(other, {**inputs, **w1})
 
 
 def differing_masks(original: Program, candidate: Program, trials: int = 3, seed: int = 0,

@@ -1,0 +1,28 @@
+"""pytest's settings for the whole repository: what ``--doctest-modules`` skips, and a count.
+
+The README's test command runs the examples in the docstrings of ``tvm_pet`` and ``tests``
+(``--doctest-modules tests tvm_pet``). Every module imports quickly and needs no GPU, so where
+TVM is installed (it is a dependency) nothing is ignored. Without TVM only the engine's examples
+can run: the modules of the TVM side import ``tvm`` at the top, so they are not collected.
+
+After the run, one line says how many of the tests were doctests, so that the CI log shows it.
+"""
+import importlib.util
+
+collect_ignore_glob: list[str] = []
+if importlib.util.find_spec("tvm") is None:  # the TVM side; the engine imports without TVM
+    collect_ignore_glob += ["tvm_pet/relax/*", "tvm_pet/tune/*", "tvm_pet/pipeline/tvm_toolchain.py",
+                            "tvm_pet/testing/real_models.py", "tests/fuzz_e2e.py",
+                            "tests/onnx_suite.py", "tests/bad_inputs.py"]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print ``doctests: N passed, ...`` when the run had doctests (pytest counts them as tests)."""
+    counts = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        ids = {r.nodeid for r in terminalreporter.stats.get(outcome, [])
+               if str(getattr(r, "location", ("", 0, ""))[2]).startswith("[doctest]")}
+        if ids:
+            counts[outcome] = len(ids)
+    if counts:
+        terminalreporter.write_line("doctests: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
