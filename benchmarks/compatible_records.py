@@ -1,0 +1,110 @@
+"""Do one CPU's tuning records serve another? Untuned vs borrowed vs own records, side by side.
+
+    python benchmarks/compatible_records.py --target "llvm -mcpu=haswell" [--own DIR]
+
+For each graph (built from code, seeded), three builds for ``--target`` are timed interleaved:
+
+- ``untuned``: no records, TVM's naive loop nests (what a CPU without records got before);
+- ``borrowed``: the shipped records of a compatible target (``tvm_pet.tune.records.record_sources``,
+  e.g. Skylake-AVX512 records on an AVX2 target), compiled for ``--target``;
+- ``own`` (with ``--own DIR``): records tuned for ``--target`` itself, for comparison.
+
+The outputs of ``borrowed`` and ``own`` are checked against ``untuned`` first. Results go to
+``benchmarks/results/compatible_records.json`` and ``.md``; nothing here fails on timing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GRAPHS = ("conv5x5", "dilated_conv", "two_1x1_convs", "three_matmuls", "csrnet_backend")
+
+
+def measure(name: str, target, own: str | None, rounds: int) -> dict:
+    """Build the three variants of one graph, check their outputs, time them interleaved."""
+    import tvm
+    from tvm import relax
+
+    from tvm_pet.models import build_model
+    from tvm_pet.onnx import import_model
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.tune import apply_records, build_with_records, time_interleaved
+    from tvm_pet.tune.records import SHIPPED_RECORDS_DIR, record_sources
+
+    program = import_model(build_model(name))
+    mod = program_to_module(program)
+    empty = ROOT / "build" / "no_records"  # a records root with nothing in it
+    sources = {"untuned": None, "borrowed": str(empty)}
+    if own:
+        sources["own"] = own
+    borrowed_from = record_sources(empty, target).borrowed
+    builds, applied = {}, {}
+    for label, records_dir in sources.items():
+        builds[label] = build_with_records(mod, target, records_dir)
+        applied[label] = apply_records(mod, target, records_dir)[1] if records_dir else 0
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(t.shape).astype("float32") for t in program.inputs]
+    outs = {}
+    for label, ex in builds.items():
+        res = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x) for x in inputs])
+        outs[label] = res.numpy() if hasattr(res, "numpy") else res[0].numpy()
+    err = {label: float(np.abs(out - outs["untuned"]).max()) for label, out in outs.items()}
+    timings = time_interleaved(builds, inputs, rounds=rounds, number=1, repeat=3)
+    return {"graph": name, "borrowed_from": borrowed_from.name if borrowed_from else None,
+            "shipped": str(SHIPPED_RECORDS_DIR), "kernels_scheduled": applied,
+            "max_abs_err_vs_untuned": err,
+            "median_ms": {k: t.median * 1e3 for k, t in timings.items()},
+            "spread_ms": {k: [min(t.samples) * 1e3, max(t.samples) * 1e3]
+                          for k, t in timings.items()}}
+
+
+def markdown(rows: list[dict], target: str) -> str:
+    labels = [k for k in ("untuned", "borrowed", "own") if k in rows[0]["median_ms"]]
+    lines = [f"Target `{target}`; medians in ms (min-max), timed interleaved on one machine.", "",
+             "| graph | " + " | ".join(labels) + " | untuned / borrowed |" +
+             (" borrowed / own |" if "own" in labels else ""),
+             "|---" * (len(labels) + 2 + ("own" in labels)) + "|"]
+    for r in rows:
+        med, spread = r["median_ms"], r["spread_ms"]
+        cells = [f"{med[k]:.2f} ({spread[k][0]:.1f}-{spread[k][1]:.1f})" for k in labels]
+        ratio = f"x{med['untuned'] / med['borrowed']:.1f}"
+        own = f" x{med['borrowed'] / med['own']:.2f} |" if "own" in labels else ""
+        lines.append(f"| {r['graph']} | " + " | ".join(cells) + f" | {ratio} |" + own)
+    geo = statistics.geometric_mean([r["median_ms"]["untuned"] / r["median_ms"]["borrowed"]
+                                     for r in rows])
+    lines += ["", f"Borrowed records against untuned kernels: geo-mean x{geo:.1f}."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default="llvm -mcpu=haswell")
+    parser.add_argument("--own", help="a records root tuned for --target, to compare with")
+    parser.add_argument("--graphs", default=",".join(GRAPHS))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = parser.parse_args()
+    from tvm_pet.tune import resolve_target
+    target = resolve_target(args.target)
+    rows = []
+    for name in args.graphs.split(","):
+        rows.append(measure(name, target, args.own, args.rounds))
+        print(json.dumps(rows[-1]), flush=True)
+    out = pathlib.Path(args.out)
+    (out / "compatible_records.json").write_text(json.dumps(
+        {"target": str(target), "rows": rows}, indent=1) + "\n")
+    (out / "compatible_records.md").write_text(markdown(rows, args.target))
+    print(markdown(rows, args.target))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
