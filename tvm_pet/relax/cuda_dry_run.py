@@ -118,10 +118,9 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
         trials: the per-task tuning budget a GPU run would use (only reported here).
         seed: the seed of the random inputs written to ``inputs.npz``.
         max_mutants: build at most this many mutants (all when ``None``).
-        libraries: which builds are exported as ``builds/<name>.so`` for the GPU: ``"search"``
-            (the original and the search's programs; default) or ``"all"``. Every build is
-            compiled by nvcc either way; a library holds the model's weights, so exporting
-            every mutant of a large model takes gigabytes (CSRNet's back end: about 34 MB each).
+        libraries: ``"search"`` (default) exports ``builds/<name>.so`` for the original and the
+            search's programs, ``"all"`` for every build (each holds the weights: 34 MB apiece
+            for CSRNet's back end); nvcc compiles every build either way.
         progress: a callable taking one line of progress, or ``None``.
 
     Returns:
@@ -134,21 +133,14 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
     from tvm_pet.onnx import import_model
     from tvm_pet.relax.adapter import program_to_module
     from tvm_pet.search.optimizer import optimize
-    from tvm_pet.tune.cuda import (DefaultScheduleFallback, compile_device_code, cuda_target,
-                                   nvcc_path)
-    from tvm_pet.tune.compile import apply_records, build_with_records, extract_tasks
+    from tvm_pet.tune.compile import extract_tasks
+    from tvm_pet.tune.cuda import cuda_target
     from tvm_pet.tune.records import count_records, default_records_dir
     from tvm_pet.tune.targets import target_dir
 
     say = progress or (lambda line: None)
-    if libraries not in ("search", "all"):
-        raise PetError(f"libraries={libraries!r}: use 'search' or 'all'")
-    if nvcc_path() is None:
-        raise PetError("the CUDA dry run compiles every kernel with nvcc, which is not on PATH")
     start = time.perf_counter()
-    out = pathlib.Path(out_dir)
-    for folder in ("builds", "kernels"):
-        (out / folder).mkdir(parents=True, exist_ok=True)
+    out = _check_and_make_folders(out_dir, libraries)
     program = import_model(model)
     _lowerable(program)
     target = cuda_target(arch)
@@ -164,54 +156,95 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
         f"{result.stop.value}")
     listed = _mutants_in_place(program, config, cost)
     chosen = listed if max_mutants is None else listed[:max_mutants]
+    variants = [_build_variant(entry, target, records, out, libraries, say)
+                for entry in _to_build(program, chosen, result)]
+    if variants[0].error is not None:
+        raise PetError(f"the original model does not build for {arch}: {variants[0].error}")
+    _write_inputs_and_manifest(out, model, program, arch, target, variants, seed)
+    distinct = len({key for v in variants for key in v.binaries})
+    gpu_work = _gpu_work(len(tasks), trials, target, variants)
+    report = DryRun(str(model), str(target), arch, str(records), n_records, len(tasks),
+                    cost.name, result.stop.value, tuple(variants), len(listed), len(chosen),
+                    distinct, time.perf_counter() - start, gpu_work)
+    atomic_write(out / "dry_run.json", json.dumps(report.to_json(), indent=2) + "\n")
+    return report
 
+
+__all__ = ["BuiltVariant", "DryRun", "dry_run", "MANIFEST_VERSION"]
+
+
+def _check_and_make_folders(out_dir, libraries: str) -> pathlib.Path:
+    """Refuse a bad ``libraries`` or a machine without nvcc; create ``builds/`` and ``kernels/``."""
+    from tvm_pet.tune.cuda import nvcc_path
+    if libraries not in ("search", "all"):
+        raise PetError(f"libraries={libraries!r}: use 'search' or 'all'")
+    if nvcc_path() is None:
+        raise PetError("the CUDA dry run compiles every kernel with nvcc, which is not on PATH")
+    out = pathlib.Path(out_dir)
+    for folder in ("builds", "kernels"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _to_build(program, chosen, result) -> list[tuple]:
+    """(name, kind, subprogram, mutant ops, partially equivalent?, program) of each build: the
+    original, the chosen mutants in place, and the search's best and runners-up."""
     todo = [("original", "original", None, (), False, program)]
     todo += [(f"mutant{i}", "mutant", sub, tuple(m.ops), m.partially_equivalent, whole)
              for i, (sub, m, whole) in enumerate(chosen)]
     if result.applied:
-        todo.append(("search_best", "search", None,
-                     tuple(" -> ".join(a.mutant_ops) for a in result.applied),
-                     any(a.partially_equivalent for a in result.applied), result.program))
-        todo += [(f"search_runner_up{i + 1}", "search", None,
-                  tuple(" -> ".join(a.mutant_ops) for a in c.applied),
+        found = [("search_best", result)] + [(f"search_runner_up{i + 1}", c)
+                                             for i, c in enumerate(result.runners_up)]
+        todo += [(name, "search", None, tuple(" -> ".join(a.mutant_ops) for a in c.applied),
                   any(a.partially_equivalent for a in c.applied), c.program)
-                 for i, c in enumerate(result.runners_up)]
-    variants = []
-    for name, kind, sub, ops, partial, prog in todo:
-        t0 = time.perf_counter()
-        module = program_to_module(prog)
-        _, applied = apply_records(module, target, records)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", DefaultScheduleFallback)
-            executable = build_with_records(module, target, records)
-        fallbacks = tuple(str(w.message) for w in caught
-                          if issubclass(w.category, DefaultScheduleFallback))
-        try:
-            binaries = compile_device_code(executable, target, out / "kernels")
-        except PetError as err:  # counted and reported: this program cannot run on the GPU
-            variants.append(BuiltVariant(name, kind, sub, ops, partial, "", 0, (), 0, applied,
-                                         time.perf_counter() - t0, 0.0, fallbacks, str(err)))
-            say(f"FAILED {name} ({kind}{', ' + ' '.join(ops) if ops else ''}): {err}")
-            continue
-        library = pathlib.Path("builds") / f"{name}.so"
-        if libraries == "all" or kind != "mutant":
-            with quiet_native_stderr():
-                executable.export_library(str(out / library))
-        else:
-            library = None
-        variant = BuiltVariant(name, kind, sub, ops, partial, str(library or ""),
-                               sum(len(b.kernels) for b in binaries),
-                               tuple(b.sha256 for b in binaries),
-                               sum(b.binary_bytes for b in binaries), applied,
-                               time.perf_counter() - t0, sum(b.nvcc_s for b in binaries), fallbacks)
-        variants.append(variant)
-        say(f"built {name} ({kind}{', ' + ' '.join(ops) if ops else ''}): {variant.kernels} "
-            f"kernels for {arch}, {variant.binary_bytes / 1024:.0f} KiB, "
-            f"{variant.build_s:.1f} s (nvcc {variant.nvcc_s:.1f} s)"
-            + (f"; {len(fallbacks)} dlight rule(s) raised, next rule used" if fallbacks else ""))
+                 for name, c in found]
+    return todo
 
-    if variants[0].error is not None:
-        raise PetError(f"the original model does not build for {arch}: {variants[0].error}")
+
+def _build_variant(entry: tuple, target, records: str, out: pathlib.Path, libraries: str,
+                   say) -> "BuiltVariant":
+    """Build one program for the GPU, compile its device code with nvcc, export its library
+    (for the original and the search's programs, or all with ``libraries="all"``)."""
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.tune.compile import apply_records, build_with_records
+    from tvm_pet.tune.cuda import DefaultScheduleFallback, compile_device_code
+    name, kind, sub, ops, partial, prog = entry
+    t0 = time.perf_counter()
+    module = program_to_module(prog)
+    _, applied = apply_records(module, target, records)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DefaultScheduleFallback)
+        executable = build_with_records(module, target, records)
+    fallbacks = tuple(str(w.message) for w in caught
+                      if issubclass(w.category, DefaultScheduleFallback))
+    what = f"{name} ({kind}{', ' + ' '.join(ops) if ops else ''})"
+    try:
+        binaries = compile_device_code(executable, target, out / "kernels")
+    except PetError as err:  # counted and reported: this program cannot run on the GPU
+        say(f"FAILED {what}: {err}")
+        return BuiltVariant(name, kind, sub, ops, partial, "", 0, (), 0, applied,
+                            time.perf_counter() - t0, 0.0, fallbacks, str(err))
+    library = pathlib.Path("builds") / f"{name}.so"
+    if libraries == "all" or kind != "mutant":
+        with quiet_native_stderr():
+            executable.export_library(str(out / library))
+    else:
+        library = None
+    variant = BuiltVariant(name, kind, sub, ops, partial, str(library or ""),
+                           sum(len(b.kernels) for b in binaries),
+                           tuple(b.sha256 for b in binaries),
+                           sum(b.binary_bytes for b in binaries), applied,
+                           time.perf_counter() - t0, sum(b.nvcc_s for b in binaries), fallbacks)
+    say(f"built {what}: {variant.kernels} kernels for {target.attrs['arch']}, "
+        f"{variant.binary_bytes / 1024:.0f} KiB, {variant.build_s:.1f} s (nvcc "
+        f"{variant.nvcc_s:.1f} s)"
+        + (f"; {len(fallbacks)} dlight rule(s) raised, next rule used" if fallbacks else ""))
+    return variant
+
+
+def _write_inputs_and_manifest(out: pathlib.Path, model, program, arch: str, target,
+                               variants: list, seed: int) -> None:
+    """``inputs.npz`` (seeded) and ``manifest.json``: what the GPU machine runs and compares."""
     rng = np.random.default_rng(seed)
     inputs = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in program.inputs}
     np.savez(out / "inputs.npz", **inputs)
@@ -224,9 +257,13 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
                               "mutant": list(v.mutant), "binaries": list(v.binaries)}
                              for v in variants if v.library]}
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
-    distinct = len({key for v in variants for key in v.binaries})
-    gpu_work = (
-        f"tune: {len(tasks)} tasks of the original with --trials {trials or 'N'} per task (and "
+
+
+def _gpu_work(tasks: int, trials: int, target, variants: list) -> tuple[str, ...]:
+    """What a GPU would do from here, one line per step."""
+    from tvm_pet.tune.targets import target_dir
+    return (
+        f"tune: {tasks} tasks of the original with --trials {trials or 'N'} per task (and "
         f"the promising mutants with the same budget), MetaSchedule measuring on the GPU, into "
         f"tuning_logs/{target_dir(target)}/ (needs full TVM there: scripts/gpu/pack.py --full)",
         "search with the measured cost: untuned kernels timed with dlight's schedule on the GPU",
@@ -234,11 +271,3 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
         f"(scripts/gpu/run_cuda.py times the "
         f"{sum(bool(v.library) for v in variants)} libraries written here)",
     )
-    report = DryRun(str(model), str(target), arch, str(records), n_records, len(tasks),
-                    cost.name, result.stop.value, tuple(variants), len(listed), len(chosen),
-                    distinct, time.perf_counter() - start, gpu_work)
-    atomic_write(out / "dry_run.json", json.dumps(report.to_json(), indent=2) + "\n")
-    return report
-
-
-__all__ = ["BuiltVariant", "DryRun", "dry_run", "MANIFEST_VERSION"]

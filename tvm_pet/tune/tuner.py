@@ -87,13 +87,12 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
         trials: the number of records each task should have (the per-task budget).
         records_dir: the records root or the target's directory (``records.db_dir``).
         seed: the tuning seed; tasks get seeds forked from it.
-        max_workers: popen workers building candidates.
-        timeout_s: seconds before one candidate's build or run counts as failed.
+        max_workers, timeout_s: popen workers building candidates; seconds before one
+            candidate's build or run counts as failed.
         rpc: ``"host:port:key"`` of an RPC tracker to measure on instead of this machine.
         trials_per_iter: candidates per search round (records are committed after each round).
-        builder: a MetaSchedule builder to use instead of ``make_builder(max_workers, timeout_s)``.
-        runner: a MetaSchedule runner to use instead of the local or RPC one (the caller shuts
-            it down).
+        builder, runner: MetaSchedule's, instead of ``make_builder(max_workers, timeout_s)`` and
+            the local or RPC runner (the caller shuts a runner it passes down).
         borrow: let a compatible target's records stand in for a task's own (see above).
         progress: called with one line per task (done/total, time so far, ETA).
 
