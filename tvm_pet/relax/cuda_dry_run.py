@@ -131,25 +131,14 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
     """
     from tvm_pet.cost.analytic import AnalyticCost
     from tvm_pet.onnx import import_model
-    from tvm_pet.relax.adapter import program_to_module
     from tvm_pet.search.optimizer import optimize
-    from tvm_pet.tune.compile import extract_tasks
-    from tvm_pet.tune.cuda import cuda_target
-    from tvm_pet.tune.records import count_records, default_records_dir
-    from tvm_pet.tune.targets import target_dir
 
     say = progress or (lambda line: None)
     start = time.perf_counter()
     out = _check_and_make_folders(out_dir, libraries)
     program = import_model(model)
     _lowerable(program)
-    target = cuda_target(arch)
-    records = records_dir or default_records_dir(target)
-    n_records = count_records(records, target) if pathlib.Path(records).exists() else 0
-    tasks = extract_tasks(program_to_module(program), target)
-    say(f"target {target_dir(target)}: {n_records} tuning records in {records}, "
-        f"{len(tasks)} tuning tasks in the original")
-
+    target, records, n_records, tasks = _target_and_tasks(program, arch, records_dir, say)
     cost = AnalyticCost()
     result = optimize(program, config, cost)
     say(f"search (analytic cost): {len(result.applied)} mutants applied, stopped: "
@@ -171,6 +160,22 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
 
 
 __all__ = ["BuiltVariant", "DryRun", "dry_run", "MANIFEST_VERSION"]
+
+
+def _target_and_tasks(program, arch: str, records_dir, say) -> tuple:
+    """(the CUDA target, its records folder, how many records it holds, the original's tasks)."""
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.tune.compile import extract_tasks
+    from tvm_pet.tune.cuda import cuda_target
+    from tvm_pet.tune.records import count_records, default_records_dir
+    from tvm_pet.tune.targets import target_dir
+    target = cuda_target(arch)
+    records = records_dir or default_records_dir(target)
+    n_records = count_records(records, target) if pathlib.Path(records).exists() else 0
+    tasks = extract_tasks(program_to_module(program), target)
+    say(f"target {target_dir(target)}: {n_records} tuning records in {records}, "
+        f"{len(tasks)} tuning tasks in the original")
+    return target, records, n_records, tasks
 
 
 def _check_and_make_folders(out_dir, libraries: str) -> pathlib.Path:

@@ -82,8 +82,7 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     interrupted run keeps its records (module docstring: faults).
 
     Args:
-        mod: a Relax module.
-        target: a target or spec.
+        mod, target: a Relax module; a target or spec.
         trials: the number of records each task should have (the per-task budget).
         records_dir: the records root or the target's directory (``records.db_dir``).
         seed: the tuning seed; tasks get seeds forked from it.
@@ -96,8 +95,7 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
         borrow: let a compatible target's records stand in for a task's own (see above).
         progress: called with one line per task (done/total, time so far, ETA).
 
-    Returns:
-        ``TuneStats``; ``new_trials`` is the number of candidates measured by this call.
+    Returns: ``TuneStats``; ``new_trials`` counts the candidates measured by this call.
     """
     if trials < 1:
         raise PetError(f"trials={trials}: the tuning budget must be at least 1 per task")
@@ -109,12 +107,10 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     borrowed = records.record_sources(records_dir, target, borrow).open().borrowed
     work_dir = records.db_dir(records_dir, target)
     pruned = dbfile.pruned_counts(work_dir)
-    own_runner = None
-    stats: list[TaskStats] = []
-    seeds = ms.utils.fork_seed(seed, n=len(tasks))
+    own_runner, stats = None, []
     try:
         with _watch_interrupts() as interrupted:
-            for task, task_seed in zip(tasks, seeds):
+            for task, task_seed in zip(tasks, ms.utils.fork_seed(seed, n=len(tasks))):
                 before = len(records.workload_records(database, task.mod)) + pruned.get(
                     str(task.shash), 0)
                 done = _already_tuned(task, before, trials, database, borrowed)
