@@ -47,7 +47,7 @@ def main() -> int:
         print(f"== {name}: importing", flush=True)
         with tvm.transform.PassContext(opt_level=3):
             mod = tvm_rewrites(from_onnx(build_model(name), keep_params_in_input=False))
-        stats = tune(mod, target, args.trials, args.records, borrow=False,
+        stats = tune(mod, target, args.trials, args.records,
                      progress=lambda line: print(f"  {name}: {line}", flush=True))
         dropped = dbfile.prune(db_dir(args.records, target), keep=args.keep)
         print(f"== {name}: {stats.tasks} tasks, {stats.new_trials} new trials, "

@@ -504,11 +504,11 @@ def test_a_budget_already_spent_measures_nothing(tmp_path):
     mod = matmul_module(8, 8, 8, copies=2)  # two tasks
     directory = db_dir(tmp_path, TARGET)
     write_records(directory, [t.mod for t in extract_tasks(mod, TARGET)], per_task=3)
-    stats = tune_budget(mod, TARGET, 6, tmp_path, borrow=False)
+    stats = tune_budget(mod, TARGET, 6, tmp_path)
     assert stats.tasks == 2 and stats.new_trials == 0
     assert [s.records_before for s in stats.per_task] == [3, 3]
     dbfile.prune(directory, keep=1)  # pruned records still count toward the budget
-    assert tune_budget(mod, TARGET, 6, tmp_path, borrow=False).new_trials == 0
+    assert tune_budget(mod, TARGET, 6, tmp_path).new_trials == 0
     with pytest.raises(PetError, match="budget=0"):
         tune_budget(mod, TARGET, 0, tmp_path)
 
@@ -518,7 +518,7 @@ def test_a_budget_already_spent_measures_nothing(tmp_path):
 def test_a_budget_is_spread_over_the_tasks_and_reused(tmp_path):
     mod = matmul_module(16, 16, 16, copies=2)
     lines = []
-    stats = tune_budget(mod, TARGET, 12, tmp_path, borrow=False, progress=lines.append)
+    stats = tune_budget(mod, TARGET, 12, tmp_path, progress=lines.append)
     assert stats.new_trials == 12 and count_records(tmp_path, TARGET) == 12
     assert lines and lines[-1].startswith("tuning 12/12 trials")
-    assert tune_budget(mod, TARGET, 12, tmp_path, borrow=False).new_trials == 0
+    assert tune_budget(mod, TARGET, 12, tmp_path).new_trials == 0

@@ -45,7 +45,6 @@ class TaskStats:
     wall_s: float
     best_s: float | None
     error: str | None = None
-    borrowed: bool = False  # not tuned here: a compatible target's records schedule it
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +70,15 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
          records_dir: str | Path = records.DEFAULT_RECORDS_DIR, *, seed: int = 0,
          max_workers: int = 2, timeout_s: float = 60.0, rpc: str | None = None,
          trials_per_iter: int = 64, builder: ms.builder.Builder | None = None,
-         runner: ms.runner.Runner | None = None, borrow: bool = True,
+         runner: ms.runner.Runner | None = None,
          progress: Callable[[str], None] | None = None) -> TuneStats:
     """Tune every task of a module with MetaSchedule, topping each task up to ``trials`` records.
 
     A task with ``trials`` records already (failed candidates and pruned ones included) is
-    skipped, so a second call measures nothing; so is one with no records of its own but a
-    compatible target's (``borrow``, ``records.record_sources``). Failed candidates are recorded
+    skipped, so a second call measures nothing. Records borrowed from a compatible target do not
+    count: tuning for the target itself measured 6-24 % faster than borrowed schedules
+    (benchmarks/results/compatible_records_own.md), so a tuning budget is spent on the target's
+    own records, which then take precedence. Failed candidates are recorded
     as failures and the search goes on (evolutionary, XGBoost cost model, ``fast_build``). An
     interrupted run keeps its records (module docstring: faults).
 
@@ -92,7 +93,6 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
         trials_per_iter: candidates per search round (records are committed after each round).
         builder, runner: MetaSchedule's, instead of ``make_builder(max_workers, timeout_s)`` and
             the local or RPC runner (the caller shuts a runner it passes down).
-        borrow: let a compatible target's records stand in for a task's own (see above).
         progress: called with one line per task (done/total, time so far, ETA).
 
     Returns: ``TuneStats``; ``new_trials`` counts the candidates measured by this call.
@@ -104,7 +104,6 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     tasks = extract_tasks(mod, target)
     records.recover_pending(records_dir, target)
     database = records.open_database(records_dir, target)
-    borrowed = records.record_sources(records_dir, target, borrow).open().borrowed
     work_dir = records.db_dir(records_dir, target)
     pruned = dbfile.pruned_counts(work_dir)
     own_runner, stats = None, []
@@ -113,7 +112,7 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
             for task, task_seed in zip(tasks, ms.utils.fork_seed(seed, n=len(tasks))):
                 before = len(records.workload_records(database, task.mod)) + pruned.get(
                     str(task.shash), 0)
-                done = _already_tuned(task, before, trials, database, borrowed)
+                done = _already_tuned(task, before, trials, database)
                 if done is not None:
                     stats.append(done)
                 else:
@@ -135,14 +134,14 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
 def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
                 records_dir: str | Path = records.DEFAULT_RECORDS_DIR, *, seed: int = 0,
                 max_workers: int = 2, timeout_s: float = 60.0, rpc: str | None = None,
-                trials_per_iter: int = 64, borrow: bool = True,
+                trials_per_iter: int = 64,
                 progress: Callable[[str], None] | None = None) -> TuneStats:
     """Tune a whole module within ``budget`` trials in all, allocated across its tasks by
     MetaSchedule's gradient task scheduler (more trials where they save more time).
 
     The budget counts the records the module's tasks already have (their own, pruned ones
-    included), so a second call with the same budget measures nothing; tasks a compatible
-    target's records cover are left out (``borrow``). All tasks are tuned in one private database,
+    included), so a second call with the same budget measures nothing (borrowed records do not
+    count, as in :func:`tune`). All tasks are tuned in one private database,
     merged into the target's as a single task's would be (``records.pending_database``).
 
     Args:
@@ -152,7 +151,6 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
         records_dir: the records root or the target's directory.
         seed: the tuning seed.
         max_workers, timeout_s, rpc, trials_per_iter: as for :func:`tune`.
-        borrow: leave out the tasks a compatible target's records cover.
         progress: called after each measured batch with trials done, time so far and an ETA.
 
     Returns:
@@ -164,25 +162,22 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
     target = resolve_target(target)
     records.recover_pending(records_dir, target)
     database = records.open_database(records_dir, target)
-    borrowed = records.record_sources(records_dir, target, borrow).open().borrowed
     pruned = dbfile.pruned_counts(records.db_dir(records_dir, target))
     before = {}
     for task in extract_tasks(mod, target):
         before[task] = len(records.workload_records(database, task.mod)) + pruned.get(
             str(task.shash), 0)
-    lent = {t: _already_tuned(t, n, budget + 1, database, borrowed) for t, n in before.items()}
-    todo = [t for t in before if lent[t] is None]
-    remaining = budget - sum(before[t] for t in todo)
-    if todo and remaining > 0:
+    remaining = budget - sum(before.values())
+    if before and remaining > 0:
         runner = _make_runner(rpc, timeout_s)
         try:
-            _tune_together(todo, remaining, records_dir, target, seed, progress, TuningSearch(
-                target, make_builder(max_workers, timeout_s), runner, seed, max_workers,
-                trials_per_iter, []))
+            search = TuningSearch(target, make_builder(max_workers, timeout_s), runner, seed,
+                                  max_workers, trials_per_iter, [])
+            _tune_together(list(before), remaining, records_dir, target, seed, progress, search)
         finally:  # its popen worker outlives the process otherwise
             runner.pool.shutdown()
     database = records.open_database(records_dir, target)
-    stats = tuple(lent[t] or _task_stats(t, before[t], database, pruned) for t in before)
+    stats = tuple(_task_stats(t, before[t], database, pruned) for t in before)
     return TuneStats(target_dir(target), str(records.db_dir(records_dir, target)), stats,
                      time.perf_counter() - start)
 
@@ -242,8 +237,7 @@ def _progress_line(stats: list[TaskStats], total: int, elapsed: float) -> str:
     """``tuning task 3/19 (conv2d_add_relu: 32 new trials) 2m10s, ETA 14m`` — the ETA assumes the
     tasks left take as long as the tuned ones so far."""
     last, tuned = stats[-1], [s for s in stats if s.new_trials]
-    what = ("borrowed schedule" if last.borrowed else
-            f"{last.new_trials} new trials" if last.new_trials else "already tuned")
+    what = f"{last.new_trials} new trials" if last.new_trials else "already tuned"
     line = f"tuning task {len(stats)}/{total} ({last.name}: {what}) {_clock(elapsed)}"
     if tuned and len(stats) < total:
         line += f", ETA {_clock(sum(s.wall_s for s in tuned) / len(tuned) * (total - len(stats)))}"
@@ -260,16 +254,14 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
 
 
-def _already_tuned(task: Task, before: int, trials: int, database,
-                   borrowed) -> TaskStats | None:
-    """The statistics of a task that needs no tuning: it has its ``trials`` already, or no records
-    of its own but a borrowed schedule. ``None`` when it must be tuned."""
-    lent = len(records.workload_records(borrowed, task.mod)) if borrowed and not before else 0
-    if before < trials and not lent:
+def _already_tuned(task: Task, before: int, trials: int, database) -> TaskStats | None:
+    """The statistics of a task that has its ``trials`` already (nothing measured), else
+    ``None``."""
+    if before < trials:
         return None
-    best = records.best_record(borrowed if lent else database, task.mod)
-    return TaskStats(task.name, task.weight, before or lent, 0, 0, 0.0,
-                     records.mean_run_secs(best) if best else None, borrowed=bool(lent))
+    best = records.best_record(database, task.mod)
+    return TaskStats(task.name, task.weight, before, 0, 0, 0.0,
+                     records.mean_run_secs(best) if best else None)
 
 
 @dataclass(frozen=True, slots=True)
