@@ -21,10 +21,31 @@ from tvm import relax
 from tvm.relax.op import nn as rnn
 
 from tvm_pet.errors import PetError
-from tvm_pet.tune import (UntunedTimes, apply_records, build_with_records, count_records,
-                          extract_tasks, kernel_times, open_database, parse_rpc, prepare,
-                          resolve_target, target_dir, time_interleaved, tune)
-from tvm_pet.tune.records import db_dir, default_records_dir, record_sources
+from tvm_pet.models import build_model
+from tvm_pet.onnx import import_model
+from tvm_pet.relax.adapter import program_to_module
+from tvm_pet.tune import (
+    UntunedTimes,
+    apply_records,
+    build_with_records,
+    count_records,
+    extract_tasks,
+    kernel_times,
+    open_database,
+    parse_rpc,
+    prepare,
+    resolve_target,
+    target_dir,
+    time_interleaved,
+    tune,
+)
+from tvm_pet.tune.records import (
+    SHIPPED_RECORDS_DIR,
+    db_dir,
+    default_records_dir,
+    record_sources,
+)
+from tvm_pet.tune.records_plan import records_plan
 from tvm_pet.tune.targets import available_cores, compatible_dirs, detect_mcpu
 
 F32 = "float32"
@@ -376,3 +397,19 @@ def test_target_specs_as_on_tvms_command_line_or_json():
     for bad, why in [("arm", "unknown target"), ("llvm mcpu", "-key=value"), ("{x", "JSON")]:
         with pytest.raises(PetError, match=why):
             resolve_target(bad)
+
+
+def test_records_plan_counts_own_borrowed_and_untuned_kernels(tmp_path):
+    shipped = SHIPPED_RECORDS_DIR / "llvm-skylake-avx512-c2"
+    if not (shipped / "database_workload.json").exists():
+        pytest.skip("no shipped llvm-skylake-avx512-c2 records in this checkout")
+    mod = program_to_module(import_model(build_model("conv5x5")))
+    own = records_plan(mod, "llvm -mcpu=skylake-avx512 -num-cores=2", shipped)
+    assert own.tasks >= 1 and (own.own, own.borrowed, own.untuned) == (own.tasks, 0, 0)
+    lent = records_plan(mod, "llvm -mcpu=haswell -num-cores=2", tmp_path)  # none of its own
+    assert (lent.own, lent.borrowed, lent.untuned) == (0, lent.tasks, 0)
+    assert lent.borrowed_from == "llvm-skylake-avx512-c2"
+    assert f"{lent.tasks} borrowed from llvm-skylake-avx512-c2, 0 untuned" in lent.summary()
+    bare = records_plan(mod, "llvm -mcpu=haswell -num-cores=2", None)
+    assert bare.untuned == bare.tasks and "--trials N" in bare.summary()
+    assert "tuning 8 trials" in bare.summary(8)
