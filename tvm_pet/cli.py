@@ -9,7 +9,7 @@
     verified mutants; ``--emit`` writes each subprogram and each corrected mutant as ONNX.
 
 ``tvm-pet optimize MODEL --target llvm --out DIR [--trials N] [--depth D] [--rounds R]
-[--topk K] [--time-limit S] [--no-tvm-rewrites] [--quiet]``
+[--topk K] [--time-limit S] [--no-tvm-rewrites] [--progress | --quiet]``
     Optimizes the model with PET for a TVM target, confirms it end to end against plain TVM with
     the same tuning records and TVM's own graph rewrites on both sides, and writes
     ``report.json``, ``optimized.so``, ``baseline.so``, ``optimized.onnx`` (where tvm_pet can
@@ -107,7 +107,14 @@ def _driver_options(args: argparse.Namespace):
                          second_look=not getattr(args, "no_second_look", False),
                          confirm=getattr(args, "confirm", 3), time_limit=args.time_limit,
                          tvm_rewrites=not args.no_tvm_rewrites,
-                         progress=not getattr(args, "quiet", False))
+                         progress=_progress(args))
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Progress lines on stderr: with ``--progress``, or on a terminal unless ``--quiet``."""
+    if getattr(args, "progress", False):
+        return True
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
 
 
 def _search_config(args: argparse.Namespace):
@@ -227,6 +234,13 @@ def _cmd_example(args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--progress", action="store_true",
+                       help="progress lines on stderr even when it is not a terminal")
+    group.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tvm-pet", description="PET for Apache TVM")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -248,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--max-list", type=int, default=10, help="mutants listed per subprogram")
     x.add_argument("--no-tvm-rewrites", action="store_true",
                    help="explore the model as TVM imports it, without TVM's graph rewrites")
-    x.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _progress_flags(x)
     x.set_defaults(func=_cmd_explore)
     for name, helptext in (("optimize", "optimize an ONNX or torch.export (.pt2) model with PET "
                                         "for a TVM target"),
@@ -269,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="compare with TVM's default import: skip TVM's own graph rewrites "
                             "(BN folding, CSE, CombineParallelMatmul), run on both sides by "
                             "default")
-        o.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+        _progress_flags(o)
         o.add_argument("--records", help="tuning records folder (default tuning_logs/<target>)")
         o.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")
         if name == "optimize":

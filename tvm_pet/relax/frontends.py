@@ -147,12 +147,37 @@ def _load_onnx(path: pathlib.Path):
     try:
         return onnx.load(str(path))
     except Exception as e:  # protobuf raises DecodeError and others for a file that is not ONNX
-        raise ModelError(f"{path}: not an ONNX model ({type(e).__name__}: {e}); for a "
-                         f"torch.export program, save it with the .pt2 suffix") from None
+        raise ModelError(f"{path}: not a valid ONNX model ({type(e).__name__}: "
+                         f"{_first_line(e)}); for a torch.export program, save it with the .pt2 "
+                         f"suffix") from None
+
+
+def _check_onnx_inputs(onnx_model, name: str) -> None:
+    """Refuse graph inputs without static positive dimensions (TVM would make them symbolic,
+    and a symbolic shape cannot be timed or searched)."""
+    initializers = {t.name for t in onnx_model.graph.initializer}
+    for vi in onnx_model.graph.input:
+        if vi.name in initializers or not vi.type.HasField("tensor_type"):
+            continue
+        shape = vi.type.tensor_type.shape if vi.type.tensor_type.HasField("shape") else None
+        if shape is None:
+            raise ModelError(f"{name}: input {vi.name!r} has no shape; tvm-pet optimize needs "
+                             f"static input shapes")
+        for axis, d in enumerate(shape.dim):
+            if not d.HasField("dim_value"):
+                label = repr(d.dim_param) if d.dim_param else "unknown"
+                raise ModelError(f"{name}: input {vi.name!r} has a dynamic dimension ({label}) at "
+                                 f"axis {axis}; tvm-pet optimize needs static input shapes: fix "
+                                 f"it, e.g. with onnx.tools.update_model_dims."
+                                 f"update_inputs_outputs_dims")
+            if d.dim_value < 1:
+                raise ModelError(f"{name}: input {vi.name!r} has a zero-size dimension at axis "
+                                 f"{axis}; tvm-pet optimize needs positive static dimensions")
 
 
 def _from_onnx(onnx_model, name: str) -> tvm.IRModule:
     from tvm.relax.frontend.onnx import from_onnx
+    _check_onnx_inputs(onnx_model, name)
     return _run(lambda m: from_onnx(m, keep_params_in_input=False), onnx_model,
                 f"TVM's ONNX frontend on {name}")
 
