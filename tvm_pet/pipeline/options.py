@@ -45,8 +45,8 @@ class DriverOptions:
         time_limit: seconds for the whole run: import, search, builds and timing (None: the
             search's own limit, and the asked timings whatever they cost). The timing keeps to
             it but for the smallest useful look (``confirm.MIN_SAMPLES``).
-        confirm_share: the part of ``time_limit`` kept from the search for building and timing
-            the candidates (:meth:`search_limit`, :meth:`confirm_budget`).
+        confirm_share: the part of ``time_limit`` for building and timing the candidates; the
+            search gets the rest (:meth:`search_limit`, :meth:`confirm_budget`).
         tvm_rewrites: run TVM's own graph rewrites on the imported module before PET (both the
             baseline and PET start from the rewritten module).
         progress: print a progress line for each long step on stderr.
@@ -83,11 +83,15 @@ class DriverOptions:
         return mine if search_limit is None else min(search_limit, mine)
 
     def confirm_budget(self, elapsed_s: float) -> float | None:
-        """Seconds left for building and timing the candidates, ``elapsed_s`` into the run
-        (None: unbounded)."""
+        """Seconds for building and timing the candidates, ``elapsed_s`` into the run: the
+        confirmation's share of ``time_limit``, or what is left of it if less (None: unbounded).
+
+        >>> DriverOptions(time_limit=600).confirm_budget(elapsed_s=500.0)
+        100.0
+        """
         if self.time_limit is None:
             return None
-        return max(0.0, self.time_limit - elapsed_s)
+        return min(self.time_limit * self.confirm_share, max(0.0, self.time_limit - elapsed_s))
 
     def budget(self) -> Budget:
         """The tuning budget of the first look: ``trials`` per task with ``seed``."""
