@@ -41,6 +41,9 @@ from tvm_pet.search.config import SearchConfig  # noqa: E402
 CNNS = ("resnet18", "mobilenet_v2", "squeezenet1_1", "inception_v3", "vgg16")
 #: Input sides: small by default (inception_v3 needs 75), the designed ones under ``slow``.
 SMALL = {"inception_v3": 75}
+#: vgg16 ends in adaptive_avg_pool2d(7, 7), which the TorchScript exporter writes only when 7
+#: divides the feature map: 224 and up, so it runs under ``slow`` alone.
+SMALL_CNNS = tuple(n for n in CNNS if n != "vgg16")
 FULL = {"inception_v3": 299}
 #: float32 against torch, relative to the output's scale (BN folded, sums reassociated).
 TOLERANCE = 1e-4
@@ -102,15 +105,13 @@ def check_cnn(name: str, side: int, tmp_path, **optimize) -> dict:
     assert report["source"]["frontend"] == "tvm.relax.frontend.onnx.from_onnx"
     assert report["coverage"]["subprograms"] > 0, report["coverage"]
     assert report["kernels"]["total"] > 0
-    assert report["max_abs_err_vs_onnxruntime"] < 1e-3
+    assert report["max_abs_err_vs_onnxruntime"] < TOLERANCE * (1.0 + float(np.abs(want).max()))
     return report
 
 
-@pytest.mark.parametrize("name", CNNS)
+@pytest.mark.parametrize("name", SMALL_CNNS)
 def test_torchvision_cnn_through_onnx_matches_torch(name, tmp_path):
-    report = check_cnn(name, SMALL.get(name, 64), tmp_path)
-    print(name, report["coverage"]["subprograms"], report["search"]["applied"] != [],
-          report["search_time_s"], report["total_time_s"])
+    check_cnn(name, SMALL.get(name, 64), tmp_path)
 
 
 @pytest.mark.slow
@@ -159,3 +160,35 @@ def test_onnx_package_squeezenet_opset9_matches_its_reference(tmp_path):
 @pytest.mark.parametrize("name", ONNX_REAL[1:])
 def test_onnx_package_real_models_match_their_references(name, tmp_path):
     check_light(name, tmp_path)
+
+
+# ------------------------------------------------------------------ torch.export programs (.pt2)
+
+class SmallNet(torch.nn.Module):
+    """Conv, batch norm, ReLU6 (a Clip), max pooling with ceil_mode, and a linear layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.pool = torch.nn.MaxPool2d(3, 2, ceil_mode=True)
+        self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        h = self.pool(torch.nn.functional.relu6(self.bn(self.conv(x))))
+        return self.fc(h.flatten(1))
+
+
+def test_pt2_file_goes_through_optimize(tmp_path):
+    torch.manual_seed(0)
+    model, x = SmallNet().eval(), torch.randn(1, 3, 16, 16)
+    path = tmp_path / "net.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(path))
+    report = optimize_file(path, tmp_path / "out")
+    assert report["source"]["kind"] == "torch.export"
+    assert report["max_abs_err_vs_onnxruntime"] is None  # no ONNX model to run
+    with torch.no_grad():
+        want = model(x).numpy()
+    for lib in ("baseline.so", "optimized.so"):
+        (got,) = run_library(tmp_path / "out" / lib, [x.numpy()])
+        assert relative_error(got, want) < TOLERANCE, lib

@@ -79,7 +79,8 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     # 3. search with the measured (or analytic) cost, within the time limit
     config = dataclasses.replace(config, time_limit=options.search_limit(
         config.time_limit, time.perf_counter() - start))
-    with progress.step(f"searching (time limit {config.time_limit} s, cost: {options.cost})"):
+    limit = "none" if config.time_limit is None else f"{config.time_limit:.0f} s"
+    with progress.step(f"searching (time limit {limit}, cost: {options.cost})"):
         found = search(program, config, cost or cost_model(options, toolchain), mutants,
                        options.confirm)
     progress.note(f"the search found {len(found.candidates)} candidate(s)")
