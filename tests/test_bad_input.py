@@ -13,12 +13,16 @@ from tvm_pet.verify.limits import MAX_TENSOR_ELEMENTS  # noqa: E402
 
 NEW = [c for c in CASES if c.covered_by is None]
 EXPECTED = {"cli": "clear_error", "api": "clear_error", "pass": "passed_through"}
+#: Cases whose model TVM imports and runs: optimize takes them through (issue 12), the
+#: operator PET cannot lift left opaque.
+GOES_THROUGH = {"unsupported-op/cli-optimize", "unsupported-op/api-optimize"}
 
 
 @pytest.mark.parametrize("case", NEW, ids=[c.name for c in NEW])
 def test_bad_input(case, tmp_path):
     outcome, detail = run_case(case, tmp_path)
-    assert outcome == EXPECTED[case.entry], detail
+    expected = "passed_through" if case.name in GOES_THROUGH else EXPECTED[case.entry]
+    assert outcome == expected, detail
 
 
 def test_every_input_kind_is_covered_at_each_entry_point():

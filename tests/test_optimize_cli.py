@@ -111,3 +111,23 @@ def test_tune_then_reuse_with_zero_new_trials(tmp_path, capsys):
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["new_trials"] == 0 and report["max_abs_err"] < 1e-4
+
+
+def test_a_pt2_file_without_torch_names_the_extra(tmp_path):
+    import pathlib
+    import subprocess
+    import sys
+    path = tmp_path / "model.pt2"
+    path.write_bytes(b"a torch.export archive")
+    script = ("import sys\n"
+              "class NoTorch:  # as if torch were not installed\n"
+              "    def find_spec(self, name, path=None, target=None):\n"
+              "        if name.split('.')[0] == 'torch':\n"
+              "            raise ImportError(f'No module named {name!r}')\n"
+              "sys.meta_path.insert(0, NoTorch())\n"
+              "from tvm_pet.cli import main\n"
+              f"sys.exit(main(['optimize', {str(path)!r}, '--out', {str(tmp_path / 'o')!r}]))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=pathlib.Path(__file__).resolve().parents[1], timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "pip install tvm-pet[torch]" in done.stderr and "Traceback" not in done.stderr

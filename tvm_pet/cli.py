@@ -4,17 +4,18 @@
     PET's verifier as a "diff" of two tensor programs: per output, whether the two models compute
     the same thing, and the boxes where they differ. Exit code 0 either way, 2 on bad input.
 
-``tvm-pet explore MODEL.onnx [--depth D] [--rounds R] [--emit DIR] [--json]``
+``tvm-pet explore MODEL [--depth D] [--rounds R] [--emit DIR] [--json]``
     Runs the mutant generator and the verifier on every multi-linear subprogram and lists the
     verified mutants; ``--emit`` writes each subprogram and each corrected mutant as ONNX.
 
-``tvm-pet optimize MODEL.onnx --target llvm --out DIR [--trials N] [--depth D] [--rounds R]
-[--topk K] [--time-limit S]``
+``tvm-pet optimize MODEL --target llvm --out DIR [--trials N] [--depth D] [--rounds R]
+[--topk K] [--time-limit S] [--no-tvm-rewrites] [--progress | --quiet]``
     Optimizes the model with PET for a TVM target, confirms it end to end against plain TVM with
-    the same tuning records, and writes ``report.json``, ``optimized.so``, ``baseline.so``,
-    ``optimized.onnx`` and ``optimized.py`` into DIR.
+    the same tuning records and TVM's own graph rewrites on both sides, and writes
+    ``report.json``, ``optimized.so``, ``baseline.so``, ``optimized.onnx`` (where tvm_pet can
+    write it) and ``optimized.py`` into DIR. ``--time-limit`` covers the search and the timing.
 
-``tvm-pet tune MODEL.onnx --target T --trials N``
+``tvm-pet tune MODEL --target T --trials N``
     Tunes the model's kernels and those of its most promising mutants into ``tuning_logs/``.
 
 ``tvm-pet model NAME FILE``
@@ -22,6 +23,10 @@
 
 ``tvm-pet example NAME DIR``
     Writes a paper example as two ONNX models, ``DIR/original.onnx`` and ``DIR/candidate.onnx``.
+
+``optimize``, ``tune`` and ``explore`` take an ONNX file (any opset TVM's ``from_onnx``
+imports) or a ``.pt2`` file saved with ``torch.export.save`` (``pip install tvm-pet[torch]``),
+imported by TVM's own frontend; ``verify`` reads ONNX with tvm_pet's importer.
 """
 from __future__ import annotations
 
@@ -67,10 +72,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
-    from tvm_pet.onnx import import_model
+    from tvm_pet.pipeline.optimize import load_model
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.search.explore import explore, write_emitted
-    program = import_model(args.model)
+    program = load_model(args.model, _driver_options(args)).program
     config = SearchConfig(depth=args.depth, rounds=args.rounds, time_limit=args.time_limit,
                           progress=not args.json and sys.stderr.isatty())
     report = explore(program, config)
@@ -96,10 +101,20 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 
 def _driver_options(args: argparse.Namespace):
     from tvm_pet.pipeline.options import DriverOptions
-    return DriverOptions(target=args.target, trials=args.trials, records_dir=args.records,
-                         rpc=args.rpc, cost=getattr(args, "cost", "measured"),
+    return DriverOptions(target=getattr(args, "target", "llvm"), trials=getattr(args, "trials", 0),
+                         records_dir=getattr(args, "records", None), rpc=getattr(args, "rpc", None),
+                         cost=getattr(args, "cost", "measured"),
                          second_look=not getattr(args, "no_second_look", False),
-                         confirm=getattr(args, "confirm", 3))
+                         confirm=getattr(args, "confirm", 3), time_limit=args.time_limit,
+                         tvm_rewrites=not args.no_tvm_rewrites,
+                         progress=_progress(args))
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Progress lines on stderr: with ``--progress``, or on a terminal unless ``--quiet``."""
+    if getattr(args, "progress", False):
+        return True
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
 
 
 def _search_config(args: argparse.Namespace):
@@ -143,14 +158,45 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     for a in report.applied:
         print(f"  applied {' -> '.join(a.mutant_ops)} on {a.subprogram}"
               + (f" ({a.corrected_boxes} boxes corrected)" if a.partially_equivalent else ""))
-    print(f"  wrote {args.out}/report.json, optimized.so, baseline.so, optimized.onnx, optimized.py")
+    _print_trust(report)
+    onnx_file = "" if _onnx_missing(report) else "optimized.onnx, "
+    print(f"  wrote {args.out}/report.json, optimized.so, baseline.so, {onnx_file}optimized.py")
     return 0
 
 
+def _onnx_missing(report) -> bool:
+    return (report.optimized_onnx or "").startswith("not written")
+
+
+def _print_trust(report) -> None:
+    """The lines that say what the figures stand on: import, coverage, kernels, timing budget."""
+    facts = report.to_json()
+    source, cov = facts["source"], facts["coverage"]
+    rewrites = ", ".join(facts["tvm_rewrites"]) or "none (--no-tvm-rewrites)"
+    print(f"  imported with {source['frontend']} in {source['load_time_s']:.1f} s; "
+          f"TVM rewrites on both sides: {rewrites}")
+    opaque = ", ".join(f"{k} x{v}" for k, v in cov["opaque"].items()) or "none"
+    print(f"  coverage: {cov['subprograms']} multi-linear subprograms searched; left opaque: "
+          f"{opaque}")
+    print(f"  {report.kernels_line()}")
+    c = report.confirmation
+    budget = "unbounded" if c.budget_s is None else f"{c.budget_s:.0f} s"
+    print(f"  timing: one call {c.baseline.call_s:.3g} s, {c.seconds:.1f} s of {budget}"
+          + "".join(f"; {n}" for n in c.notes))
+    if _onnx_missing(report):
+        print(f"  optimized.onnx {report.optimized_onnx}")
+    print(f"  total {report.total_time_s:.1f} s")
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from tvm_pet.onnx import import_model
+    from tvm_pet.pipeline.optimize import load_model
+    from tvm_pet.pipeline.toolchain import tvm_toolchain
     from tvm_pet.pipeline.tune import tune_model
-    summary = tune_model(import_model(args.model), _search_config(args), _driver_options(args))
+    options = _driver_options(args)
+    loaded = load_model(args.model, options)
+    toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
+                              run_here=False).with_lowering(loaded.lower)
+    summary = tune_model(loaded.program, _search_config(args), options, toolchain)
     print(json.dumps(summary.to_json(), indent=2))
     return 0
 
@@ -191,6 +237,13 @@ def _cmd_example(args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--progress", action="store_true",
+                       help="progress lines on stderr even when it is not a terminal")
+    group.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tvm-pet", description="PET for Apache TVM")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -210,8 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--emit", metavar="DIR", help="write subprograms and mutants as ONNX")
     x.add_argument("--json", action="store_true", help="print the result as JSON")
     x.add_argument("--max-list", type=int, default=10, help="mutants listed per subprogram")
+    x.add_argument("--no-tvm-rewrites", action="store_true",
+                   help="explore the model as TVM imports it, without TVM's graph rewrites")
+    _progress_flags(x)
     x.set_defaults(func=_cmd_explore)
-    for name, helptext in (("optimize", "optimize an ONNX model with PET for a TVM target"),
+    for name, helptext in (("optimize", "optimize an ONNX or torch.export (.pt2) model with PET "
+                                        "for a TVM target"),
                            ("tune", "tune a model's kernels and its promising mutants")):
         o = sub.add_parser(name, help=helptext)
         o.add_argument("model")
@@ -222,7 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
         o.add_argument("--rounds", type=int, default=1,
                        help="rounds of mutation (default 1, as in the recorded benchmarks)")
         o.add_argument("--topk", type=int, default=4)
-        o.add_argument("--time-limit", type=float, default=600.0)
+        o.add_argument("--time-limit", type=float, default=600.0,
+                       help="seconds for the search and the end-to-end timing together "
+                            "(default 600; the timing takes at most a quarter)")
+        o.add_argument("--no-tvm-rewrites", action="store_true",
+                       help="compare with TVM's default import: skip TVM's own graph rewrites "
+                            "(BN folding, CSE, CombineParallelMatmul), run on both sides by "
+                            "default")
+        _progress_flags(o)
         o.add_argument("--records", help="tuning records folder (default tuning_logs/<target>)")
         o.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")
         if name == "optimize":

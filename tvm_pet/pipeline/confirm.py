@@ -16,11 +16,21 @@ Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
    timed again over three times the rounds. The second look decides, by the same rule. A
    runner-up after such a look is tuned to the baseline's new budget first.
 
+**Bounded.** With untuned kernels one call of a model can take seconds (resnet18: about 2 s on
+2 cores), and a look is rounds x samples x calls of each module. One call of the baseline is
+timed first, and every look is planned (:func:`plan_timing`) to fit its share of the
+confirmation's budget (``budget_s``: what ``--time-limit`` leaves after the search): fewer calls
+per sample, then fewer rounds, never fewer than :data:`MIN_SAMPLES` samples per module (below that the rank test cannot keep
+anything). A runner-up is not timed, and a second look not taken, when the time left cannot pay
+for a useful look; the confirmation says so (``skipped``, ``notes``).
+
 Every look is a :class:`Look`; the stage returns a :class:`Confirmation`.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +40,7 @@ from scipy.stats import mannwhitneyu
 from tvm_pet.errors import PetError
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import Budget, DriverOptions
+from tvm_pet.pipeline.progress import Progress
 from tvm_pet.pipeline.toolchain import Timed, Toolchain
 from tvm_pet.search.optimizer import Candidate
 
@@ -37,6 +48,56 @@ from tvm_pet.search.optimizer import Candidate
 MIN_GAIN = 0.05
 #: Largest one-sided Mann-Whitney p-value at which the optimized module counts as faster.
 ALPHA = 0.01
+#: Fewest samples per module in a look: with 6 against 6 the exact one-sided rank test reaches
+#: p = 1/924, below ALPHA shared by three candidates (5 against 5 cannot go below 1/252).
+MIN_SAMPLES = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingPlan:
+    """How one look times each module: ``rounds`` interleaved rounds of ``repeat`` samples, each
+    the mean of ``number`` calls."""
+
+    rounds: int
+    number: int
+    repeat: int
+
+    @property
+    def samples(self) -> int:
+        """Samples per module."""
+        return self.rounds * self.repeat
+
+    def seconds(self, call_s: float, modules: int = 2) -> float:
+        """Expected seconds: one untimed call per module first, then per round each module's
+        samples, after the untimed call ``time_evaluator`` itself makes."""
+        return modules * (self.rounds * (self.repeat * self.number + 1) + 1) * call_s
+
+
+def plan_timing(call_s: float, budget_s: float, rounds: int, number: int,
+                repeat: int) -> TimingPlan:
+    """The largest timing of two modules, up to the asked one, that fits ``budget_s``.
+
+    The rule: keep the asked plan when it fits; else fewer calls per sample (down to one); else
+    fewer rounds, never fewer than :data:`MIN_SAMPLES` samples per module. So a look on slow
+    untuned kernels is bounded by ``budget_s``, or by the smallest useful look when even that
+    is more.
+
+    >>> plan_timing(1e-3, 60.0, 5, 3, 3)
+    TimingPlan(rounds=5, number=3, repeat=3)
+    >>> plan_timing(2.0, 60.0, 5, 3, 3)
+    TimingPlan(rounds=3, number=1, repeat=3)
+    >>> plan_timing(2.0, 1.0, 5, 3, 3)
+    TimingPlan(rounds=2, number=1, repeat=3)
+    """
+    asked = TimingPlan(rounds, number, repeat)
+    if call_s <= 0 or asked.seconds(call_s) <= budget_s:
+        return asked
+    calls = budget_s / (2 * call_s) - 1  # calls per module the budget pays for
+    fewer_calls = TimingPlan(rounds, max(1, math.floor((calls / rounds - 1) / repeat)), repeat)
+    if fewer_calls.seconds(call_s) <= budget_s:
+        return fewer_calls
+    fewest = math.ceil(MIN_SAMPLES / repeat)
+    return TimingPlan(max(fewest, min(rounds, math.floor(calls / (repeat + 1)))), 1, repeat)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +178,9 @@ class Look:
         decision: the rule's verdict.
         new_trials: trials this look tuned first (None when it tuned nothing).
         tuning_time_s: seconds this look tuned first (None when it tuned nothing).
+        number: calls averaged into one sample.
+        repeat: samples per module per round.
+        seconds: wall time of the timing.
     """
 
     what: str
@@ -126,6 +190,9 @@ class Look:
     decision: Decision
     new_trials: int | None = None
     tuning_time_s: float | None = None
+    number: int = 1
+    repeat: int = 1
+    seconds: float = 0.0
 
     def to_json(self) -> dict:
         """The look as ``report.json`` lists it (``looks``)."""
@@ -134,7 +201,8 @@ class Look:
         if self.new_trials is not None:
             out |= {"new_trials": self.new_trials, "tuning_time_s": self.tuning_time_s}
         d = self.decision
-        return out | {"rounds": self.rounds, "ratio": d.ratio, "p_value": d.p_value,
+        return out | {"rounds": self.rounds, "number": self.number, "repeat": self.repeat,
+                      "timing_s": self.seconds, "ratio": d.ratio, "p_value": d.p_value,
                       "noise": d.noise, "close": d.close, "kept": d.kept, "rule": d.rule}
 
 
@@ -146,6 +214,7 @@ class Baseline:
     executable: Any
     outputs: tuple[np.ndarray, ...]
     budget: Budget
+    call_s: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +227,10 @@ class Confirmation:
         chosen: the candidate kept, None when the original stays.
         baseline: the original as last built (its executable is the one written out).
         optimized: the last look's optimized executable.
+        skipped: candidates not timed: the budget was spent.
+        notes: what the budget cut short, in words.
+        budget_s: the confirmation's time budget (None: unbounded).
+        seconds: the stage's wall time.
     """
 
     looks: tuple[Look, ...]
@@ -165,6 +238,16 @@ class Confirmation:
     chosen: Candidate | None
     baseline: Baseline
     optimized: Any
+    skipped: int = 0
+    notes: tuple[str, ...] = ()
+    budget_s: float | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        """The stage's budget and what it cut short (``confirmation`` in ``report.json``)."""
+        return {"budget_s": self.budget_s, "time_s": self.seconds,
+                "baseline_call_s": self.baseline.call_s, "skipped_candidates": self.skipped,
+                "notes": list(self.notes)}
 
     @property
     def keep(self) -> bool:
@@ -184,26 +267,44 @@ class Confirmation:
 
 @dataclasses.dataclass(frozen=True)
 class _Bench:
-    """What every look shares: the toolchain, the options, the inputs and the rank test's level."""
+    """What every look shares: the toolchain, the options, the inputs, the rank test's level,
+    the time left (``deadline``, a ``time.perf_counter`` value) and the progress lines."""
 
     toolchain: Toolchain
     options: DriverOptions
     inputs: tuple[np.ndarray, ...]
     alpha: float
+    deadline: float = math.inf
+    progress: Progress = Progress()
 
-    def look(self, baseline: Any, optimized: Any, rounds: int, what: str,
+    def left(self) -> float:
+        """Seconds left of the confirmation's budget."""
+        return max(0.0, self.deadline - time.perf_counter())
+
+    def plan(self, call_s: float, rounds: int, share: int) -> TimingPlan:
+        """The timing of a look asked for ``rounds``, on ``1 / share`` of the time left."""
+        return plan_timing(call_s, self.left() / max(1, share), rounds,
+                           self.options.timing_number, self.options.timing_repeat)
+
+    def look(self, baseline: Baseline, optimized: Any, plan: TimingPlan, what: str,
              candidate: int | None, budget: Budget, tuned: Sequence = ()
              ) -> tuple[Look, Mapping[str, Timed]]:
-        """Time ``baseline`` and ``optimized`` interleaved and decide; ``tuned`` is what was
-        tuned for this look (its trials and seconds go into the look)."""
-        timings = self.toolchain.time({"baseline": baseline, "optimized": optimized},
-                                      self.inputs, rounds=rounds,
-                                      number=self.options.timing_number,
-                                      repeat=self.options.timing_repeat)
+        """Time ``baseline`` and ``optimized`` interleaved by ``plan`` and decide; ``tuned`` is
+        what was tuned for this look (its trials and seconds go into the look)."""
+        start = time.perf_counter()
+        label = (f"timing the original against candidate {candidate}" if candidate is not None
+                 else "timing the original")
+        with self.progress.step(f"{label} ({what}): {plan.rounds} rounds x {plan.repeat} "
+                                f"samples x {plan.number} calls", plan.seconds(baseline.call_s)):
+            timings = self.toolchain.time({"baseline": baseline.executable,
+                                           "optimized": optimized}, self.inputs,
+                                          rounds=plan.rounds, number=plan.number,
+                                          repeat=plan.repeat)
         tuning = ({"new_trials": sum(s.new_trials for s in tuned),
                    "tuning_time_s": sum(s.wall_s for s in tuned)} if tuned else {})
-        return Look(what, candidate, budget, rounds, decide(timings, self.alpha),
-                    **tuning), timings
+        return Look(what, candidate, budget, plan.rounds, decide(timings, self.alpha), **tuning,
+                    number=plan.number, repeat=plan.repeat,
+                    seconds=time.perf_counter() - start), timings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,9 +319,10 @@ class _Trial:
 
 
 def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolchain,
-            options: DriverOptions, inputs: Sequence[np.ndarray]) -> Confirmation:
+            options: DriverOptions, inputs: Sequence[np.ndarray], *,
+            budget_s: float | None = None, progress: Progress = Progress()) -> Confirmation:
     """Time the candidates against the original, best first, until one is kept (module steps
-    4 and 5).
+    4 and 5), within ``budget_s``.
 
     Args:
         program: the original.
@@ -228,85 +330,135 @@ def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolch
             search applied no mutant).
         toolchain: the compiler.
         options: timing rounds, number and repeat, ``trials``, ``seed``, ``second_look``.
-        inputs: the model's inputs, in ``program.inputs`` order.
+        inputs: the model's inputs, in the compiled module's order.
+        budget_s: seconds for the timing (None: the asked timings, unbounded).
+        progress: where the steps are announced.
 
     Returns:
         The :class:`Confirmation`.
     """
+    start = time.perf_counter()
+    deadline = math.inf if budget_s is None else start + budget_s
     inputs = tuple(inputs)
-    baseline = _build_baseline(program, toolchain, inputs, options.budget())
-    bench = _Bench(toolchain, options, inputs, ALPHA / max(1, len(candidates)))
+    baseline = _build_baseline(program, toolchain, inputs, options.budget(), progress)
+    bench = _Bench(toolchain, options, inputs, ALPHA / max(1, len(candidates)), deadline,
+                   progress)
     if not candidates:
-        return _nothing_to_confirm(baseline, bench)
+        return _timed(_nothing_to_confirm(baseline, bench), start, budget_s)
     looks: list[Look] = []
+    notes: list[str] = []
     for index, candidate in enumerate(candidates):
-        trial = _first_look(index, candidate, baseline, bench)
+        if index > 0 and _cannot_pay(bench, baseline.call_s, len(candidates) - index):
+            notes.append(f"{len(candidates) - index} runner(s)-up not timed: the budget of "
+                         f"{budget_s:.0f} s was spent")
+            return _timed(Confirmation(tuple(looks), trial.timings, None, trial.baseline,
+                                       trial.optimized, len(candidates) - index, tuple(notes)),
+                          start, budget_s)
+        trial = _first_look(index, candidate, baseline, bench, len(candidates) - index)
         looks.append(trial.look)
         if trial.look.decision.close and options.second_look:
-            trial = _second_look(index, trial, bench)
-            looks.append(trial.look)
-            baseline = trial.baseline  # later candidates meet this baseline, with its budget
+            second = _second_look(index, trial, bench, len(candidates) - index)
+            if second is None:
+                notes.append(f"candidate {index}: a close call, but the time left pays for no "
+                             f"more samples than the first look: no second look")
+            else:
+                trial = second
+                looks.append(trial.look)
+                baseline = trial.baseline  # later candidates meet this baseline, with its budget
         if trial.look.decision.keep:
-            return Confirmation(tuple(looks), trial.timings, candidate, trial.baseline,
-                                trial.optimized)
-    return Confirmation(tuple(looks), trial.timings, None, trial.baseline, trial.optimized)
+            return _timed(Confirmation(tuple(looks), trial.timings, candidate, trial.baseline,
+                                       trial.optimized, notes=tuple(notes)), start, budget_s)
+    return _timed(Confirmation(tuple(looks), trial.timings, None, trial.baseline,
+                               trial.optimized, notes=tuple(notes)), start, budget_s)
+
+
+def _timed(confirmation: Confirmation, start: float, budget_s: float | None) -> Confirmation:
+    return dataclasses.replace(confirmation, budget_s=budget_s,
+                               seconds=time.perf_counter() - start)
+
+
+def _cannot_pay(bench: _Bench, call_s: float, candidates_left: int) -> bool:
+    """True when the time left cannot pay for the smallest useful look of the next candidate
+    (its build check and :data:`MIN_SAMPLES` samples of both modules)."""
+    repeat = bench.options.timing_repeat
+    smallest = TimingPlan(math.ceil(MIN_SAMPLES / repeat), 1, repeat).seconds(call_s) + call_s
+    return bench.left() / candidates_left < smallest
 
 
 def _build_baseline(program: Program, toolchain: Toolchain, inputs: tuple[np.ndarray, ...],
-                    budget: Budget) -> Baseline:
-    """The original compiled, and its outputs as TVM builds it (the reference of every check)."""
-    module = toolchain.lower(program)
-    executable = toolchain.build(module)
-    return Baseline(module, executable, tuple(toolchain.run(executable, inputs)), budget)
+                    budget: Budget, progress: Progress = Progress()) -> Baseline:
+    """The original compiled, its outputs as TVM builds it (the reference of every check), and
+    the seconds of one call (what the looks are planned on)."""
+    with progress.step("building the original"):
+        module = toolchain.lower(program)
+        executable = toolchain.build(module)
+    toolchain.run(executable, inputs)  # the first call allocates; the second is timed
+    start = time.perf_counter()
+    outputs = tuple(toolchain.run(executable, inputs))
+    call_s = time.perf_counter() - start
+    progress.note(f"one call of the original takes {call_s:.3g} s")
+    return Baseline(module, executable, outputs, budget, call_s)
 
 
 def _nothing_to_confirm(baseline: Baseline, bench: _Bench) -> Confirmation:
     """The search applied no mutant: the original is timed against itself and kept (any
     measured difference is noise)."""
-    look, timings = bench.look(baseline.executable, baseline.executable,
-                               bench.options.timing_rounds, "first look", None, baseline.budget)
+    plan = bench.plan(baseline.call_s, bench.options.timing_rounds, 1)
+    look, timings = bench.look(baseline, baseline.executable, plan, "first look", None,
+                               baseline.budget)
     decision = dataclasses.replace(look.decision, keep=False, close=False,
                                    rule="the search applied no mutant: the original is kept")
     return Confirmation((dataclasses.replace(look, decision=decision),), timings, None, baseline,
                         baseline.executable)
 
 
-def _first_look(index: int, candidate: Candidate, baseline: Baseline, bench: _Bench) -> _Trial:
-    """Build candidate ``index``, check its outputs, and time it against ``baseline``."""
+def _first_look(index: int, candidate: Candidate, baseline: Baseline, bench: _Bench,
+                share: int) -> _Trial:
+    """Build candidate ``index``, check its outputs, and time it against ``baseline`` on
+    ``1 / share`` of the time left."""
     toolchain, options = bench.toolchain, bench.options
-    module = toolchain.lower(candidate.program)
-    tuned = []
-    if baseline.budget.trials_per_task != options.trials:
-        # the baseline was tuned again for an earlier close call: equal budgets for this one
-        tuned = [toolchain.tune(module, baseline.budget.trials_per_task,
-                                seed=baseline.budget.seed)]
-    optimized = toolchain.build(module)
+    with bench.progress.step(f"building candidate {index}"):
+        module = toolchain.lower(candidate.program)
+        tuned = []
+        if baseline.budget.trials_per_task != options.trials:
+            # the baseline was tuned again for an earlier close call: equal budgets for this one
+            tuned = [toolchain.tune(module, baseline.budget.trials_per_task,
+                                    seed=baseline.budget.seed)]
+        optimized = toolchain.build(module)
     check_outputs(baseline.outputs, toolchain.run(optimized, bench.inputs), index)
     what = "first look" if index == 0 else f"runner-up {index}"
-    look, timings = bench.look(baseline.executable, optimized, options.timing_rounds, what,
-                               index, baseline.budget, tuned)
+    plan = bench.plan(baseline.call_s, options.timing_rounds, share)
+    look, timings = bench.look(baseline, optimized, plan, what, index, baseline.budget, tuned)
     return _Trial(look, timings, module, baseline, optimized)
 
 
-def _second_look(index: int, trial: _Trial, bench: _Bench) -> _Trial:
-    """A close call looked at again (module docstring, step 5)."""
+def _second_look(index: int, trial: _Trial, bench: _Bench, share: int) -> _Trial | None:
+    """A close call looked at again (module docstring, step 5); None when the time left pays
+    for no more samples than the first look had."""
     toolchain, options = bench.toolchain, bench.options
     budget = options.second_look_budget()
+    first = trial.look.rounds * trial.look.repeat
     if options.trials <= 0:
+        plan = bench.plan(trial.baseline.call_s, 3 * options.timing_rounds, share)
+        if plan.samples <= first:
+            return None
         look, timings = bench.look(
-            trial.baseline.executable, trial.optimized, 3 * options.timing_rounds,
+            trial.baseline, trial.optimized, plan,
             "second look: timed again over more rounds (no tuning budget)", index, budget)
         return _Trial(look, timings, trial.module, dataclasses.replace(trial.baseline,
                                                                        budget=budget),
                       trial.optimized)
     modules = (trial.baseline.module, trial.module)
     tuned = [toolchain.tune(m, budget.trials_per_task, seed=budget.seed) for m in modules]
-    base_ex, optimized = (toolchain.build(m) for m in modules)
-    look, timings = bench.look(base_ex, optimized, 2 * options.timing_rounds,
+    with bench.progress.step(f"building the original and candidate {index} again"):
+        base_ex, optimized = (toolchain.build(m) for m in modules)
+    baseline = Baseline(trial.baseline.module, base_ex,
+                        tuple(toolchain.run(base_ex, bench.inputs)), budget,
+                        trial.baseline.call_s)
+    plan = bench.plan(baseline.call_s, 2 * options.timing_rounds, share)
+    look, timings = bench.look(baseline, optimized, plan,
                                "second look: both sides tuned again with a second seed", index,
                                budget, tuned)
-    baseline = Baseline(trial.baseline.module, base_ex,
-                        tuple(toolchain.run(base_ex, bench.inputs)), budget)
     return _Trial(look, timings, trial.module, baseline, optimized)
 
 

@@ -1,13 +1,17 @@
-"""``tvm-pet optimize``: PET on an ONNX model, end to end, with a compiler toolchain (TVM).
+"""``tvm-pet optimize``: PET on a model, end to end, with a compiler toolchain (TVM).
 
-Five steps, one stage each (tuning every candidate is unaffordable on a CPU: 1-3 minutes per
-kernel at 64 trials):
+Load, then five steps, one stage each (tuning every candidate is unaffordable on a CPU: 1-3
+minutes per kernel at 64 trials):
 
+0. **Load** the model through TVM's frontend, with TVM's graph rewrites, and lift it
+   (:mod:`tvm_pet.pipeline.load`); every later stage lowers into that imported module;
 1. **Tune the original** and 2. **screen cheaply, tune the promising few**
    (:mod:`tvm_pet.pipeline.tune`, choices in :mod:`tvm_pet.pipeline.plan`; only with
    ``trials > 0``);
 3. **search with measured costs** (:mod:`tvm_pet.pipeline.search`);
-4. **confirm end to end** and 5. **look again at close calls** (:mod:`tvm_pet.pipeline.confirm`);
+4. **confirm end to end** and 5. **look again at close calls** (:mod:`tvm_pet.pipeline.confirm`),
+   within what ``time_limit`` leaves (``DriverOptions.confirm_budget``: the limit covers the
+   whole run);
 
 then the report and the artifacts (:mod:`tvm_pet.pipeline.report`). The stages reach TVM only
 through a :class:`~tvm_pet.pipeline.toolchain.Toolchain`, and share one generator cache
@@ -15,16 +19,19 @@ through a :class:`~tvm_pet.pipeline.toolchain.Toolchain`, and share one generato
 """
 from __future__ import annotations
 
+import dataclasses
 import pathlib
+import time
 
 import numpy as np
 
 from tvm_pet.cost.model import CostModel
 from tvm_pet.errors import PetError, UnsupportedOperator
 from tvm_pet.ir.node import Program
-from tvm_pet.onnx import import_model
 from tvm_pet.pipeline.confirm import confirm
+from tvm_pet.pipeline.load import LoadedModel, describe, load
 from tvm_pet.pipeline.options import DriverOptions
+from tvm_pet.pipeline.progress import Progress
 from tvm_pet.pipeline.report import Report, make_report, write_artifacts
 from tvm_pet.pipeline.search import cost_model, search
 from tvm_pet.pipeline.toolchain import Toolchain, tvm_toolchain
@@ -37,15 +44,17 @@ from tvm_pet.verify.limits import check_tensor_sizes
 def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
              options: DriverOptions = DriverOptions(), *, toolchain: Toolchain | None = None,
              cost: CostModel | None = None, tuning: TuneSummary | None = None) -> Report:
-    """Optimize an ONNX model with PET for a target, confirm it end to end, write artifacts.
+    """Optimize a model with PET for a target, confirm it end to end, write artifacts.
 
     Args:
-        model: an ONNX file path or ``ModelProto``.
+        model: an ONNX file path or ``ModelProto``, a ``.pt2`` file (``torch.export.save``),
+            a Relax ``IRModule``, or a :class:`~tvm_pet.pipeline.load.LoadedModel`.
         out_dir: where ``report.json``, ``optimized.so``, ``baseline.so``, ``optimized.onnx``
             and ``optimized.py`` go (created).
-        config: the search's budgets.
-        options: target, tuning budget, timing and confirmation options.
-        toolchain: the compiler (default: TVM for ``options.target``).
+        config: the search's budgets (its time limit within ``options.time_limit``).
+        options: target, tuning budget, timing, confirmation and time-limit options.
+        toolchain: the compiler (default: TVM for ``options.target``); it lowers into the
+            loaded model's module (``with_lowering``).
         cost: the search's cost model (default: chosen by ``options.cost``).
         tuning: the tune stage's summary when the caller ran it (default: run here when
             ``options.trials > 0``).
@@ -53,30 +62,41 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     Returns:
         The :class:`~tvm_pet.pipeline.report.Report` (``report.json`` is its ``to_json``).
     """
+    start = time.perf_counter()
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if options.confirm < 1:
         raise PetError(f"confirm={options.confirm}: at least one candidate must be timed")
-    program = import_model(model)
+    progress = Progress(options.progress)
+    loaded = load_model(model, options, progress)
+    program = loaded.program
     check_tensor_sizes(program)
-    if toolchain is None:
-        toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc)
-    _check_lowerable(program, toolchain)
+    toolchain = _toolchain_for(loaded, options, toolchain)
     mutants = MutantCache()  # one generator cache for the run: tune and search share it
     if tuning is None:  # 1-2. tune the original and the promising mutants
         tuning = (tune_model(program, config, options, toolchain, mutants)
                   if options.trials > 0 else TuneSummary(str(toolchain.records_dir)))
-    # 3. search with the measured (or analytic) cost
-    found = search(program, config, cost or cost_model(options, toolchain), mutants,
-                   options.confirm)
+    # 3. search with the measured (or analytic) cost, within the time limit
+    config = dataclasses.replace(config, time_limit=options.search_limit(
+        config.time_limit, time.perf_counter() - start))
+    limit = "none" if config.time_limit is None else f"{config.time_limit:.0f} s"
+    with progress.step(f"searching (time limit {limit}, cost: {options.cost})"):
+        found = search(program, config, cost or cost_model(options, toolchain), mutants,
+                       options.confirm)
+    progress.note(f"the search found {len(found.candidates)} candidate(s)")
     # 4-5. time the candidates end to end, with a second look at close calls
-    inputs = random_inputs(program, options.seed)
-    confirmation = confirm(program, found.candidates, toolchain, options, list(inputs.values()))
+    inputs = loaded.random_inputs(options.seed)
+    confirmation = confirm(program, found.candidates, toolchain, options, list(inputs.values()),
+                           budget_s=options.confirm_budget(time.perf_counter() - start),
+                           progress=progress)
     # the report, and the artifacts that were checked
-    report = make_report(model, toolchain, tuning, found, confirmation, inputs)
+    with progress.step("counting the kernels the records schedule"):
+        kernels = toolchain.kernel_records(confirmation.baseline.module)
+    report = make_report(loaded, toolchain, tuning, found, confirmation, inputs,
+                         kernels=kernels, total_time_s=time.perf_counter() - start)
     final = confirmation.chosen.program if confirmation.keep else program
-    write_artifacts(out, report, final, toolchain)
-    return report
+    with progress.step("writing the artifacts"):
+        return write_artifacts(out, report, final, toolchain, list(inputs.values()))
 
 
 def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
@@ -86,19 +106,31 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     return optimize(model, out_dir, config, options, **stages).to_json()
 
 
+def load_model(model, options: DriverOptions = DriverOptions(),
+               progress: Progress = Progress()) -> LoadedModel:
+    """Load a model as ``optimize``, ``tune`` and ``explore`` do: through TVM's frontend, with
+    TVM's rewrites unless ``options.tvm_rewrites`` is off (:func:`~tvm_pet.pipeline.load.load`)."""
+    with progress.step(f"importing {describe(model)} through TVM's frontend"):
+        loaded = load(model, rewrites=options.tvm_rewrites)
+    progress.note(f"lifted {len(loaded.program.nodes)} operators "
+                  f"({sum(n.op.value == 'Opaque' for n in loaded.program.nodes)} left opaque)")
+    return loaded
+
+
 def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
     """Standard normal float32 inputs for ``program``, by name, in its input order."""
-    rng = np.random.default_rng(seed)
-    return {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in program.inputs}
+    return LoadedModel.from_program(program).random_inputs(seed)
 
 
-def _check_lowerable(program: Program, toolchain: Toolchain) -> None:
-    """Refuse, before any tuning or search, a program that cannot be emitted for the compiler
-    (an operator tvm_pet imports as opaque but cannot lower)."""
+def _toolchain_for(loaded: LoadedModel, options: DriverOptions,
+                   toolchain: Toolchain | None) -> Toolchain:
+    """The toolchain (TVM's by default) lowering into the loaded model's module, checked on the
+    original before any tuning or search."""
+    if toolchain is None:
+        toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc)
+    toolchain = toolchain.with_lowering(loaded.lower)
     try:
-        toolchain.lower(program)
+        toolchain.lower(loaded.program)
     except UnsupportedOperator as e:
-        raise UnsupportedOperator(
-            f"{e}. tvm-pet optimize rebuilds the whole model from tvm_pet's own import; to keep "
-            f"such operators as they are, run PETPass on TVM's import instead "
-            f"(relax.frontend.onnx.from_onnx, then relax_pipeline=\"pet\")") from None
+        raise UnsupportedOperator(f"{loaded.source}: {e}") from None
+    return toolchain

@@ -42,6 +42,14 @@ class DriverOptions:
         seed: the tuning seed and the seed of the random inputs.
         second_look: look again at close calls.
         confirm: candidates timed end to end, best first, before the original is kept.
+        time_limit: seconds for the whole run: import, search, builds and timing (None: the
+            search's own limit, and the asked timings whatever they cost). The timing keeps to
+            it but for the smallest useful look (``confirm.MIN_SAMPLES``).
+        confirm_share: the part of ``time_limit`` for building and timing the candidates; the
+            search gets the rest (:meth:`search_limit`, :meth:`confirm_budget`).
+        tvm_rewrites: run TVM's own graph rewrites on the imported module before PET (both the
+            baseline and PET start from the rewritten module).
+        progress: print a progress line for each long step on stderr.
     """
 
     target: str = "llvm"
@@ -57,6 +65,33 @@ class DriverOptions:
     seed: int = 0
     second_look: bool = True
     confirm: int = 3
+    time_limit: float | None = None
+    confirm_share: float = 0.25
+    tvm_rewrites: bool = True
+    progress: bool = False
+
+    def search_limit(self, search_limit: float | None, elapsed_s: float = 0.0) -> float | None:
+        """The search's time limit, ``elapsed_s`` into the run: its own, within ``time_limit``
+        less the confirmation's share and what is spent already (at least one second).
+
+        >>> DriverOptions(time_limit=600).search_limit(1000.0, elapsed_s=10.0)
+        440.0
+        """
+        if self.time_limit is None:
+            return search_limit
+        mine = max(1.0, self.time_limit * (1 - self.confirm_share) - elapsed_s)
+        return mine if search_limit is None else min(search_limit, mine)
+
+    def confirm_budget(self, elapsed_s: float) -> float | None:
+        """Seconds for building and timing the candidates, ``elapsed_s`` into the run: the
+        confirmation's share of ``time_limit``, or what is left of it if less (None: unbounded).
+
+        >>> DriverOptions(time_limit=600).confirm_budget(elapsed_s=500.0)
+        100.0
+        """
+        if self.time_limit is None:
+            return None
+        return min(self.time_limit * self.confirm_share, max(0.0, self.time_limit - elapsed_s))
 
     def budget(self) -> Budget:
         """The tuning budget of the first look: ``trials`` per task with ``seed``."""

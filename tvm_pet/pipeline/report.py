@@ -4,9 +4,16 @@ A :class:`Report` is built from the stages' values (:class:`~tvm_pet.pipeline.tu
 :class:`~tvm_pet.pipeline.search.Found`, :class:`~tvm_pet.pipeline.confirm.Confirmation`) and
 the accuracy checks (:func:`make_report`); :meth:`Report.to_json` is ``report.json``. :func:`write_artifacts` writes
 ``baseline.so``, ``optimized.so``, ``optimized.onnx``, ``optimized.py`` and ``report.json``.
+
+The report says what a reader needs to trust it: where the model came from and which TVM
+rewrites both sides had (``source``, ``tvm_rewrites``), how much of it PET saw (``coverage``),
+how many of the baseline's kernels had tuning records (``kernels``: a decision on untuned
+kernels is said so), the confirmation's budget (``confirmation``), and whether
+``optimized.onnx`` could be written (``optimized_onnx``: its path, or why not).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import pathlib
@@ -14,14 +21,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from tvm_pet.errors import PetError
 from tvm_pet.io import atomic_write
 from tvm_pet.ir.node import Program
+from tvm_pet.ir.ops import Op
 from tvm_pet.onnx import export_model
-from tvm_pet.pipeline.confirm import Confirmation
+from tvm_pet.pipeline.confirm import Confirmation, check_outputs
+from tvm_pet.pipeline.load import LoadedModel
 from tvm_pet.pipeline.search import Found
 from tvm_pet.pipeline.toolchain import Toolchain
 from tvm_pet.pipeline.tune import TuneSummary
 from tvm_pet.search.optimizer import Applied
+from tvm_pet.search.partition import partition
 
 #: The files :func:`write_artifacts` writes.
 ARTIFACTS = ("report.json", "optimized.so", "baseline.so", "optimized.onnx", "optimized.py")
@@ -40,7 +51,12 @@ class Report:
         max_abs_err: largest difference between the written ``optimized.so``'s outputs and the
             original's (both compiled), on random inputs.
         max_abs_err_vs_onnxruntime: the same against onnxruntime running the ONNX model (None
-            without onnxruntime).
+            without onnxruntime, or for a model that is not ONNX).
+        loaded: the model as loaded (source, frontend, rewrites, inputs).
+        kernels: ``(kernels, kernels scheduled from the records)`` of the baseline as built.
+        optimized_onnx: the path of ``optimized.onnx``, or why it was not written (set by
+            :func:`write_artifacts`).
+        total_time_s: the run's wall time up to the report.
     """
 
     model: str
@@ -50,6 +66,24 @@ class Report:
     confirmation: Confirmation
     max_abs_err: float
     max_abs_err_vs_onnxruntime: float | None
+    loaded: LoadedModel | None = None
+    kernels: tuple[int, int] | None = None
+    optimized_onnx: str | None = None
+    total_time_s: float | None = None
+
+    @property
+    def untuned(self) -> bool:
+        """Whether the decision was made on (partly) untuned kernels."""
+        return self.kernels is not None and self.kernels[1] < self.kernels[0]
+
+    def kernels_line(self) -> str:
+        """The baseline's kernels and records, in words."""
+        if self.kernels is None:
+            return "kernels: not counted"
+        total, tuned = self.kernels
+        if tuned < total:
+            return f"decided on untuned kernels ({tuned} of {total} had records)"
+        return f"decided on tuned kernels (all {total} had records)"
 
     @property
     def kept(self) -> str:
@@ -115,20 +149,45 @@ class Report:
             "applied": [_applied_json(a) for a in self.applied],
             "candidates_confirmed": len({k.candidate for k in c.looks} - {None}),
             "search": self.found.result.to_json(),
+        } | self._trust_json()
+
+    def _trust_json(self) -> dict:
+        """The keys that say where the figures come from (issue 12)."""
+        loaded = self.loaded
+        kernels = None if self.kernels is None else {
+            "total": self.kernels[0], "tuned": self.kernels[1], "untuned_decision": self.untuned,
+            "summary": self.kernels_line()}
+        return {
+            "source": loaded.to_json() if loaded else None,
+            "tvm_rewrites": list(loaded.rewrites) if loaded else [],
+            "coverage": coverage(loaded.program) if loaded else None,
+            "kernels": kernels, "confirmation": self.confirmation.to_json(),
+            "optimized_onnx": self.optimized_onnx, "total_time_s": self.total_time_s,
         }
 
 
-def make_report(model, toolchain: Toolchain, tuning: TuneSummary, found: Found,
-                confirmation: Confirmation, inputs: Mapping[str, np.ndarray]) -> Report:
+def coverage(program: Program) -> dict:
+    """How much of the model PET saw: its multi-linear subprograms, the operators it lifted, and
+    the operators it left opaque, by kind."""
+    opaque = collections.Counter(n.attrs["kind"] for n in program.nodes if n.op is Op.OPAQUE)
+    lifted = collections.Counter(n.op.value for n in program.nodes if n.op is not Op.OPAQUE)
+    return {"subprograms": len([s for s in partition(program) if "+" not in s.name]),
+            "lifted": dict(sorted(lifted.items())), "opaque": dict(sorted(opaque.items()))}
+
+
+def make_report(loaded: LoadedModel, toolchain: Toolchain, tuning: TuneSummary, found: Found,
+                confirmation: Confirmation, inputs: Mapping[str, np.ndarray],
+                **facts) -> Report:
     """The report of a run: the stages' values, and the accuracy of what ``optimized.so`` holds.
 
     Args:
-        model: the ONNX model (path or ``ModelProto``).
+        loaded: the model as loaded.
         toolchain: the compiler that built and ran the executables.
         tuning: the tune stage's summary.
         found: the search stage's result.
         confirmation: the confirm stage's result.
-        inputs: the inputs the executables were checked on, by name.
+        inputs: the inputs the executables were checked on, by name, in the module's order.
+        facts: the :class:`Report`'s other fields (``kernels``, ``total_time_s``).
 
     Returns:
         The :class:`Report`: ``max_abs_err`` compares the kept executable's outputs with the
@@ -138,8 +197,10 @@ def make_report(model, toolchain: Toolchain, tuning: TuneSummary, found: Found,
     reference = confirmation.baseline.outputs
     outputs = (toolchain.run(confirmation.final, list(inputs.values())) if confirmation.keep
                else reference)
-    return Report(str(model), toolchain.target_name, tuning, found, confirmation,
-                  max_abs_err(reference, outputs), onnxruntime_error(model, inputs, outputs))
+    onnx_model = loaded.onnx_model if loaded.kind == "onnx" else None
+    ort = onnxruntime_error(onnx_model, list(inputs.values()), outputs) if onnx_model else None
+    return Report(loaded.source, toolchain.target_name, tuning, found, confirmation,
+                  max_abs_err(reference, outputs), ort, loaded, **facts)
 
 
 def _applied_json(a: Applied) -> dict:
@@ -154,18 +215,25 @@ def max_abs_err(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) 
     return max(float(np.abs(a - b).max()) for a, b in zip(reference, outputs))
 
 
-def onnxruntime_error(model, inputs: Mapping[str, np.ndarray],
+def onnxruntime_error(model, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray],
                       outputs: Sequence[np.ndarray]) -> float | None:
     """The largest difference of ``outputs`` from onnxruntime's on the ONNX ``model``.
 
     Args:
         model: an ONNX file path or ``ModelProto``.
-        inputs: the inputs by name.
+        inputs: the inputs in the model's input order (or by the model's input names).
         outputs: the outputs to compare, in the model's order.
 
     Returns:
         The largest absolute difference, or None when onnxruntime is not installed.
     """
+    want = onnxruntime_outputs(model, inputs)
+    return None if want is None else max_abs_err(want, outputs)
+
+
+def onnxruntime_outputs(model, inputs) -> list[np.ndarray] | None:
+    """onnxruntime's outputs of the ONNX ``model`` (None without onnxruntime); ``inputs`` as in
+    :func:`onnxruntime_error`."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -173,23 +241,60 @@ def onnxruntime_error(model, inputs: Mapping[str, np.ndarray],
     path = str(model) if not hasattr(model, "SerializeToString") else None
     session = ort.InferenceSession(path or model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
-    want = session.run(None, {i.name: inputs[i.name] for i in session.get_inputs()})
-    return max_abs_err(want, outputs)
+    names = [i.name for i in session.get_inputs()]
+    values = ([inputs[n] for n in names] if isinstance(inputs, Mapping) else list(inputs))
+    return session.run(None, dict(zip(names, values)))
 
 
 def write_artifacts(out: pathlib.Path, report: Report, final: Program,
-                    toolchain: Toolchain) -> None:
+                    toolchain: Toolchain, inputs: Sequence[np.ndarray] = ()) -> Report:
     """Write the executables that were checked, the optimized model, and ``report.json``.
+
+    ``optimized.onnx`` is written by tvm_pet's exporter when it can express every operator of
+    ``final``, and (with onnxruntime) only when onnxruntime's outputs on it match what
+    ``optimized.so`` computes; otherwise the report says why it is missing.
 
     Args:
         out: the output folder (it exists).
         report: the report.
         final: the program ``optimized.so`` holds (the original when it is kept).
         toolchain: the compiler that built the executables.
+        inputs: the inputs ``optimized.so`` was checked on (to check ``optimized.onnx``).
+
+    Returns:
+        The report, with ``optimized_onnx`` set: what was written.
     """
     c = report.confirmation
     toolchain.export(c.baseline.executable, str(out / "baseline.so"))
     toolchain.export(c.final, str(out / "optimized.so"))
-    atomic_write(out / "optimized.onnx", export_model(final).SerializeToString())
+    written = _write_onnx(out / "optimized.onnx", final, inputs,
+                          toolchain.run(c.final, list(inputs)) if len(inputs) else ())
+    report = dataclasses.replace(report, optimized_onnx=written)
     atomic_write(out / "optimized.py", toolchain.script(toolchain.lower(final)))
     atomic_write(out / "report.json", json.dumps(report.to_json(), indent=2, default=str) + "\n")
+    return report
+
+
+def _write_onnx(path: pathlib.Path, final: Program, inputs: Sequence[np.ndarray],
+                expected: Sequence[np.ndarray]) -> str:
+    """Write ``final`` as ONNX when tvm_pet can, checked against ``expected`` with onnxruntime;
+    the path written, or ``"not written: <why>"``."""
+    if path.exists():
+        path.unlink()  # a file from an earlier run must not pass for this one
+    try:
+        model = export_model(final)
+    except PetError as e:
+        return f"not written: tvm_pet's ONNX exporter cannot express this model ({e})"
+    if len(expected):
+        try:
+            got = onnxruntime_outputs(model, inputs)
+        except Exception as e:  # onnxruntime's own error types: it cannot run the export
+            return f"not written: onnxruntime cannot run the exported model ({type(e).__name__})"
+        try:
+            if got is not None:
+                check_outputs(expected, got, 0)
+        except PetError:
+            return (f"not written: onnxruntime's outputs on the exported model differ from "
+                    f"optimized.so's by {max_abs_err(expected, got):.3g}")
+    atomic_write(path, model.SerializeToString())
+    return str(path)

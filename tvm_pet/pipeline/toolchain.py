@@ -1,15 +1,17 @@
 """The toolchain seam: the TVM operations the application needs, behind one small interface.
 
 The stages (:mod:`~tvm_pet.pipeline.tune`, :mod:`~tvm_pet.pipeline.confirm`, ...) talk to TVM
-only through a :class:`Toolchain`: lower a program, build it with the tuning records, tune it,
-time executables interleaved, run one, write one out, and make the measured cost models. The
+only through a :class:`Toolchain`: lower a program (into the module the model was imported as:
+:meth:`Toolchain.with_lowering`), build it with the tuning records, count the kernels the
+records schedule, tune it, time executables interleaved, run one, write one out, and make the
+measured cost models. The
 TVM implementation is :class:`tvm_pet.pipeline.tvm_toolchain.TVMToolchain`; tests pass a fake one.
 
 This module does not import TVM: :func:`tvm_toolchain` is the application's one way to it.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -53,8 +55,17 @@ class Toolchain(Protocol):
     #: The tuning records folder.
     records_dir: str
 
+    def with_lowering(self, lower: Callable[[Program], Any] | None) -> "Toolchain":
+        """This toolchain lowering every program with ``lower`` (a loaded model's: into the
+        module its frontend imported), for building, costing and tuning; None: on its own."""
+        ...
+
     def lower(self, program: Program) -> Any:
         """The program as a module the toolchain compiles."""
+        ...
+
+    def kernel_records(self, module: Any) -> tuple[int, int]:
+        """``(kernels, kernels the records schedule)`` of ``module`` as :meth:`build` builds it."""
         ...
 
     def build(self, module: Any) -> Any:

@@ -6,12 +6,17 @@ TVM side: lowering through the Relax adapter (:func:`~tvm_pet.relax.adapter.prog
 building with the records (:func:`~tvm_pet.tune.compile.build_with_records`), tuning
 (:func:`~tvm_pet.tune.tuner.tune`), interleaved timing
 (:func:`~tvm_pet.tune.timing.time_interleaved`), running on the Relax VM, and the measured cost
-model (:class:`~tvm_pet.tune.measured_cost.MeasuredCost`).
+model (:class:`~tvm_pet.tune.measured_cost.MeasuredCost`). Loading a model through TVM's
+frontends (:func:`load_with_tvm`, :mod:`tvm_pet.relax.frontends`) is here too; a toolchain made
+:meth:`~TVMToolchain.with_lowering` a loaded model's lowering lowers, costs and tunes every
+program into the module TVM imported.
 """
 from __future__ import annotations
 
+import copy
 import pathlib
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import tvm
@@ -20,8 +25,10 @@ from tvm import relax
 from tvm_pet.errors import PetError
 from tvm_pet.io import quiet_native_stderr
 from tvm_pet.ir.node import Program
+from tvm_pet.pipeline.load import InputSpec, LoadedModel
 from tvm_pet.relax.adapter import program_to_module
-from tvm_pet.tune.compile import build_with_records, extract_tasks, prepare
+from tvm_pet.relax.frontends import ModuleLowering, import_model
+from tvm_pet.tune.compile import apply_records, build_with_records, extract_tasks, prepare
 from tvm_pet.tune.measured_cost import MeasuredCost
 from tvm_pet.tune.records import default_records_dir, open_database, workload_records
 from tvm_pet.tune.targets import resolve_target
@@ -64,6 +71,7 @@ class TVMToolchain:
         self.rpc = rpc
         self._device = device_for(self.target) if run_here else None
         self._database = None  # the records, opened for tuned_before; reopened after tuning
+        self._lower: Callable[[Program], tvm.IRModule] = program_to_module
 
     @property
     def device(self) -> tvm.runtime.Device:
@@ -77,9 +85,22 @@ class TVMToolchain:
         """The target in full, for the report."""
         return str(self.target)
 
+    def with_lowering(self, lower: Callable[[Program], tvm.IRModule] | None) -> "TVMToolchain":
+        """A copy that lowers (and so builds, costs and tunes) programs with ``lower``: a loaded
+        model's lowering into the module TVM imported (None: each program on its own)."""
+        chained = copy.copy(self)
+        chained._lower = lower or program_to_module
+        return chained
+
     def lower(self, program: Program) -> tvm.IRModule:
-        """The program as a Relax module."""
-        return program_to_module(program)
+        """The program as a Relax module (into the imported module, for a loaded model)."""
+        return self._lower(program)
+
+    def kernel_records(self, module: tvm.IRModule) -> tuple[int, int]:
+        """``(kernels, kernels scheduled from the records)`` of the module as it is built."""
+        applied, tuned = apply_records(module, self.target, self.records_dir)
+        total = sum(1 for _, f in applied.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
+        return total, tuned
 
     def build(self, module: tvm.IRModule) -> relax.VMExecutable:
         """Compile with the tuned schedules where the records have them."""
@@ -115,7 +136,7 @@ class TVMToolchain:
 
     def cost_model(self, tuned: bool = True) -> MeasuredCost:
         """The measured cost: record times where they exist (``tuned``), else all untuned."""
-        return MeasuredCost(self.target, self.records_dir, tuned=tuned)
+        return MeasuredCost(self.target, self.records_dir, tuned=tuned, lower=self._lower)
 
     def tuned_before(self, program: Program) -> bool:
         """True when every kernel of ``program`` has records (an earlier run tuned it; a small
@@ -124,5 +145,28 @@ class TVMToolchain:
             self._database = open_database(self.records_dir, self.target)
         if self._database is None:
             return False
-        tasks = extract_tasks(prepare(program_to_module(program), self.target), self.target)
+        tasks = extract_tasks(prepare(self.lower(program), self.target), self.target)
         return bool(tasks) and all(workload_records(self._database, t.mod) for t in tasks)
+
+
+def load_with_tvm(model, *, rewrites: bool = True) -> LoadedModel:
+    """A model imported with TVM's frontend, rewritten, and lifted
+    (:func:`tvm_pet.relax.frontends.import_model`; :func:`tvm_pet.pipeline.load.load` calls it).
+
+    Args:
+        model: an ONNX file path or ``ModelProto``, a ``.pt2`` file, or a Relax ``IRModule``.
+        rewrites: run TVM's graph rewrites first.
+
+    Returns:
+        The :class:`~tvm_pet.pipeline.load.LoadedModel`; its ``lower`` emits a program into the
+        imported module.
+    """
+    start = time.perf_counter()
+    imported = import_model(model, rewrites=rewrites)
+    source = "the ONNX model" if hasattr(model, "SerializeToString") else str(model)
+    if isinstance(model, tvm.IRModule):
+        source = "a Relax module"
+    return LoadedModel(imported.lifted.program, ModuleLowering(imported.module, imported.lifted),
+                       source, imported.kind, imported.frontend,
+                       tuple(InputSpec(*spec) for spec in imported.inputs()), imported.rewrites,
+                       imported.onnx_model, time.perf_counter() - start)

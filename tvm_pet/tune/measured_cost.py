@@ -22,6 +22,10 @@ changing nothing.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import tvm
+
 from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.ir.keys import canonical
@@ -38,14 +42,18 @@ class MeasuredCost:
         records_dir: the MetaSchedule records folder (default ``tuning_logs/<target key>``).
         tuned: use tuning records where they exist; ``False`` measures every kernel untuned
             (the cheap screen of ``tvm-pet tune``, fair between original and mutants).
+        lower: Program -> Relax module (default :func:`~tvm_pet.relax.adapter.program_to_module`;
+            ``optimize`` passes the model's lowering into the module TVM imported).
     """
 
     name = "measured"
     #: Costs of subprograms do not add up to the program's (TVM fuses across their borders).
     additive = False
 
-    def __init__(self, target="llvm", records_dir=None, tuned: bool = True):
+    def __init__(self, target="llvm", records_dir=None, tuned: bool = True,
+                 lower: Callable[[Program], tvm.IRModule] | None = None):
         self.target = resolve_target(target)
+        self.lower = lower or program_to_module
         self.records_dir = (records_dir or default_records_dir(self.target)) if tuned else None
         self._memo: dict = {}
         self._opened = None  # (database or None, untuned-times cache), opened on first use
@@ -59,7 +67,7 @@ class MeasuredCost:
         key = canonical(program)[0]
         if key not in self._memo:
             database, cache = self._open()
-            times = kernel_times(program_to_module(program), self.target, self.records_dir,
+            times = kernel_times(self.lower(program), self.target, self.records_dir,
                                  cache=cache, database=database)
             self._memo[key] = {t.shash: (t.weight, t.seconds) for t in times}
         return self._memo[key]

@@ -1,0 +1,219 @@
+"""A model file in through TVM's own frontends, lifted for PET, and lowered back into that module.
+
+Where it sits: the first step of ``tvm-pet optimize``, ``tune`` and ``explore``
+(:mod:`tvm_pet.pipeline.load` reaches it through the TVM toolchain). Whatever TVM imports and
+runs goes through: the imported module's ``main`` is lifted with
+:func:`~tvm_pet.relax.adapter.from_relax` (bindings PET cannot represent stay OPAQUE with their
+Relax expression), and a candidate program is lowered with
+:func:`~tvm_pet.relax.adapter.to_relax` into a copy of the imported module, so the parts PET
+did not rewrite stay exactly as TVM imported them (:class:`ModuleLowering`).
+
+=================  ===================================================  =======================
+file               frontend                                             needs
+=================  ===================================================  =======================
+``*.onnx``         ``tvm.relax.frontend.onnx.from_onnx``                onnx (any opset TVM
+                   (initializers as constants)                          imports)
+``*.pt2``          ``torch.export.load`` then                           ``pip install
+                   ``tvm.relax.frontend.torch.from_exported_program``   tvm-pet[torch]``
+an ``IRModule``    taken as it is                                       \\-
+=================  ===================================================  =======================
+
+Before lifting, TVM's own graph rewrites (:func:`~tvm_pet.relax.rewrites.tvm_rewrites`) run on
+the imported module unless turned off: the baseline and PET then start from the same module.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+
+import tvm
+from tvm import relax
+
+from tvm_pet.errors import ModelError, PetError
+from tvm_pet.ir.node import Program
+from tvm_pet.relax.adapter import Lifted, from_relax, to_relax
+from tvm_pet.relax.rewrites import REWRITES, tvm_rewrites
+
+#: The TVM frontend used for each kind of model, in words for the report.
+FRONTENDS = {"onnx": "tvm.relax.frontend.onnx.from_onnx",
+             "torch.export": "tvm.relax.frontend.torch.from_exported_program",
+             "relax": "the Relax module as given"}
+#: What to install for ``.pt2`` files.
+TORCH_EXTRA = "pip install tvm-pet[torch]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Imported:
+    """A model as TVM imported it (and rewrote it), and its ``main`` lifted.
+
+    Args:
+        module: the imported module after the rewrites.
+        lifted: ``module["main"]`` lifted for PET.
+        kind: ``"onnx"``, ``"torch.export"`` or ``"relax"``.
+        rewrites: the TVM rewrites that ran (empty when turned off).
+        onnx_model: the ONNX model, for onnxruntime's reference outputs (None otherwise).
+    """
+
+    module: tvm.IRModule
+    lifted: Lifted
+    kind: str
+    rewrites: tuple[str, ...]
+    onnx_model: object | None = None
+
+    @property
+    def frontend(self) -> str:
+        """The frontend, in words."""
+        return FRONTENDS[self.kind]
+
+    def inputs(self) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+        """``(name, shape, dtype)`` of each parameter of ``main``, in signature order."""
+        specs = []
+        for param in self.module["main"].params:
+            ty = param.ty
+            if not isinstance(ty, relax.TensorType) or ty.shape is None:
+                raise PetError(f"input {param.name!r} of the imported model is not a tensor of "
+                               f"known shape ({ty}); tvm-pet optimizes static-shape models")
+            try:
+                shape = tuple(int(d) for d in ty.shape)
+            except TypeError:
+                raise PetError(f"input {param.name!r} has a symbolic shape {list(ty.shape)}; "
+                               f"export the model with static input shapes") from None
+            specs.append((param.name, shape, str(ty.dtype)))
+        return tuple(specs)
+
+
+class ModuleLowering:
+    """Program -> IRModule: the imported module with ``main`` replaced by the program.
+
+    The original program lowers to the imported module itself (the baseline is exactly what TVM
+    imported); any other program is emitted with :func:`~tvm_pet.relax.adapter.to_relax`, its
+    OPAQUE nodes as their kept Relax expressions.
+    """
+
+    def __init__(self, module: tvm.IRModule, lifted: Lifted):
+        self.module, self.lifted = module, lifted
+
+    def __call__(self, program: Program) -> tvm.IRModule:
+        if program is self.lifted.program:
+            return self.module
+        func = to_relax(program, self.lifted)
+        lowered = self.module.clone()
+        lowered[self.lifted.name] = func
+        return lowered
+
+
+def import_model(model, *, rewrites: bool = True) -> Imported:
+    """Import a model with TVM's frontend, run TVM's rewrites, and lift its ``main``.
+
+    Args:
+        model: an ONNX file path or ``ModelProto``, a ``.pt2`` file saved with
+            ``torch.export.save``, or a Relax ``IRModule``.
+        rewrites: run :func:`~tvm_pet.relax.rewrites.tvm_rewrites` first.
+
+    Returns:
+        The :class:`Imported` model.
+
+    Raises:
+        ModelError: a file that cannot be read, or that TVM's frontend cannot import.
+        PetError: a ``.pt2`` file without torch installed (the message names the extra).
+    """
+    module, kind, onnx_model = _read(model)
+    if rewrites:
+        module = _run(tvm_rewrites, module, "TVM's graph rewrites")
+    if "main" not in [gv.name_hint for gv in module.functions]:
+        raise ModelError(f"{_name(model)}: the imported module has no 'main' function")
+    lifted = from_relax(module["main"])
+    return Imported(module, lifted, kind, REWRITES if rewrites else (), onnx_model)
+
+
+def _read(model) -> tuple[tvm.IRModule, str, object | None]:
+    """The model as TVM imports it: (module, kind, ONNX model or None)."""
+    if isinstance(model, tvm.IRModule):
+        return model, "relax", None
+    if hasattr(model, "SerializeToString"):
+        return _from_onnx(model, "the ONNX model"), "onnx", model
+    path = pathlib.Path(os.fspath(model))
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    if path.suffix == ".pt2":
+        return _from_pt2(path), "torch.export", None
+    onnx_model = _load_onnx(path)
+    return _from_onnx(onnx_model, str(path)), "onnx", onnx_model
+
+
+def _load_onnx(path: pathlib.Path):
+    import onnx
+    try:
+        return onnx.load(str(path))
+    except Exception as e:  # protobuf raises DecodeError and others for a file that is not ONNX
+        raise ModelError(f"{path}: not a valid ONNX model ({type(e).__name__}: "
+                         f"{_first_line(e)}); for a torch.export program, save it with the .pt2 "
+                         f"suffix") from None
+
+
+def _check_onnx_inputs(onnx_model, name: str) -> None:
+    """Refuse graph inputs without static positive dimensions (TVM would make them symbolic,
+    and a symbolic shape cannot be timed or searched)."""
+    initializers = {t.name for t in onnx_model.graph.initializer}
+    for vi in onnx_model.graph.input:
+        if vi.name in initializers or not vi.type.HasField("tensor_type"):
+            continue
+        shape = vi.type.tensor_type.shape if vi.type.tensor_type.HasField("shape") else None
+        if shape is None:
+            raise ModelError(f"{name}: input {vi.name!r} has no shape; tvm-pet optimize needs "
+                             f"static input shapes")
+        for axis, d in enumerate(shape.dim):
+            if not d.HasField("dim_value"):
+                label = repr(d.dim_param) if d.dim_param else "unknown"
+                raise ModelError(f"{name}: input {vi.name!r} has a dynamic dimension ({label}) at "
+                                 f"axis {axis}; tvm-pet optimize needs static input shapes: fix "
+                                 f"it, e.g. with onnx.tools.update_model_dims."
+                                 f"update_inputs_outputs_dims")
+            if d.dim_value < 1:
+                raise ModelError(f"{name}: input {vi.name!r} has a zero-size dimension at axis "
+                                 f"{axis}; tvm-pet optimize needs positive static dimensions")
+
+
+def _from_onnx(onnx_model, name: str) -> tvm.IRModule:
+    from tvm.relax.frontend.onnx import from_onnx
+    _check_onnx_inputs(onnx_model, name)
+    return _run(lambda m: from_onnx(m, keep_params_in_input=False), onnx_model,
+                f"TVM's ONNX frontend on {name}")
+
+
+def _from_pt2(path: pathlib.Path) -> tvm.IRModule:
+    try:
+        import torch
+    except ImportError:
+        raise PetError(f"{path} is a torch.export program: reading it needs torch "
+                       f"({TORCH_EXTRA})") from None
+    from tvm.relax.frontend.torch import from_exported_program
+    try:
+        program = torch.export.load(str(path))
+    except Exception as e:  # torch raises several kinds for a file it did not write
+        raise ModelError(f"{path}: torch.export.load cannot read it ({type(e).__name__}: "
+                         f"{_first_line(e)}); save it with torch.export.save") from None
+    return _run(lambda p: from_exported_program(p, keep_params_as_input=False), program,
+                f"TVM's torch frontend on {path}")
+
+
+def _run(step, value, what: str):
+    """``step(value)``, with any failure of TVM's code turned into a :class:`ModelError` that
+    names the step (TVM raises its own error types, Python's, and asserts)."""
+    try:
+        return step(value)
+    except PetError:
+        raise
+    except Exception as e:
+        raise ModelError(f"{what} failed: {type(e).__name__}: {_first_line(e)}") from None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+def _name(model) -> str:
+    return "the model" if hasattr(model, "SerializeToString") else str(model)
+
