@@ -176,8 +176,11 @@ def _print_trust(report) -> None:
     print(f"  imported with {source['frontend']} in {source['load_time_s']:.1f} s; "
           f"TVM rewrites on both sides: {rewrites}")
     opaque = ", ".join(f"{k} x{v}" for k, v in cov["opaque"].items()) or "none"
-    print(f"  coverage: {cov['subprograms']} multi-linear subprograms searched; left opaque: "
-          f"{opaque}")
+    flops = (f"{100 * cov['coverage']:.1f}% of linear FLOPs in " if "coverage" in cov else "")
+    print(f"  coverage: {flops}{cov['subprograms']} multi-linear subprograms searched; "
+          f"left opaque: {opaque}")
+    if facts.get("records_plan"):
+        print(f"  {facts['records_plan']}")
     print(f"  {report.kernels_line()}")
     c = report.confirmation
     budget = "unbounded" if c.budget_s is None else f"{c.budget_s:.0f} s"
@@ -247,6 +250,14 @@ def _progress_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tvm-pet", description="PET for Apache TVM")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_verify(sub)
+    _add_explore(sub)
+    _add_optimize_and_tune(sub)
+    _add_model_and_example(sub)
+    return parser
+
+
+def _add_verify(sub) -> None:
     v = sub.add_parser("verify", help="where do two multi-linear ONNX models differ?")
     v.add_argument("original")
     v.add_argument("candidate")
@@ -255,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--max-boxes", type=int, default=20, help="boxes listed per output")
     v.set_defaults(func=_cmd_verify)
+
+
+def _add_explore(sub) -> None:
     x = sub.add_parser("explore", help="list verified mutants of every multi-linear subprogram")
     x.add_argument("model")
     x.add_argument("--depth", type=int, default=3, help="most operators per mutant (default 3)")
@@ -267,12 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="explore the model as TVM imports it, without TVM's graph rewrites")
     _progress_flags(x)
     x.set_defaults(func=_cmd_explore)
+
+
+def _add_optimize_and_tune(sub) -> None:
     for name, helptext in (("optimize", "optimize an ONNX or torch.export (.pt2) model with PET "
                                         "for a TVM target"),
                            ("tune", "tune a model's kernels and its promising mutants")):
         o = sub.add_parser(name, help=helptext)
         o.add_argument("model")
-        o.add_argument("--target", default="llvm", help="llvm (default) or cuda")
+        o.add_argument("--target", default="llvm",
+                       help="llvm (default: this CPU), e.g. 'llvm -mcpu=haswell', or cuda")
         o.add_argument("--trials", type=int, default=0 if name == "optimize" else 64,
                        help="MetaSchedule trials per task (optimize: 0 = use the records only)")
         o.add_argument("--depth", type=int, default=3)
@@ -305,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
             o.set_defaults(func=_cmd_optimize)
         else:
             o.set_defaults(func=_cmd_tune)
+
+
+def _add_model_and_example(sub) -> None:
     m = sub.add_parser("model", help="write a seeded model of the zoo as ONNX")
     m.add_argument("name", help="e.g. dilated_conv, conv5x5, two_1x1_convs, three_matmuls, "
                                 "csrnet_backend, resnet18, bert_encoder")
@@ -314,7 +335,6 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("name", choices=EXAMPLES)
     e.add_argument("dir")
     e.set_defaults(func=_cmd_example)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

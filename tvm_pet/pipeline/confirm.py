@@ -347,8 +347,9 @@ def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolch
         return _timed(_nothing_to_confirm(baseline, bench), start, budget_s)
     looks: list[Look] = []
     notes: list[str] = []
+    trial: _Trial | None = None  # the latest candidate's look
     for index, candidate in enumerate(candidates):
-        if index > 0 and _cannot_pay(bench, baseline.call_s, len(candidates) - index):
+        if trial is not None and _cannot_pay(bench, baseline.call_s, len(candidates) - index):
             notes.append(f"{len(candidates) - index} runner(s)-up not timed: the budget of "
                          f"{budget_s:.0f} s was spent")
             return _timed(Confirmation(tuple(looks), trial.timings, None, trial.baseline,

@@ -72,6 +72,8 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     program = loaded.program
     check_tensor_sizes(program)
     toolchain = _toolchain_for(loaded, options, toolchain)
+    plan = toolchain.records_plan(toolchain.lower(program), options.trials)
+    progress.note(plan)  # before anything slow: which kernels are tuned, and what happens
     mutants = MutantCache()  # one generator cache for the run: tune and search share it
     if tuning is None:  # 1-2. tune the original and the promising mutants
         tuning = (tune_model(program, config, options, toolchain, mutants)
@@ -92,8 +94,10 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     # the report, and the artifacts that were checked
     with progress.step("counting the kernels the records schedule"):
         kernels = toolchain.kernel_records(confirmation.baseline.module)
+    searched = frozenset(s.subprogram for s in found.result.subsets)
     report = make_report(loaded, toolchain, tuning, found, confirmation, inputs,
-                         kernels=kernels, total_time_s=time.perf_counter() - start)
+                         kernels=kernels, total_time_s=time.perf_counter() - start,
+                         records_plan=plan, flops_coverage=toolchain.coverage(program, searched))
     final = confirmation.chosen.program if confirmation.keep else program
     with progress.step("writing the artifacts"):
         return write_artifacts(out, report, final, toolchain, list(inputs.values()))

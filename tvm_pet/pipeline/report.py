@@ -57,6 +57,9 @@ class Report:
         optimized_onnx: the path of ``optimized.onnx``, or why it was not written (set by
             :func:`write_artifacts`).
         total_time_s: the run's wall time up to the report.
+        records_plan: the records plan stated before the run (own, borrowed, untuned kernels).
+        flops_coverage: linear FLOPs inside the searched subprograms over all
+            (``Toolchain.coverage``), merged into ``coverage``.
     """
 
     model: str
@@ -70,6 +73,8 @@ class Report:
     kernels: tuple[int, int] | None = None
     optimized_onnx: str | None = None
     total_time_s: float | None = None
+    records_plan: str | None = None
+    flops_coverage: Mapping | None = None
 
     @property
     def untuned(self) -> bool:
@@ -160,7 +165,9 @@ class Report:
         return {
             "source": loaded.to_json() if loaded else None,
             "tvm_rewrites": list(loaded.rewrites) if loaded else [],
-            "coverage": coverage(loaded.program) if loaded else None,
+            "coverage": ({**coverage(loaded.program), **(self.flops_coverage or {})}
+                         if loaded else None),
+            "records_plan": self.records_plan,
             "kernels": kernels, "confirmation": self.confirmation.to_json(),
             "optimized_onnx": self.optimized_onnx, "total_time_s": self.total_time_s,
         }

@@ -64,6 +64,16 @@ class Toolchain(Protocol):
         """The program as a module the toolchain compiles."""
         ...
 
+    def records_plan(self, module: Any, trials: int) -> str:
+        """One line, before anything slow: which of ``module``'s kernels have records (the
+        target's own, borrowed from a compatible target, none) and what the run does."""
+        ...
+
+    def coverage(self, program: Program, searched: frozenset[str]) -> dict:
+        """How much of the model's linear FLOPs lie in the searched subprograms (``searched``:
+        their names), for the report; ``{}`` when the toolchain cannot tell."""
+        ...
+
     def kernel_records(self, module: Any) -> tuple[int, int]:
         """``(kernels, kernels the records schedule)`` of ``module`` as :meth:`build` builds it."""
         ...

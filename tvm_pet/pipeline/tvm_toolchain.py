@@ -27,10 +27,12 @@ from tvm_pet.io import quiet_native_stderr
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.load import InputSpec, LoadedModel
 from tvm_pet.relax.adapter import program_to_module
+from tvm_pet.relax.coverage import coverage as relax_coverage
 from tvm_pet.relax.frontends import ModuleLowering, import_model
 from tvm_pet.tune.compile import apply_records, build_with_records, extract_tasks, prepare
 from tvm_pet.tune.measured_cost import MeasuredCost
 from tvm_pet.tune.records import default_records_dir, open_database, workload_records
+from tvm_pet.tune.records_plan import records_plan
 from tvm_pet.tune.targets import resolve_target
 from tvm_pet.tune.timing import Timing, time_interleaved
 from tvm_pet.tune.tuner import TuneStats, tune
@@ -95,6 +97,19 @@ class TVMToolchain:
     def lower(self, program: Program) -> tvm.IRModule:
         """The program as a Relax module (into the imported module, for a loaded model)."""
         return self._lower(program)
+
+    def records_plan(self, module: tvm.IRModule, trials: int) -> str:
+        """The records plan of ``module`` (:func:`~tvm_pet.tune.records_plan.records_plan`)."""
+        return records_plan(module, self.target, self.records_dir).summary(trials)
+
+    def coverage(self, program: Program, searched: frozenset[str]) -> dict:
+        """Linear FLOPs searched over all, from the imported module (:mod:`tvm_pet.relax.coverage`);
+        ``{}`` for a program lowered on its own."""
+        if not isinstance(self._lower, ModuleLowering):
+            return {}
+        lifted = self._lower.lifted
+        cov = relax_coverage(self._lower.module[lifted.name], lifted.name, lifted, searched)
+        return {**cov.to_json(), "summary": cov.summary_line()}
 
     def kernel_records(self, module: tvm.IRModule) -> tuple[int, int]:
         """``(kernels, kernels scheduled from the records)`` of the module as it is built."""

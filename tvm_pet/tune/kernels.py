@@ -25,6 +25,10 @@ from tvm_pet.tune.compile import extract_tasks
 from tvm_pet.tune.targets import resolve_target
 
 
+#: The shortest sample of a kernel measurement, in milliseconds.
+MIN_SAMPLE_MS = 20
+
+
 @dataclass(frozen=True, slots=True)
 class KernelTime:
     """Estimated time of one task, per call; ``source`` is ``"tuned"``, ``"borrowed"`` (a
@@ -115,5 +119,9 @@ def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
         value = (rng.standard_normal(shape) if dtype.startswith(("float", "bfloat"))
                  else np.zeros(shape))
         args.append(tvm.runtime.tensor(value.astype(dtype), device))
-    timer = rt_mod.time_evaluator("main", device, number=1, repeat=repeat)
+    # one untimed call first; each sample lasts at least MIN_SAMPLE_MS (a fast kernel is averaged
+    # over several calls), so that one cold or interrupted call does not become the cached cost
+    timer = rt_mod.time_evaluator("main", device, number=1, repeat=repeat,
+                                  min_repeat_ms=MIN_SAMPLE_MS)
+    rt_mod["main"](*args)
     return float(statistics.median(timer(*args).results))
