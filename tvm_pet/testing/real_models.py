@@ -158,3 +158,12 @@ def max_relative_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
         raise ValueError(f"{len(got)} outputs, expected {len(want)}")
     return max(float(np.abs(g - w).max()) / (1.0 + float(np.abs(w).max()))
                for g, w in zip(got, want))
+
+
+def library_outputs(path, inputs) -> list[np.ndarray]:
+    """The outputs of a library written by ``tvm-pet optimize`` (``optimized.so``) on ``inputs``
+    (NumPy arrays, in the module's input order)."""
+    import tvm
+    from tvm import relax
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
+    return _flat(vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs]))
