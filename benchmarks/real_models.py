@@ -70,8 +70,10 @@ def run_model_onnx(name: str, size: int | None, work: pathlib.Path) -> dict:
     model, inputs = build_torch_model(name, size=size)
     path = work / f"{name}.onnx"
     names = [f"in{i}" for i in range(len(inputs))]
+    # BERT's forward takes the mask by keyword (its third positional parameter is another)
+    args = (inputs[0], {"attention_mask": inputs[1]}) if name == "bert" else tuple(inputs)
     with torch.no_grad():
-        torch.onnx.export(model, tuple(inputs), str(path), dynamo=False, opset_version=17,
+        torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17,
                           input_names=names)
     start = time.perf_counter()
     report = optimize(str(path), work / name, SearchConfig(time_limit=60.0),

@@ -123,8 +123,22 @@ def import_model(model, *, rewrites: bool = True) -> Imported:
         module = _run(tvm_rewrites, module, "TVM's graph rewrites")
     if "main" not in [gv.name_hint for gv in module.functions]:
         raise ModelError(f"{_name(model)}: the imported module has no 'main' function")
-    lifted = from_relax(module["main"])
+    try:
+        lifted = from_relax(module["main"])
+    except PetError as e:
+        raise _non_float_inputs(module["main"], e) or e
     return Imported(module, lifted, kind, REWRITES if rewrites else (), onnx_model)
+
+
+def _non_float_inputs(func: relax.Function, error: PetError) -> ModelError | None:
+    """The error to give when a model cannot be lifted because none of its inputs is float32:
+    it names them and their dtypes (None when some input is float32)."""
+    dtypes = {p.name: getattr(p.ty, "dtype", None) for p in func.params}
+    if any(d == "float32" for d in dtypes.values()):
+        return None
+    named = ", ".join(f"{n!r} is {d}" for n, d in dtypes.items())
+    return ModelError(f"input {named}: PET rewrites float32 computation only, and this model "
+                      f"computes nothing in float32 ({error})")
 
 
 def _read(model) -> tuple[tvm.IRModule, str, object | None]:
