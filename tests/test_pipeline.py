@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 
+from tests.dilated import dilated_chain
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import Op
-from tvm_pet.ir.builder import ProgramBuilder
 from tvm_pet.pipeline import DriverOptions, TuneSummary, optimize, tune_model
 from tvm_pet.pipeline.confirm import confirm
 from tvm_pet.pipeline.plan import pick_mutants
@@ -129,17 +129,6 @@ class FakeToolchain:
         return False
 
 
-def dilated_chain(layers=2, channels=4, size=8):
-    """Dilated 3x3 convs (pad 2), each with a bias and a ReLU."""
-    rng = np.random.default_rng(2)
-    b = ProgramBuilder("chain")
-    h = b.input("x", (1, channels, size, size))
-    for k in range(layers):
-        h = b.conv(h, b.weight(f"w{k}", rng.standard_normal((channels, channels, 3, 3)) * 0.3),
-                   pads=2, dilations=2)
-        h = b.add(h, b.weight(f"b{k}", rng.standard_normal((1, channels, 1, 1))))
-        (h,) = b.opaque("Relu", [h])
-    return b.build([h])
 
 
 def dilated_onnx(path: pathlib.Path) -> pathlib.Path:
@@ -207,7 +196,7 @@ def test_pick_mutants_keeps_earlier_picks_and_screens_the_rest():
 
 
 def test_the_tune_stage_and_the_search_share_one_generator_cache():
-    program = dilated_chain()
+    program = dilated_chain(layers=2)
     config = SearchConfig(rounds=1, time_limit=120)
     toolchain = FakeToolchain()
     mutants = MutantCache()

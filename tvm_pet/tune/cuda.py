@@ -34,7 +34,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import tvm
 
 from tvm_pet.errors import PetError
@@ -280,20 +279,14 @@ def measure_primfunc_cuda(task_mod: tvm.IRModule, target=None, *, repeat: int = 
     Raises:
         PetError: when this machine has no CUDA GPU (or TVM's CUDA runtime is not loaded).
     """
-    from tvm.s_tir import meta_schedule as ms
 
     target = resolve_target(target if target is not None else "cuda")
     if not gpu_present():
         raise PetError("timing an untuned CUDA kernel needs a CUDA GPU; this machine has none "
                        "(tvm-pet optimize --dry-run builds without one)")
+    from tvm_pet.tune.kernels import random_args
     rt_mod = build_untuned(task_mod, target)
     device = tvm.cuda(0)
-    rng = np.random.default_rng(seed)
-    args = []
-    for info in ms.arg_info.ArgInfo.from_prim_func(task_mod["main"]):
-        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
-        value = (rng.standard_normal(shape) if dtype.startswith(("float", "bfloat"))
-                 else np.zeros(shape))
-        args.append(tvm.runtime.tensor(value.astype(dtype), device))
+    args = random_args(task_mod, device, seed)
     timer = rt_mod.time_evaluator("main", device, number=10, repeat=repeat, min_repeat_ms=20)
     return float(statistics.median(timer(*args).results))

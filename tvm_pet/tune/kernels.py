@@ -110,18 +110,24 @@ def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
         raise PetError(f"measuring untuned kernels needs a local device; target {target} is not "
                        "llvm (tune the task, or measure it on the GPU machine)")
     rt_mod = fast_build(task_mod, target, None)  # scheduled ones may hold layout-rewrite blocks
-    rng = np.random.default_rng(seed)
     device = tvm.cpu()
-    args = []
-    for info in ms.arg_info.ArgInfo.from_prim_func(task_mod["main"]):
-        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
-        # integer arguments are indices (take, gather): zeros are always in bounds
-        value = (rng.standard_normal(shape) if dtype.startswith(("float", "bfloat"))
-                 else np.zeros(shape))
-        args.append(tvm.runtime.tensor(value.astype(dtype), device))
+    args = random_args(task_mod, device, seed)
     # one untimed call first; each sample lasts at least MIN_SAMPLE_MS (a fast kernel is averaged
     # over several calls), so that one cold or interrupted call does not become the cached cost
     timer = rt_mod.time_evaluator("main", device, number=1, repeat=repeat,
                                   min_repeat_ms=MIN_SAMPLE_MS)
     rt_mod["main"](*args)
     return float(statistics.median(timer(*args).results))
+
+
+def random_args(task_mod: tvm.IRModule, device, seed: int = 0) -> list:
+    """Arguments for a task's ``main`` on ``device``: standard normal floats, and zeros for
+    integer arguments (indices of take or gather: zeros are always in bounds)."""
+    rng = np.random.default_rng(seed)
+    args = []
+    for info in ms.arg_info.ArgInfo.from_prim_func(task_mod["main"]):
+        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
+        value = (rng.standard_normal(shape) if dtype.startswith(("float", "bfloat"))
+                 else np.zeros(shape))
+        args.append(tvm.runtime.tensor(value.astype(dtype), device))
+    return args
