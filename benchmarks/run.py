@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import pathlib
 import resource
 import statistics
@@ -116,6 +117,10 @@ def _child(args) -> dict:
         "new_trials": report["new_trials"], "trials_per_task": args.trials,
         "applied": [a["mutant"] for a in report["applied"]],
         "search_stop": report["search"].get("stop"),
+        # what the figures stand on: the kernels' records, and TVM's rewrites on both sides
+        "records_plan": report.get("records_plan"),
+        "kernels": (report.get("kernels") or {}).get("summary"),
+        "tvm_rewrites": report.get("tvm_rewrites"),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
@@ -180,7 +185,7 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
     kept = [r["speedup_pet_vs_tvm"] if r["kept"] == "optimized" else 1.0 for r in table3]
     result = {
         "target": run["target"], "run": run,
-        "machine": "2-core x86-64 (AVX-512), no GPU" if run["target"] == "llvm" else run["target"],
+        "machine": _machine(run["target"]),
         "budget_held_equal": "trials per task: TVM and PET+TVM build with the same records "
                              + (f"(the shipped ones, {SHIPPED_TRIALS} trials per task"
                                 + (f"; a close call is tuned again on both sides to "
@@ -205,6 +210,12 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
     return path
 
 
+def _machine(target: str) -> str:
+    """This machine as the target sees it (its records key: CPU level and cores)."""
+    from tvm_pet.tune.targets import resolve_target, target_dir
+    return f"{target_dir(resolve_target(target))}, {os.cpu_count()} logical CPUs"
+
+
 def markdown(rows: list[dict], result: dict) -> str:
     lines = ["| model | batch | kept | TVM ms | PET+TVM ms | onnxruntime ms | PET / TVM | "
              "PET / onnxruntime | search s | tuning s | peak MB | max abs err (orig / ort) |",
@@ -226,6 +237,11 @@ def markdown(rows: list[dict], result: dict) -> str:
     geo = result["table3_geomean_pet_vs_tvm"]
     lines += ["", f"Target {result['target']}; budget held equal: {result['budget_held_equal']}; "
               f"{result['timing']}. Times are median [min–max]."]
+    lines += ["", "What each row's kernels stood on (measured, not assumed):"]
+    for r in rows:
+        if "error" not in r:
+            plan = r.get("records_plan") or "records not reported"
+            lines.append(f"- {r['model']} (batch {r['batch']}): {plan}; {r.get('kernels') or ''}")
     if geo is not None:
         lines.append(f"Table-3 geo-mean PET / TVM: ×{geo:.3f} (×1 where the original was kept; "
                      f"geo-mean of the measured ratios ×{result['table3_geomean_measured_ratios']:.3f}).")
