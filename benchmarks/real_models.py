@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from tvm_pet.testing.real_models import (FULL_SIZE, MODELS, build_torch_model,  # noqa: E402
-                                         library_outputs,
+                                         library_outputs, positional_bert,
                                          max_relative_error, to_relax_module, torch_outputs,
                                          tvm_outputs)
 
@@ -62,23 +62,6 @@ def run_model(name: str, size: int | None) -> dict:
             "pass_s": pass_s, "export_s": export_s, "summary": cov.summary_line()}
 
 
-def _Positional(bert):
-    """BERT with (token ids, attention mask) as positional inputs and its two outputs as a tuple:
-    its own forward takes the mask by keyword, which the TorchScript exporter cannot pass."""
-    import torch
-
-    class Positional(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, ids, mask):
-            out = self.bert(input_ids=ids, attention_mask=mask)
-            return out.last_hidden_state, out.pooler_output
-
-    return Positional().eval()
-
-
 def run_model_onnx(name: str, size: int | None, work: pathlib.Path) -> dict:
     """One model through ONNX and ``optimize``; the row of the results table."""
     import torch
@@ -88,7 +71,7 @@ def run_model_onnx(name: str, size: int | None, work: pathlib.Path) -> dict:
     path = work / f"{name}.onnx"
     names = [f"in{i}" for i in range(len(inputs))]
     with torch.no_grad():
-        torch.onnx.export(_Positional(model) if name == "bert" else model, tuple(inputs),
+        torch.onnx.export(positional_bert(model) if name == "bert" else model, tuple(inputs),
                           str(path), dynamo=False, opset_version=17, input_names=names)
     start = time.perf_counter()
     report = optimize(str(path), work / name, SearchConfig(time_limit=60.0),

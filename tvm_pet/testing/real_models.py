@@ -167,3 +167,20 @@ def library_outputs(path, inputs) -> list[np.ndarray]:
     from tvm import relax
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
     return _flat(vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs]))
+
+
+def positional_bert(bert):
+    """BERT with (token ids, attention mask) as positional inputs and its two outputs as a tuple:
+    its own forward takes the mask by keyword, which the TorchScript ONNX exporter cannot pass."""
+    import torch
+
+    class Positional(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids, mask):
+            out = self.bert(input_ids=ids, attention_mask=mask)
+            return out.last_hidden_state, out.pooler_output
+
+    return Positional().eval()
