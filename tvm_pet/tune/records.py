@@ -103,11 +103,6 @@ def default_records_dir(target: tvm.target.Target,
     return str(here)
 
 
-def has_records(records_dir: str | Path | None, target: tvm.target.Target) -> bool:
-    """Return whether the target has at least one tuning record under ``records_dir``."""
-    return records_dir is not None and count_records(records_dir, target) > 0
-
-
 def count_records(records_dir: str | Path, target: tvm.target.Target) -> int:
     """Return how many tuning records (measured candidates, failed ones included) the target has.
 
@@ -253,15 +248,6 @@ class RecordSources:
     own: Path
     borrowed: Path | None = None
 
-    def describe(self) -> str:
-        """One line for a plan: which records serve the target."""
-        own = _count_lines(self.own / RECORD_FILE)
-        text = f"{own} records of its own ({self.own})" if own else f"no records of its own ({self.own})"
-        if self.borrowed is not None:
-            text += f"; schedules borrowed from {self.borrowed.name} ({self.borrowed})"
-        return text
-
-
     def open(self) -> "OpenRecords":
         """Open the databases that exist (loading the JSON takes seconds for big ones)."""
         own = _open_dir(self.own) if _count_lines(self.own / RECORD_FILE) else None
@@ -303,17 +289,8 @@ class OpenRecords:
                 return record, borrowed
         return None, False
 
-    def count(self, task_mod: tvm.IRModule) -> int:
-        """Return how many records the task has where its schedule is read (own, else borrowed)."""
-        for database in (self.own, self.borrowed):
-            found = len(workload_records(database, task_mod)) if database is not None else 0
-            if found:
-                return found
-        return 0
 
-
-def record_sources(records_dir: str | Path, target: tvm.target.Target,
-                   borrow: bool = True) -> RecordSources:
+def record_sources(records_dir: str | Path, target: tvm.target.Target) -> RecordSources:
     """Return where the target's schedules come from (see ``RecordSources``).
 
     The compatible directory is looked for beside the target's own (under the same records root)
@@ -322,11 +299,8 @@ def record_sources(records_dir: str | Path, target: tvm.target.Target,
     Args:
         records_dir: the records root or the target's directory.
         target: the target.
-        borrow: ``False`` reads the target's own records only.
     """
     own = db_dir(records_dir, target)
-    if not borrow:
-        return RecordSources(own)
     found: dict[str, Path] = {}
     for root in (SHIPPED_RECORDS_DIR, own.parent):  # the records root's entry wins a tie
         if root.is_dir():
