@@ -110,8 +110,7 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     try:
         with _watch_interrupts() as interrupted:
             for task, task_seed in zip(tasks, ms.utils.fork_seed(seed, n=len(tasks))):
-                before = len(records.workload_records(database, task.mod)) + pruned.get(
-                    str(task.shash), 0)
+                before = _trials_done(task, database, pruned)
                 done = _already_tuned(task, before, trials, database)
                 if done is not None:
                     stats.append(done)
@@ -163,17 +162,14 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
     records.recover_pending(records_dir, target)
     database = records.open_database(records_dir, target)
     pruned = dbfile.pruned_counts(records.db_dir(records_dir, target))
-    before = {}
-    for task in extract_tasks(mod, target):
-        before[task] = len(records.workload_records(database, task.mod)) + pruned.get(
-            str(task.shash), 0)
+    before = {task: _trials_done(task, database, pruned) for task in extract_tasks(mod, target)}
     remaining = budget - sum(before.values())
     if before and remaining > 0:
         runner = _make_runner(rpc, timeout_s)
         try:
             search = TuningSearch(target, make_builder(max_workers, timeout_s), runner, seed,
                                   max_workers, trials_per_iter, [])
-            _tune_together(list(before), remaining, records_dir, target, seed, progress, search)
+            _tune_together(list(before), remaining, records_dir, progress, search)
         finally:  # its popen worker outlives the process otherwise
             runner.pool.shutdown()
     database = records.open_database(records_dir, target)
@@ -182,9 +178,10 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
                      time.perf_counter() - start)
 
 
-def _tune_together(tasks: list[Task], trials: int, records_dir, target, seed: int,
-                   progress, search: TuningSearch) -> None:
+def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
+                   search: TuningSearch) -> None:
     """Run MetaSchedule's gradient task scheduler over ``tasks`` for ``trials`` in all."""
+    target = search.target
     work_dir = records.db_dir(records_dir, target)
     callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
     if progress is not None:
@@ -198,7 +195,7 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, target, seed: in
                                        search_strategy="evolutionary", task_name=t.name,
                                        logger=logger, rand_state=s,
                                        num_threads=search.num_threads).clone()
-                    for t, s in zip(tasks, ms.utils.fork_seed(seed, n=len(tasks)))]
+                    for t, s in zip(tasks, ms.utils.fork_seed(search.seed, n=len(tasks)))]
         search.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in tasks],
                           work_dir=str(work_dir), max_trials_global=trials,
                           num_trials_per_iter=per_iter,
@@ -207,10 +204,15 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, target, seed: in
                           task_scheduler="gradient")
 
 
+def _trials_done(task: Task, database, pruned: dict[str, int]) -> int:
+    """The task's records in ``database``, and those ``dbfile.prune`` dropped: its trials so far."""
+    return len(records.workload_records(database, task.mod)) + pruned.get(str(task.shash), 0)
+
+
 def _task_stats(task: Task, before: int, database, pruned: dict[str, int]) -> TaskStats:
     """A task's statistics after tuning: records now against ``before``."""
     after = records.workload_records(database, task.mod)
-    now = len(after) + pruned.get(str(task.shash), 0)
+    now = _trials_done(task, database, pruned)
     best = records.best_record(database, task.mod)
     failed = sum(1 for rec in after if records.mean_run_secs(rec) is None)
     return TaskStats(task.name, task.weight, before, now - before, failed, 0.0,
