@@ -77,11 +77,8 @@ def records_plan(mod: tvm.IRModule, target=None,
         return RecordsPlan(target_dir(target), "", None, len(tasks), 0, 0)
     sources = records.record_sources(records_dir, target)
     opened = sources.open()
-    own = borrowed = 0
-    for task in tasks:
-        record, lent = opened.best(task.mod)
-        if record is not None:
-            borrowed, own = (borrowed + 1, own) if lent else (borrowed, own + 1)
+    found = [lent for record, lent in map(opened.best, (t.mod for t in tasks))
+             if record is not None]  # per task with a record: whether it is borrowed
     return RecordsPlan(target_dir(target), str(sources.own),
-                       sources.borrowed.name if sources.borrowed else None, len(tasks), own,
-                       borrowed)
+                       sources.borrowed.name if sources.borrowed else None, len(tasks),
+                       found.count(False), found.count(True))
