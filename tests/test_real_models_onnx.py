@@ -18,8 +18,6 @@ cost under ``slow``. Skipped without torch and torchvision
 from __future__ import annotations
 
 import os
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -27,13 +25,13 @@ import pytest
 tvm = pytest.importorskip("tvm")
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
+from tvm_pet.testing.real_models import (build_torch_model, library_outputs,  # noqa: E402
+                                         max_relative_error, stub_torchvision_meta)
+
 # torchvision's compiled _C does not load with the CPU build of torch; the model definitions do
 # not need it once its fake-kernel registrations are stubbed
-sys.modules.setdefault("torchvision._meta_registrations",
-                       types.ModuleType("torchvision._meta_registrations"))
-tv_models = pytest.importorskip("torchvision.models")
-
-from tvm import relax  # noqa: E402
+stub_torchvision_meta()
+pytest.importorskip("torchvision.models")
 
 from tvm_pet.errors import ModelError  # noqa: E402
 from tvm_pet.pipeline import DriverOptions, optimize_model  # noqa: E402
@@ -54,38 +52,11 @@ FAST = SearchConfig(depth=2, rounds=1, max_subset=2, time_limit=20.0)
 ONNX_REAL = ("squeezenet", "inception_v1", "resnet50", "shufflenet", "zfnet512")
 
 
-def build(name: str, side: int, seed: int = 0):
-    """``name`` in eval mode, seeded, with random batch-norm statistics, and an input."""
-    torch.manual_seed(seed)
-    kwargs = {"aux_logits": False, "init_weights": True} if name == "inception_v3" else {}
-    model = getattr(tv_models, name)(weights=None, **kwargs)
-    gen = torch.Generator().manual_seed(seed)
-    for m in model.modules():
-        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-            with torch.no_grad():
-                m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
-                m.running_var.copy_(torch.rand(m.num_features, generator=gen) * 0.5 + 0.75)
-                m.weight.copy_(torch.rand(m.num_features, generator=gen) * 0.5 + 0.75)
-                m.bias.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
-    return model.eval(), torch.randn(1, 3, side, side, generator=gen)
-
-
 def export(model, x, path) -> None:
     """The TorchScript ONNX exporter (opset 17): offline, no onnxscript needed."""
     with torch.no_grad():
         torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17,
                           input_names=["x"], output_names=["y"])
-
-
-def run_library(path, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The outputs of a written ``.so`` on ``inputs``."""
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(x) for x in inputs])
-    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
-
-
-def relative_error(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.abs(got - want).max()) / (1.0 + float(np.abs(want).max()))
 
 
 def optimize_file(path, out, cost: str = "analytic", config: SearchConfig = FAST) -> dict:
@@ -94,15 +65,16 @@ def optimize_file(path, out, cost: str = "analytic", config: SearchConfig = FAST
 
 
 def check_cnn(name: str, side: int, tmp_path, **optimize) -> dict:
-    model, x = build(name, side)
+    model, (x,) = build_torch_model(name, size=side)
     path = tmp_path / f"{name}.onnx"
     export(model, x, path)
     report = optimize_file(path, tmp_path / "out", **optimize)
     with torch.no_grad():
         want = model(x).numpy()
     for lib in ("baseline.so", "optimized.so"):
-        (got,) = run_library(tmp_path / "out" / lib, [x.numpy()])
-        assert relative_error(got, want) < TOLERANCE, (name, lib, relative_error(got, want))
+        got = library_outputs(tmp_path / "out" / lib, [x.numpy()])
+        error = max_relative_error(got, [want])
+        assert error < TOLERANCE, (name, lib, error)
     assert report["source"]["frontend"] == "tvm.relax.frontend.onnx.from_onnx"
     assert report["coverage"]["subprograms"] > 0, report["coverage"]
     assert report["kernels"]["total"] > 0
@@ -146,7 +118,7 @@ def check_light(name: str, tmp_path) -> dict:
     assert onnx.load(path).opset_import[0].version < 13  # older than tvm_pet's own importer
     report = optimize_file(path, tmp_path / "out")
     for lib in ("baseline.so", "optimized.so"):
-        (got,) = run_library(tmp_path / "out" / lib, inputs)
+        (got,) = library_outputs(tmp_path / "out" / lib, inputs)
         # the package's own tolerances for these models (rtol 1e-3, atol 1e-7)
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5, err_msg=f"{name} {lib}")
     return report
@@ -207,5 +179,5 @@ def test_pt2_file_goes_through_optimize(tmp_path):
     with torch.no_grad():
         want = model(x).numpy()
     for lib in ("baseline.so", "optimized.so"):
-        (got,) = run_library(tmp_path / "out" / lib, [x.numpy()])
-        assert relative_error(got, want) < TOLERANCE, lib
+        got = library_outputs(tmp_path / "out" / lib, [x.numpy()])
+        assert max_relative_error(got, [want]) < TOLERANCE, lib
