@@ -72,6 +72,11 @@ class Lifted:
             computes), in their order; the lowering emits them first, verbatim.
         outside_inputs: the program inputs that stand for float32 values computed outside:
             each input name with its expression (a Var of ``outside``, or a tuple item of one).
+        recognised: the original call of each node that a lift rule made from one call alone,
+            with its operands in the node's input order, by the node's output. The lowering
+            re-emits that call for a node still equal to it, so that a candidate's unchanged
+            operators compile to the kernels TVM imported (a spatial ``mean`` stays a mean,
+            not an ``avg_pool2d``).
     """
 
     program: Program
@@ -84,6 +89,7 @@ class Lifted:
     name: str = "main"
     outside: tuple[relax.Binding, ...] = ()
     outside_inputs: Mapping[str, relax.Expr] = dataclasses.field(default_factory=dict)
+    recognised: Mapping[str, tuple[Node, OpaqueBinding]] = dataclasses.field(default_factory=dict)
 
 
 def flatten(tree: Tree) -> list[str]:

@@ -26,7 +26,7 @@ from tvm import relax
 
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator
 from tvm_pet.ir.builder import ProgramBuilder
-from tvm_pet.ir.node import Shape
+from tvm_pet.ir.node import Node, Shape
 from tvm_pet.ir.ops import Op
 from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding, Tree, flatten, unflatten
 from tvm_pet.relax.relax_types import (F32, begins_ends, call_kind, const_ints, float32_or_void, ints,
@@ -71,6 +71,7 @@ class _Lifter:
         self.consts: dict[int, _Const] = {}
         self.scalars: dict[float, _Const] = {}
         self.opaque: dict[str, OpaqueBinding] = {}
+        self.recognised: dict[str, tuple[Node, OpaqueBinding]] = {}
         self.origins: dict[str, tuple[np.ndarray, relax.Expr]] = {}
         self.outside: list[relax.Binding] = []
         self.outside_inputs: dict[str, relax.Expr] = {}
@@ -245,7 +246,8 @@ class _Lifter:
         return Lifted(program, params, names,
                       types.MappingProxyType(self.opaque), types.MappingProxyType(self.origins),
                       outputs, types.MappingProxyType(self.attrs), self.name,
-                      tuple(self.outside), types.MappingProxyType(self.outside_inputs))
+                      tuple(self.outside), types.MappingProxyType(self.outside_inputs),
+                      types.MappingProxyType(self.recognised))
 
     def bind(self, binding) -> None:
         var, value = binding.var, binding.value
@@ -293,10 +295,26 @@ class _Lifter:
         rule = LIFT_RULES.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
         if rule is None or not is_f32(var) or not all(is_f32(a) for a in call.args):
             return None
+        emitted = len(self.b.nodes)
         result = rule(self, call, var)
         if result is not None:
             self._check(var, result)
+            if len(self.b.nodes) == emitted + 1:
+                self._keep_call(call, self.b.nodes[-1])
         return result
+
+    def _keep_call(self, call: relax.Call, node: Node) -> None:
+        """Keep ``call`` for the one node a rule made of it (:attr:`Lifted.recognised`) when the
+        node reads the call's operands, in order, unchanged."""
+        names = []
+        for arg in call.args:
+            value = self.value_of(arg) if isinstance(arg, (relax.Var, tvm.ir.expr.Constant)) \
+                else None
+            names.append(value if isinstance(value, str) else getattr(value, "name", None))
+        if tuple(names) == node.inputs and len(node.outputs) == 1:
+            leaves = tuple(zip(call.args, names))
+            self.recognised[node.outputs[0]] = (
+                node, OpaqueBinding(call, leaves, node.outputs[0], node.op.value))
 
     def _check(self, var: relax.Var, value: Value) -> None:
         """The lifted shapes must be Relax's: a mismatch is a bug in a rule, never ignored."""

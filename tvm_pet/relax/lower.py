@@ -23,8 +23,10 @@ from tvm_pet.relax.relax_types import F32, static_shape
 class _Lowerer:
     """Emits one program as a Relax function with a BlockBuilder, in one dataflow block."""
 
-    def __init__(self, program: Program, lifted: Lifted | None):
+    def __init__(self, program: Program, lifted: Lifted | None, standalone: bool = False):
         self.p, self.lifted = program, lifted
+        #: Inputs become plain parameters and nothing outside is emitted (a region of a model).
+        self.standalone = standalone
         self.bb = relax.BlockBuilder()
         self.env: dict[str, relax.Expr] = {}
         #: The re-emitted Var of each binding kept outside the program, by the old Var's handle.
@@ -32,8 +34,9 @@ class _Lowerer:
 
     def module(self) -> tvm.IRModule:
         params = self._params()
-        name = self.lifted.name if self.lifted else "main"
-        attrs = dict(self.lifted.attrs) if self.lifted and self.lifted.attrs else None
+        whole = self.lifted is not None and not self.standalone
+        name = self.lifted.name if whole else "main"
+        attrs = dict(self.lifted.attrs) if whole and self.lifted.attrs else None
         with self.bb.function(name, params, attrs=attrs):
             with self.bb.dataflow():
                 self._outside()
@@ -45,7 +48,7 @@ class _Lowerer:
 
     def _params(self) -> list[relax.Var]:
         specs = {t.name: t for t in self.p.inputs}
-        if self.lifted is None:
+        if self.lifted is None or self.standalone:
             params = [relax.Var(t.name, relax.TensorType(t.shape, F32)) for t in self.p.inputs]
             self.env.update(zip(specs, params))
             return params
@@ -67,7 +70,7 @@ class _Lowerer:
     def _outside(self) -> None:
         """Emit the bindings kept outside the program, then bind the inputs that stand for
         their float32 values."""
-        if self.lifted is None:
+        if self.lifted is None or self.standalone:
             return
         for binding in self.lifted.outside:
             value = substitute(binding.value, self.renamed)
@@ -106,8 +109,13 @@ class _Lowerer:
         return self.p.shapes[name]
 
     def _node(self, node: Node) -> None:
+        kept = self.lifted.recognised.get(node.outputs[0]) if self.lifted else None
         try:
-            results = LOWER_RULES[node.op](self, node, [self.expr(i) for i in node.inputs])
+            args = [self.expr(i) for i in node.inputs]
+            if kept is not None and kept[0] == node:  # unchanged: the call TVM imported
+                results = [kept[1].rebuild(args, self.renamed)]
+            else:
+                results = LOWER_RULES[node.op](self, node, args)
         except PetError as e:
             raise type(e)(f"while lowering `{node.describe()}` to Relax: {e}") from None
         for name, value in zip(node.outputs, results):
