@@ -99,3 +99,21 @@ def program_to_module(program: Program) -> tvm.IRModule:
     ['x']
     """
     return _Lowerer(program, None).module()
+
+
+def region_to_module(program: Program, lifted: Lifted | None = None) -> tvm.IRModule:
+    """A module whose ``main`` computes ``program``, a region cut out of a lifted model
+    (:func:`tvm_pet.search.region.fusion_region`): its inputs become parameters, its OPAQUE nodes
+    their kept expressions, and nothing the model computes outside the program is emitted.
+
+    Raises:
+        UnsupportedOperator: an OPAQUE expression reads a value computed outside the program
+            (a mask, a shape), which a region cannot give it.
+    """
+    mod = _Lowerer(program, lifted, standalone=True).module()
+    try:
+        relax.analysis.well_formed(mod)  # raises on a Var that is not defined in the module
+    except ValueError as e:
+        raise UnsupportedOperator(f"{program.name} reads a value computed outside it "
+                                  f"({e}); it is costed in the whole model instead") from None
+    return mod

@@ -32,7 +32,7 @@ from tvm import relax
 
 from tvm_pet.errors import ModelError, PetError
 from tvm_pet.ir.node import Program
-from tvm_pet.relax.adapter import Lifted, from_relax, to_relax
+from tvm_pet.relax.adapter import Lifted, from_relax, region_to_module, to_relax
 from tvm_pet.relax.rewrites import REWRITES, tvm_rewrites
 
 #: The TVM frontend used for each kind of model, in words for the report.
@@ -101,6 +101,11 @@ class ModuleLowering:
         lowered = self.module.clone()
         lowered[self.lifted.name] = func
         return lowered
+
+    def region(self, program: Program) -> tvm.IRModule:
+        """A region of a candidate (:mod:`tvm_pet.search.region`) as a module of its own, its
+        OPAQUE nodes as their kept expressions (:func:`~tvm_pet.relax.adapter.region_to_module`)."""
+        return region_to_module(program, self.lifted)
 
 
 def import_model(model, *, rewrites: bool = True) -> Imported:

@@ -35,6 +35,7 @@ from tvm_pet.search.generator import generate
 from tvm_pet.search.mutant_cache import MutantCache
 from tvm_pet.search.partition import Subprogram, extract, partition, replace_subprogram
 from tvm_pet.search.postopt import post_optimize
+from tvm_pet.search.region import fusion_region
 from tvm_pet.search.progress import progress
 
 
@@ -255,6 +256,7 @@ class Optimizer:
         self.keys = self.mutants.weight_keys
         self.seen: set[tuple] = set()  # subsets this optimizer listed: "cached" in its reports
         self.costs: dict[tuple, float] = {}
+        self.differences: dict[tuple, float | None] = {}
         self.deadline = None if config.time_limit is None else time.perf_counter() + config.time_limit
 
     def mutants_of(self, program: Program, subset: Sequence[int], name: str):
@@ -284,6 +286,27 @@ class Optimizer:
         if key not in self.costs:
             self.costs[key] = self.cost_model.cost(program)
         return self.costs[key]
+
+    def rewrite_cost(self, program: Program, cost_now: float, part: Subprogram,
+                     corrected: Program, new: Program) -> float:
+        """The cost of ``new``: ``program`` (costing ``cost_now``) with ``part`` replaced by
+        ``corrected``.
+
+        A cost model with a ``difference(before, after)`` method (the measured one) costs the
+        rewrite from its fusion region (:func:`~tvm_pet.search.region.fusion_region`), memoized by
+        the region's structure; without one, or when the region is too large or cannot be costed
+        alone (``difference`` returns None), ``new`` is costed whole.
+        """
+        difference = getattr(self.cost_model, "difference", None)
+        region = None if difference is None else fusion_region(program, part)
+        after = None if region is None else region.after(part, corrected)
+        if after is None:
+            return self.cost(new)
+        key = (canonical(region.before, self.keys)[0], canonical(after, self.keys)[0])
+        if key not in self.differences:
+            self.differences[key] = difference(region.before, after)
+        delta = self.differences[key]
+        return self.cost(new) if delta is None else cost_now + delta
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
@@ -381,9 +404,9 @@ def _single_mutations(opt: Optimizer, entry: _Entry, seen: set, label: str
                     continue
                 seen.add(key)
                 # with additive costs only the replaced part changes, so only small
-                # programs are costed; otherwise the whole candidate is
+                # programs are costed; otherwise the region around it (or the whole candidate)
                 c = (cost_now - part_cost + opt.cost(corrected) if additive
-                     else opt.cost(new))
+                     else opt.rewrite_cost(prog, cost_now, part, corrected, new))
                 step = Applied(sub.name, _op_names(part.program.nodes), mutant.ops,
                                mutant.partially_equivalent, mutant.corrected_boxes, cost_now, c)
                 fresh.append((c, new, history + [step]))

@@ -10,7 +10,7 @@ target and structural hash (:class:`tvm_pet.tune.records.UntunedTimes`). The mea
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm_pet.errors import PetError
 from tvm_pet.tune import records
 from tvm_pet.tune.builder import fast_build
-from tvm_pet.tune.compile import extract_tasks
+from tvm_pet.tune.compile import Task, extract_tasks
 from tvm_pet.tune.targets import resolve_target
 
 
@@ -66,6 +66,17 @@ def kernel_times(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
         One ``KernelTime`` per task; the module's estimate is ``sum(k.weight * k.seconds)``.
     """
     target = resolve_target(target)
+    return task_times(extract_tasks(mod, target), target, records_dir, cache=cache,
+                      repeat=repeat, database=database, measure_untuned=measure_untuned)
+
+
+def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = None, *,
+               cache: records.UntunedTimes | None = None, repeat: int = 3,
+               database: records.OpenRecords | ms.database.Database | None = None,
+               measure_untuned: Callable[..., float] | None = None) -> list[KernelTime]:
+    """:func:`kernel_times` of tasks already extracted (``tune.compile.extract_tasks``), so that a
+    caller can time only some of a module's tasks; same arguments otherwise."""
+    target = resolve_target(target)
     measure = measure_untuned or measure_primfunc
     if cache is None or database is None:
         opened_db, opened_cache = records.costing_sources(records_dir, target)
@@ -73,7 +84,7 @@ def kernel_times(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
         cache = opened_cache if cache is None else cache
     opened = records.OpenRecords.of(database)
     times = []
-    for task in extract_tasks(mod, target):
+    for task in tasks:
         record, borrowed = opened.best(task.mod)
         seconds = records.mean_run_secs(record) if record is not None else None
         if seconds is not None and not borrowed:

@@ -12,8 +12,10 @@ Costing a subprogram on its own would be wrong here: TVM fuses a mutant's last k
 non-linear operator after it (conv + bias + ReLU is one kernel), so a standalone subprogram's
 kernels are not the ones the model runs, and their tuning records do not apply.
 
-Because of that fusion the cost is not additive over subprograms (``additive = False``): the
-optimizer costs every candidate as a whole program.
+Because of that fusion the cost is not additive over subprograms (``additive = False``). The
+optimizer costs one candidate from its fusion region instead (:mod:`tvm_pet.search.region`):
+:meth:`MeasuredCost.difference` compiles the region before and after the rewrite, and times only
+the kernels that differ, so a whole-model search does not compile the whole model per candidate.
 
 Untuned CPU kernels are naive loops (``shared/CALIBRATION.md``): mixing tuned and untuned times
 is unfair to whichever side is untuned. Mutant kernels without records therefore look slow, and
@@ -22,14 +24,17 @@ changing nothing.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import tvm
 
-from tvm_pet.ir.node import Program
-from tvm_pet.relax.adapter import program_to_module
+from tvm_pet.errors import PetError
 from tvm_pet.ir.keys import canonical
-from tvm_pet.tune.kernels import kernel_times
+from tvm_pet.ir.node import Program
+from tvm_pet.relax.adapter import program_to_module, region_to_module
+from tvm_pet.tune.compile import Task, extract_tasks
+from tvm_pet.tune.kernels import kernel_times, task_times
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.targets import resolve_target
 
@@ -43,7 +48,10 @@ class MeasuredCost:
         tuned: use tuning records where they exist; ``False`` measures every kernel untuned
             (the cheap screen of ``tvm-pet tune``, fair between original and mutants).
         lower: Program -> Relax module (default :func:`~tvm_pet.relax.adapter.program_to_module`;
-            ``optimize`` passes the model's lowering into the module TVM imported).
+            ``optimize`` passes the model's lowering into the module TVM imported). Its
+            ``region`` method, when it has one, lowers a region on its own (default
+            :func:`~tvm_pet.relax.adapter.region_to_module`).
+        measure_untuned: times one kernel without records (default: built and timed here).
     """
 
     name = "measured"
@@ -51,11 +59,17 @@ class MeasuredCost:
     additive = False
 
     def __init__(self, target="llvm", records_dir=None, tuned: bool = True,
-                 lower: Callable[[Program], tvm.IRModule] | None = None):
+                 lower: Callable[[Program], tvm.IRModule] | None = None,
+                 measure_untuned: Callable[..., float] | None = None):
         self.target = resolve_target(target)
         self.lower = lower or program_to_module
+        self.lower_region = getattr(self.lower, "region", region_to_module)
         self.records_dir = (records_dir or default_records_dir(self.target)) if tuned else None
+        self.measure_untuned = measure_untuned
         self._memo: dict = {}
+        self._regions: dict = {}
+        #: Regions that could not be lowered on their own (their candidates were costed whole).
+        self.regions_refused = 0
         self._opened = None  # (database or None, untuned-times cache), opened on first use
 
     def cost(self, program: Program) -> float:
@@ -68,9 +82,51 @@ class MeasuredCost:
         if key not in self._memo:
             database, cache = self._open()
             times = kernel_times(self.lower(program), self.target, self.records_dir,
-                                 cache=cache, database=database)
+                                 cache=cache, database=database,
+                                 measure_untuned=self.measure_untuned)
             self._memo[key] = {t.shash: (t.weight, t.seconds) for t in times}
         return self._memo[key]
+
+    def difference(self, before: Program, after: Program) -> float | None:
+        """Seconds a rewrite adds to a run (negative: saves), from its fusion region.
+
+        ``before`` and ``after`` are the region around a rewritten subset, before and after the
+        rewrite (:class:`tvm_pet.search.region.Region`), each compiled on its own. Kernels both
+        have (same structural hash, same calls) cancel and are not timed; the others are timed as
+        :meth:`kernels` times them, so the result equals the whole programs' difference when the
+        region holds every kernel the rewrite changes.
+
+        Returns:
+            The difference, or None when a region cannot be compiled on its own (an opaque
+            operator reads a value computed outside it); the caller costs the whole program.
+        """
+        tasks_before, tasks_after = self._region_tasks(before), self._region_tasks(after)
+        if tasks_before is None or tasks_after is None:
+            return None
+        calls_before = Counter({h: t.weight for h, t in tasks_before.items()})
+        calls_after = Counter({h: t.weight for h, t in tasks_after.items()})
+        lost, gained = calls_before - calls_after, calls_after - calls_before
+        every = {**tasks_before, **tasks_after}
+        changed = [every[h] for h in sorted(set(lost) | set(gained))]
+        database, cache = self._open()
+        times = task_times(changed, self.target, self.records_dir, cache=cache,
+                           database=database, measure_untuned=self.measure_untuned)
+        seconds = {t.shash: t.seconds for t in times}
+        return (sum(n * seconds[h] for h, n in gained.items())
+                - sum(n * seconds[h] for h, n in lost.items()))
+
+    def _region_tasks(self, region: Program) -> dict[int, Task] | None:
+        """The region's fused kernels by structural hash (None: it cannot be compiled alone)."""
+        key = canonical(region)[0]
+        if key not in self._regions:
+            try:
+                mod = self.lower_region(region)
+            except PetError:
+                self.regions_refused += 1
+                mod = None
+            self._regions[key] = (None if mod is None else
+                                  {t.shash: t for t in extract_tasks(mod, self.target)})
+        return self._regions[key]
 
     def _open(self):
         """The records database and the untuned-times cache, opened once (the records do not
