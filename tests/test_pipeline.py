@@ -93,7 +93,7 @@ class FakeToolchain:
     def kernel_records(self, module):
         return len(module.nodes), 0
 
-    def records_plan(self, module, trials):
+    def records_plan(self, module, trials, budget=None):
         return f"records for fake: {len(module.nodes)} kernels, 0 from its own records"
 
     def coverage(self, program, searched):

@@ -12,7 +12,8 @@ from tvm_pet.pipeline import DriverOptions, tune_model  # noqa: E402
 from tvm_pet.pipeline.plan import combination  # noqa: E402
 from tvm_pet.pipeline.tvm_toolchain import TVMToolchain  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402
-from tvm_pet.tune import TuneStats  # noqa: E402
+from tvm_pet.pipeline.options import WholeBudget  # noqa: E402
+from tvm_pet.tune import TaskStats, TuneStats  # noqa: E402
 from tvm_pet.verify.interpreter import evaluate  # noqa: E402
 
 
@@ -33,11 +34,19 @@ class StubToolchain(TVMToolchain):
 
     def __init__(self, records_dir):
         super().__init__("llvm", records_dir)
-        self.tuned = []
+        self.tuned, self.trials, self.wholes = [], [], []
 
     def tune(self, module, trials, *, seed):
         self.tuned.append(module)
+        self.trials.append(trials)
         return TuneStats("k", self.records_dir, (), 0.0)
+
+    def tune_whole(self, module, budget, *, seed, progress=None):
+        self.wholes.append((module, budget))
+        # as if the scheduler had given the model's 3 tasks 10, 12 and 14 trials
+        per_task = tuple(TaskStats(f"t{k}", 1, 0, n, 0, 0.0, 1e-3)
+                         for k, n in enumerate((10, 12, 14)))
+        return TuneStats("k", self.records_dir, per_task, 0.0)
 
     def cost_model(self, tuned=True):
         return StubCost(self.target, self.records_dir, tuned)
@@ -57,6 +66,21 @@ def test_the_combination_of_improving_mutants_is_tuned_too(tmp_path):
     assert last["subprogram"] == "combined"
     layouts = [op for op in last["mutant"] if op in ("Reshape", "Transpose", "ReshapeTranspose")]
     assert last["mutant"].count("Conv") == 3 and len(layouts) <= 2
+
+
+def test_a_whole_model_budget_tunes_the_original_then_mutants_at_its_trials_per_task(tmp_path):
+    program = dilated_chain()
+    options = DriverOptions(budget=WholeBudget(trials=36), records_dir=str(tmp_path / "none"),
+                            promising=1)
+    toolchain = StubToolchain(options.records_dir)
+    summary = tune_model(program, SearchConfig(rounds=1, time_limit=120), options,
+                         toolchain).to_json()
+    assert [b for _, b in toolchain.wholes] == [WholeBudget(trials=36)]
+    import tvm
+    tvm.ir.assert_structural_equal(toolchain.wholes[0][0], toolchain.lower(program))
+    assert toolchain.trials and set(toolchain.trials) == {12}  # (10 + 12 + 14) / 3 per task
+    assert summary["budget"] == "36 trials" and summary["trials_per_task"] == 12
+    assert summary["new_trials"] == 36 and summary["mutant_trials"] == 0
 
 
 def test_combination_of_fewer_than_two_improving_subsets_is_none():

@@ -100,8 +100,10 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 
 
 def _driver_options(args: argparse.Namespace):
-    from tvm_pet.pipeline.options import DriverOptions
+    from tvm_pet.pipeline.options import DriverOptions, WholeBudget
+    budget = getattr(args, "budget", None)
     return DriverOptions(target=getattr(args, "target", "llvm"), trials=getattr(args, "trials", 0),
+                         budget=None if budget is None else WholeBudget.parse(budget),
                          records_dir=getattr(args, "records", None), rpc=getattr(args, "rpc", None),
                          cost=getattr(args, "cost", "measured"),
                          second_look=not getattr(args, "no_second_look", False),
@@ -181,6 +183,14 @@ def _print_trust(report) -> None:
           f"left opaque: {opaque}")
     if facts.get("records_plan"):
         print(f"  {facts['records_plan']}")
+    tuning = facts["tuning"]
+    if tuning.get("tasks") is not None:
+        budget = (f"the whole model within {tuning['budget']}" if tuning.get("budget")
+                  else f"{tuning['trials_per_task']} trials per kernel")
+        print(f"  tuned {budget}: {tuning['new_trials'] - tuning['mutant_trials']} new trials for "
+              f"the original's kernels, {tuning['mutant_trials']} for PET's mutants (at "
+              f"{tuning['trials_per_task']} per kernel, beside the budget), "
+              f"{tuning['tuning_time_s']:.0f} s")
     print(f"  {report.kernels_line()}")
     c = report.confirmation
     budget = "unbounded" if c.budget_s is None else f"{c.budget_s:.0f} s"
@@ -195,11 +205,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from tvm_pet.pipeline.optimize import load_model
     from tvm_pet.pipeline.toolchain import tvm_toolchain
     from tvm_pet.pipeline.tune import tune_model
+    from tvm_pet.pipeline.progress import Progress
     options = _driver_options(args)
     loaded = load_model(args.model, options)
     toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
                               run_here=False).with_lowering(loaded.lower)
-    summary = tune_model(loaded.program, _search_config(args), options, toolchain)
+    summary = tune_model(loaded.program, _search_config(args), options, toolchain,
+                         progress=Progress(options.progress).note)
     print(json.dumps(summary.to_json(), indent=2))
     return 0
 
@@ -293,6 +305,11 @@ def _add_optimize_and_tune(sub) -> None:
                        help="llvm (default: this CPU), e.g. 'llvm -mcpu=haswell', or cuda")
         o.add_argument("--trials", type=int, default=0 if name == "optimize" else 64,
                        help="MetaSchedule trials per task (optimize: 0 = use the records only)")
+        o.add_argument("--budget", metavar="N|Nm",
+                       help="tune the whole model within N trials in all, or N minutes (20m), "
+                            "shared across its kernels by MetaSchedule's task scheduler; PET's "
+                            "mutant kernels then get the trials per kernel the original got, "
+                            "reported beside it (replaces --trials)")
         o.add_argument("--depth", type=int, default=3)
         o.add_argument("--rounds", type=int, default=1,
                        help="rounds of mutation (default 1, as in the recorded benchmarks)")

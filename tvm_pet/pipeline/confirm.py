@@ -340,7 +340,7 @@ def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolch
     start = time.perf_counter()
     deadline = math.inf if budget_s is None else start + budget_s
     inputs = tuple(inputs)
-    baseline = _build_baseline(program, toolchain, inputs, options.budget(), progress)
+    baseline = _build_baseline(program, toolchain, inputs, options.first_look_budget(), progress)
     bench = _Bench(toolchain, options, inputs, ALPHA / max(1, len(candidates)), deadline,
                    progress)
     if not candidates:

@@ -57,7 +57,7 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
             loaded model's module (``with_lowering``).
         cost: the search's cost model (default: chosen by ``options.cost``).
         tuning: the tune stage's summary when the caller ran it (default: run here when
-            ``options.trials > 0``).
+            ``options.trials > 0`` or a ``budget``).
 
     Returns:
         The :class:`~tvm_pet.pipeline.report.Report` (``report.json`` is its ``to_json``).
@@ -72,12 +72,12 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     program = loaded.program
     check_tensor_sizes(program)
     toolchain = _toolchain_for(loaded, options, toolchain)
-    plan = toolchain.records_plan(toolchain.lower(program), options.trials)
+    plan = toolchain.records_plan(toolchain.lower(program), options.trials, options.budget)
     progress.note(plan)  # before anything slow: which kernels are tuned, and what happens
     mutants = MutantCache()  # one generator cache for the run: tune and search share it
     if tuning is None:  # 1-2. tune the original and the promising mutants
-        tuning = (tune_model(program, config, options, toolchain, mutants)
-                  if options.trials > 0 else TuneSummary(str(toolchain.records_dir)))
+        tuning = (tune_model(program, config, options, toolchain, mutants, progress.note)
+                  if options.tunes else TuneSummary(str(toolchain.records_dir)))
     # 3. search with the measured (or analytic) cost, within the time limit
     config = dataclasses.replace(config, time_limit=options.search_limit(
         config.time_limit, time.perf_counter() - start))

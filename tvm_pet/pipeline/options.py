@@ -6,11 +6,15 @@ re-exported here so that a caller of the application needs one import.
 
 >>> DriverOptions(trials=8).second_look_budget()
 Budget(trials_per_task=16, seed=1)
+>>> str(WholeBudget.parse("2000")), str(WholeBudget.parse("20m"))
+('2000 trials', '20 minutes')
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 
+from tvm_pet.errors import PetError
 from tvm_pet.search.config import SearchConfig
 
 
@@ -23,6 +27,34 @@ class Budget:
 
 
 @dataclasses.dataclass(frozen=True)
+class WholeBudget:
+    """A tuning budget for the whole model (``--budget``): trials in all, allocated across the
+    model's tasks by MetaSchedule's gradient task scheduler, or minutes of tuning."""
+
+    trials: int | None = None
+    minutes: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "WholeBudget":
+        """``"2000"`` (trials), ``"20m"`` or ``"20min"`` (minutes), ``"90s"`` (seconds)."""
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(m|min|s)?\s*", text)
+        if match is None or float(match.group(1)) <= 0:
+            raise PetError(f"--budget {text!r}: give trials for the whole model (2000), or a "
+                           f"time: 20m, 90s")
+        value, unit = float(match.group(1)), match.group(2)
+        if unit is None:
+            if not value.is_integer():
+                raise PetError(f"--budget {text!r}: trials are a whole number")
+            return cls(trials=int(value))
+        return cls(minutes=value if unit in ("m", "min") else value / 60)
+
+    def __str__(self) -> str:
+        if self.trials is not None:
+            return f"{self.trials} trials"
+        return f"{self.minutes:g} minutes"
+
+
+@dataclasses.dataclass(frozen=True)
 class DriverOptions:
     """Options of :func:`~tvm_pet.pipeline.optimize.optimize` and
     :func:`~tvm_pet.pipeline.tune.tune_model`.
@@ -30,6 +62,9 @@ class DriverOptions:
     Args:
         target: a target spec (``"llvm"``, ``"cuda"``, ...).
         trials: MetaSchedule trials per task; 0 uses the records as they are.
+        budget: a tuning budget for the whole model instead of ``trials`` per task: the
+            original's tasks share it (the TVM baseline's tuning); PET's mutant kernels are
+            then tuned at the trials per task the original got, reported beside the budget.
         records_dir: the tuning records folder (default ``tuning_logs/<target>``).
         rpc: ``"host:port:key"`` of an RPC tracker to measure on.
         cost: ``"measured"`` (TVM kernel times) or ``"analytic"``: the search's cost model.
@@ -54,6 +89,7 @@ class DriverOptions:
 
     target: str = "llvm"
     trials: int = 0
+    budget: WholeBudget | None = None
     records_dir: str | None = None
     rpc: str | None = None
     cost: str = "measured"
@@ -93,7 +129,12 @@ class DriverOptions:
             return None
         return min(self.time_limit * self.confirm_share, max(0.0, self.time_limit - elapsed_s))
 
-    def budget(self) -> Budget:
+    @property
+    def tunes(self) -> bool:
+        """Whether the run tunes (``trials`` above 0, or a whole-model ``budget``)."""
+        return self.trials > 0 or self.budget is not None
+
+    def first_look_budget(self) -> Budget:
         """The tuning budget of the first look: ``trials`` per task with ``seed``."""
         return Budget(self.trials, self.seed)
 
@@ -104,4 +145,4 @@ class DriverOptions:
         return Budget(0, self.seed)
 
 
-__all__ = ["Budget", "DriverOptions", "SearchConfig"]
+__all__ = ["Budget", "DriverOptions", "SearchConfig", "WholeBudget"]

@@ -33,6 +33,8 @@ class Tuned(Protocol):
     tasks: int
     new_trials: int
     wall_s: float
+    #: Records per task after the call, on average (the trials each task has had).
+    records_per_task: float
 
 
 class ScreeningCost(CostModel, Protocol):
@@ -64,9 +66,10 @@ class Toolchain(Protocol):
         """The program as a module the toolchain compiles."""
         ...
 
-    def records_plan(self, module: Any, trials: int) -> str:
+    def records_plan(self, module: Any, trials: int, budget: Any = None) -> str:
         """One line, before anything slow: which of ``module``'s kernels have records (the
-        target's own, borrowed from a compatible target, none) and what the run does."""
+        target's own, borrowed from a compatible target, none) and what the run does (tune ``trials`` per kernel, or
+        within a whole-model ``budget``)."""
         ...
 
     def coverage(self, program: Program, searched: frozenset[str]) -> dict:
@@ -84,6 +87,14 @@ class Toolchain(Protocol):
 
     def tune(self, module: Any, trials: int, *, seed: int) -> Tuned:
         """Tune the module's kernels up to ``trials`` records each, with ``seed``."""
+        ...
+
+    def tune_whole(self, module: Any, budget: Any, *, seed: int,
+                   progress: Callable[[str], None] | None = None) -> Tuned:
+        """Tune the module's kernels within a whole-model budget
+        (:class:`~tvm_pet.pipeline.options.WholeBudget`: trials in all, or minutes), the tasks
+        sharing it as the compiler's task scheduler allocates it; ``progress`` gets a line with
+        trials done and an ETA as it goes."""
         ...
 
     def time(self, executables: Mapping[str, Any], inputs: Sequence[np.ndarray], *,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import DriverOptions
@@ -43,6 +44,11 @@ class TuneSummary:
         tasks: tasks visited, over all tuning calls (None: the stage did not run).
         trials_per_task: the budget per task (None: the stage did not run).
         plan: the mutants tuned besides the original.
+        budget: the whole-model budget of the original's tuning (``--budget``), in words; None
+            with ``trials`` per task.
+        mutant_trials: the new trials of PET's mutant kernels, reported beside the budget (the
+            budget is the TVM baseline's; the mutants' tasks get the trials per task the
+            original's had).
     """
 
     records: str
@@ -51,6 +57,8 @@ class TuneSummary:
     tasks: int | None = None
     trials_per_task: int | None = None
     plan: TuningPlan = TuningPlan()
+    budget: str | None = None
+    mutant_trials: int = 0
 
     @property
     def ran(self) -> bool:
@@ -63,21 +71,27 @@ class TuneSummary:
             return {"tuning_time_s": self.tuning_time_s, "new_trials": self.new_trials,
                     "records": self.records}
         return {"records": self.records, "trials_per_task": self.trials_per_task,
-                "tasks": self.tasks, "new_trials": self.new_trials,
-                "tuning_time_s": self.tuning_time_s, "tuned_mutants": self.plan.to_json()}
+                "budget": self.budget, "tasks": self.tasks, "new_trials": self.new_trials,
+                "mutant_trials": self.mutant_trials, "tuning_time_s": self.tuning_time_s,
+                "tuned_mutants": self.plan.to_json()}
 
 
 def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
-               toolchain: Toolchain | None = None,
-               mutants: MutantCache | None = None) -> TuneSummary:
+               toolchain: Toolchain | None = None, mutants: MutantCache | None = None,
+               progress: Callable[[str], None] | None = None) -> TuneSummary:
     """Tune the original's kernels and the kernels of the most promising mutants.
+
+    With ``options.budget`` the original's tasks share that whole-model budget (what the TVM
+    baseline gets), and the mutants' new tasks are then tuned at the trials per task the
+    original's had; their trials are reported beside the budget (``mutant_trials``).
 
     Args:
         program: the model.
         config: the generator's budgets (the search's config).
-        options: ``trials``, ``seed``, ``promising`` and ``screen_ratio`` are used.
+        options: ``trials`` or ``budget``, ``seed``, ``promising`` and ``screen_ratio``.
         toolchain: the compiler (default: TVM for ``options.target``).
         mutants: the run's generator cache (default: a new one).
+        progress: gets a line with trials done and an ETA while a budget is tuned.
 
     Returns:
         A :class:`TuneSummary`: tasks tuned, new trials, seconds, and the tuned mutants.
@@ -87,18 +101,24 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                                   run_here=False)
     mutants = MutantCache() if mutants is None else mutants
     start = time.perf_counter()
-    stats = [_tune(toolchain, program, options)]
-    picks, tuned, screened = _tune_promising(program, config, options, toolchain, mutants)
-    stats += screened
+    if options.budget is not None:
+        first = toolchain.tune_whole(toolchain.lower(program), options.budget,
+                                     seed=options.seed, progress=progress)
+        options = dataclasses.replace(options, trials=max(1, round(first.records_per_task)))
+    else:
+        first = _tune(toolchain, program, options)
+    picks, tuned, stats = _tune_promising(program, config, options, toolchain, mutants)
     combined = combination(program, tuned, toolchain.cost_model(tuned=True))
     if combined is not None:
         stats.append(_tune(toolchain, combined, options))
         picks.append(combined_pick(combined))
     return TuneSummary(records=str(toolchain.records_dir),
                        tuning_time_s=time.perf_counter() - start,
-                       new_trials=sum(s.new_trials for s in stats),
-                       tasks=sum(s.tasks for s in stats), trials_per_task=options.trials,
-                       plan=TuningPlan(tuple(picks)))
+                       new_trials=first.new_trials + sum(s.new_trials for s in stats),
+                       tasks=first.tasks + sum(s.tasks for s in stats),
+                       trials_per_task=options.trials, plan=TuningPlan(tuple(picks)),
+                       budget=None if options.budget is None else str(options.budget),
+                       mutant_trials=sum(s.new_trials for s in stats))
 
 
 def _tune(toolchain: Toolchain, program: Program, options: DriverOptions) -> Tuned:

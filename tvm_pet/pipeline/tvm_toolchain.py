@@ -35,7 +35,7 @@ from tvm_pet.tune.records import default_records_dir, open_database, workload_re
 from tvm_pet.tune.records_plan import records_plan
 from tvm_pet.tune.targets import resolve_target
 from tvm_pet.tune.timing import Timing, time_interleaved
-from tvm_pet.tune.tuner import TuneStats, tune
+from tvm_pet.tune.tuner import TuneStats, tune, tune_budget, tune_minutes
 
 
 def device_for(target: tvm.target.Target) -> tvm.runtime.Device:
@@ -98,9 +98,9 @@ class TVMToolchain:
         """The program as a Relax module (into the imported module, for a loaded model)."""
         return self._lower(program)
 
-    def records_plan(self, module: tvm.IRModule, trials: int) -> str:
+    def records_plan(self, module: tvm.IRModule, trials: int, budget=None) -> str:
         """The records plan of ``module`` (:func:`~tvm_pet.tune.records_plan.records_plan`)."""
-        return records_plan(module, self.target, self.records_dir).summary(trials)
+        return records_plan(module, self.target, self.records_dir).summary(trials, budget)
 
     def coverage(self, program: Program, searched: frozenset[str]) -> dict:
         """Linear FLOPs searched over all, from the imported module (:mod:`tvm_pet.relax.coverage`);
@@ -125,6 +125,20 @@ class TVMToolchain:
         """Tune every task of ``module`` up to ``trials`` records, into the records folder."""
         stats = tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc)
         self._database = None  # new records: open again when next asked
+        return stats
+
+    def tune_whole(self, module: tvm.IRModule, budget, *, seed: int,
+                   progress: Callable[[str], None] | None = None) -> TuneStats:
+        """Tune ``module`` within a whole-model budget: ``budget.trials`` in all with
+        MetaSchedule's gradient task scheduler (``tune_budget``), or for ``budget.minutes``
+        (``tune_minutes``)."""
+        if budget.trials is not None:
+            stats = tune_budget(module, self.target, budget.trials, self.records_dir, seed=seed,
+                                rpc=self.rpc, progress=progress)
+        else:
+            stats = tune_minutes(module, self.target, budget.minutes, self.records_dir,
+                                 seed=seed, rpc=self.rpc, progress=progress)
+        self._database = None
         return stats
 
     def time(self, executables: Mapping[str, relax.VMExecutable], inputs: Sequence[np.ndarray],

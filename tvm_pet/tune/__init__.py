@@ -29,9 +29,11 @@ from tvm_pet.tune.records import (UntunedTimes, count_records, db_dir, default_r
                                   open_database, recover_pending)
 from tvm_pet.tune.targets import resolve_target, target_dir
 from tvm_pet.tune.timing import Timing, time_interleaved
-from tvm_pet.tune.tuner import TaskStats, TuneStats, TuningSearch, parse_rpc, tune, tune_budget
+from tvm_pet.tune.tuner import (TaskStats, TuneStats, TuningSearch, parse_rpc, tune, tune_budget,
+                                tune_minutes)
 
 __all__ = ["resolve_target", "target_dir", "prepare", "extract_tasks", "tune", "tune_budget",
+           "tune_minutes",
            "build_with_records", "apply_records", "time_interleaved", "kernel_times",
            "measure_primfunc", "open_database", "count_records", "db_dir", "default_records_dir",
            "Task", "TaskStats", "TuneStats", "TuningSearch", "Timing", "KernelTime",

@@ -44,13 +44,17 @@ class RecordsPlan:
         """Kernels with no record anywhere: TVM's untuned loop nests."""
         return self.tasks - self.own - self.borrowed
 
-    def summary(self, trials: int = 0) -> str:
-        """One line for the plan: what was found, and what the run will do about the rest."""
+    def summary(self, trials: int = 0, budget=None) -> str:
+        """One line for the plan: what was found, and what the run will do about the rest
+        (``budget``: a whole-model budget, in words, tuned instead of ``trials`` per kernel)."""
         parts = [f"{self.own} from its own records"]
         if self.borrowed_from is not None:
             parts.append(f"{self.borrowed} borrowed from {self.borrowed_from}")
         parts.append(f"{self.untuned} untuned")
         line = f"records for {self.target}: {self.tasks} kernels, " + ", ".join(parts)
+        if budget is not None:
+            return line + (f"; tuning the whole model within {budget} for this target first "
+                           f"(MetaSchedule's task scheduler shares it across the kernels)")
         if trials > 0:
             return line + f"; tuning {trials} trials per kernel for this target first"
         if self.untuned:

@@ -15,6 +15,7 @@ only the missing trials.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import threading
@@ -64,6 +65,13 @@ class TuneStats:
     def new_trials(self) -> int:
         """Candidates measured by this call, over all tasks (0 when everything was tuned)."""
         return sum(task.new_trials for task in self.per_task)
+
+    @property
+    def records_per_task(self) -> float:
+        """Trials each task has had, on average, after this call (0.0 without tasks)."""
+        if not self.per_task:
+            return 0.0
+        return sum(t.records_before + t.new_trials for t in self.per_task) / len(self.per_task)
 
 
 def tune(mod: tvm.IRModule, target=None, trials: int = 64,
@@ -176,6 +184,43 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
     stats = tuple(_task_stats(t, before[t], database, pruned) for t in before)
     return TuneStats(target_dir(target), str(records.db_dir(records_dir, target)), stats,
                      time.perf_counter() - start)
+
+
+def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
+                 records_dir: str | Path = records.DEFAULT_RECORDS_DIR, *, seed: int = 0,
+                 step_per_task: int = 16, rpc: str | None = None,
+                 progress: Callable[[str], None] | None = None) -> TuneStats:
+    """Tune a whole module for about ``minutes``: :func:`tune_budget` in steps of
+    ``step_per_task`` trials per task (the gradient scheduler spreads each step), until the time
+    is spent or a step measures nothing (every search space exhausted). The step running when
+    the time runs out is finished, so the run can last one step longer.
+
+    Returns:
+        ``TuneStats`` over all steps: each task's records before the first step, and the new
+        trials of every step.
+    """
+    if minutes <= 0:
+        raise PetError(f"minutes={minutes}: the tuning time must be positive")
+    start = time.perf_counter()
+    target = resolve_target(target)
+    tasks = extract_tasks(mod, target)
+    database = records.open_database(records_dir, target)
+    pruned = dbfile.pruned_counts(records.db_dir(records_dir, target))
+    total = sum(_trials_done(t, database, pruned) for t in tasks)
+    steps: list[TuneStats] = []
+    while time.perf_counter() - start < minutes * 60:
+        total += step_per_task * len(tasks)
+        steps.append(tune_budget(mod, target, total, records_dir, seed=seed + len(steps), rpc=rpc,
+                                 progress=progress))
+        if steps[-1].new_trials == 0:
+            break
+    if not steps:
+        return TuneStats(target_dir(target), str(records.db_dir(records_dir, target)), (), 0.0)
+    merged = tuple(dataclasses.replace(first, new_trials=sum(s.per_task[k].new_trials
+                                                             for s in steps),
+                                       best_s=steps[-1].per_task[k].best_s)
+                   for k, first in enumerate(steps[0].per_task))
+    return TuneStats(steps[0].target_key, steps[0].db_dir, merged, time.perf_counter() - start)
 
 
 def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
