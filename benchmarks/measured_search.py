@@ -83,13 +83,13 @@ def main() -> int:
                         help="seconds for each search (default 300)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/measured_search.json"))
     args = parser.parse_args()
-    from tvm_pet.tune import resolve_target
+    from tvm_pet.tune import resolve_target, target_dir
     rows = [run(name, args.whole, args.time_limit) for name in args.models.split(",")]
     out = pathlib.Path(args.out)
     previous = json.loads(out.read_text())["rows"] if out.exists() else []
     keep = [r for r in previous if (r["model"], r["costing"]) not in
             {(r2["model"], r2["costing"]) for r2 in rows}]
-    out.write_text(json.dumps({"target": str(resolve_target("llvm")),
+    out.write_text(json.dumps({"target": target_dir(resolve_target("llvm")),
                                "machine": {"cpus": 2, "python": platform.python_version()},
                                "search": "depth 3, rounds 1, top 4",
                                "rows": keep + rows}, indent=1) + "\n")
