@@ -70,7 +70,7 @@ def test_the_optimizer_costs_a_rewrite_by_difference_or_else_whole(answer):
     part, mutants = opt.mutants_of(p, subset, sub.name)
     _, corrected = mutants[0]
     new = replace_subprogram(p, part, corrected)
-    got = opt.rewrite_cost(p, 1.0, part, corrected, new)
+    got = opt.rewrite_cost(opt.region_of(p, part), 1.0, part, corrected, new)
     assert cost.calls == 1
     assert got == (1.0 + answer if answer is not None else cost.cost(new))
 
@@ -96,9 +96,10 @@ def test_region_difference_equals_the_whole_programs(name, limit):
     for sub in partition(program, max_merge=3):
         for subset in operator_subsets(program, sub, 3):
             part, mutants = opt.mutants_of(program, subset, sub.name)
+            region = opt.region_of(program, part)
             for _, corrected in mutants[:2]:
                 new = replace_subprogram(program, part, corrected)
-                local = opt.rewrite_cost(program, base, part, corrected, new)
+                local = opt.rewrite_cost(region, base, part, corrected, new)
                 assert local == pytest.approx(cost.cost(new), rel=1e-9, abs=1e-12), sub.name
                 checked += 1
             if checked >= limit:

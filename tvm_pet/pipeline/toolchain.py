@@ -68,8 +68,8 @@ class Toolchain(Protocol):
 
     def records_plan(self, module: Any, trials: int, budget: Any = None) -> str:
         """One line, before anything slow: which of ``module``'s kernels have records (the
-        target's own, borrowed from a compatible target, none) and what the run does (tune ``trials`` per kernel, or
-        within a whole-model ``budget``)."""
+        target's own, borrowed from a compatible target, none) and what the run does (tune
+        ``trials`` per kernel, or within a whole-model ``budget``)."""
         ...
 
     def coverage(self, program: Program, searched: frozenset[str]) -> dict:

@@ -35,7 +35,7 @@ from tvm_pet.search.generator import generate
 from tvm_pet.search.mutant_cache import MutantCache
 from tvm_pet.search.partition import Subprogram, extract, partition, replace_subprogram
 from tvm_pet.search.postopt import post_optimize
-from tvm_pet.search.region import fusion_region
+from tvm_pet.search.region import Region, fusion_region
 from tvm_pet.search.progress import progress
 
 
@@ -287,24 +287,31 @@ class Optimizer:
             self.costs[key] = self.cost_model.cost(program)
         return self.costs[key]
 
-    def rewrite_cost(self, program: Program, cost_now: float, part: Subprogram,
+    def region_of(self, program: Program, part: Subprogram) -> Region | None:
+        """The fusion region of ``part`` (:func:`~tvm_pet.search.region.fusion_region`) when the
+        cost model costs a rewrite from its region (it has a ``difference(before, after)``
+        method: the measured one); None otherwise, or when the region is too large. The region
+        is the same for every mutant of ``part``: take it once per subset."""
+        if getattr(self.cost_model, "difference", None) is None:
+            return None
+        return fusion_region(program, part)
+
+    def rewrite_cost(self, region: Region | None, cost_now: float, part: Subprogram,
                      corrected: Program, new: Program) -> float:
-        """The cost of ``new``: ``program`` (costing ``cost_now``) with ``part`` replaced by
+        """The cost of ``new``: the program (costing ``cost_now``) with ``part`` replaced by
         ``corrected``.
 
-        A cost model with a ``difference(before, after)`` method (the measured one) costs the
-        rewrite from its fusion region (:func:`~tvm_pet.search.region.fusion_region`), memoized by
-        the region's structure; without one, or when the region is too large or cannot be costed
-        alone (``difference`` returns None), ``new`` is costed whole.
+        With ``part``'s :meth:`region_of`, the rewrite is costed by the cost model's
+        ``difference`` of the region before and after, memoized by both regions' structure;
+        without a region, or when ``difference`` returns None (the region cannot be compiled
+        alone), ``new`` is costed whole.
         """
-        difference = getattr(self.cost_model, "difference", None)
-        region = None if difference is None else fusion_region(program, part)
         after = None if region is None else region.after(part, corrected)
         if after is None:
             return self.cost(new)
         key = (canonical(region.before, self.keys)[0], canonical(after, self.keys)[0])
         if key not in self.differences:
-            self.differences[key] = difference(region.before, after)
+            self.differences[key] = self.cost_model.difference(region.before, after)
         delta = self.differences[key]
         return self.cost(new) if delta is None else cost_now + delta
 
@@ -397,6 +404,7 @@ def _single_mutations(opt: Optimizer, entry: _Entry, seen: set, label: str
                 break
             part, mutants = opt.mutants_of(prog, subset, sub.name)
             part_cost = opt.cost(part.program) if mutants and additive else 0.0
+            region = opt.region_of(prog, part) if mutants and not additive else None
             for mutant, corrected in mutants:
                 new = replace_subprogram(prog, part, corrected)
                 key = canonical(new, opt.keys)[0]
@@ -406,7 +414,7 @@ def _single_mutations(opt: Optimizer, entry: _Entry, seen: set, label: str
                 # with additive costs only the replaced part changes, so only small
                 # programs are costed; otherwise the region around it (or the whole candidate)
                 c = (cost_now - part_cost + opt.cost(corrected) if additive
-                     else opt.rewrite_cost(prog, cost_now, part, corrected, new))
+                     else opt.rewrite_cost(region, cost_now, part, corrected, new))
                 step = Applied(sub.name, _op_names(part.program.nodes), mutant.ops,
                                mutant.partially_equivalent, mutant.corrected_boxes, cost_now, c)
                 fresh.append((c, new, history + [step]))
