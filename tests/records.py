@@ -6,6 +6,7 @@ no test needs to tune to have records.
 from __future__ import annotations
 
 import pathlib
+import re
 
 import numpy as np
 import tvm
@@ -41,13 +42,21 @@ def task_mods(count: int = 2, target=TARGET) -> list[tvm.IRModule]:
 
 
 def write_records(directory: pathlib.Path, mods, per_task: int = 3, base: float = 1e-3,
-                  target=TARGET) -> None:
-    """Commit ``per_task`` records (empty trace, distinct times) per task with MetaSchedule."""
+                  target=TARGET, valid: bool = False) -> None:
+    """Commit ``per_task`` records (distinct times) per task with MetaSchedule.
+
+    Their traces are empty, which MetaSchedule's lookups (``get_top_k``) skip as invalid; with
+    ``valid`` each trace gets one instruction that changes nothing (it looks a block up), so that
+    costing finds the records as a tuned task's.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     db = ms.database.JSONDatabase(work_dir=str(directory))
     for t, mod in enumerate(mods):
         workload = db.commit_workload(mod)
-        trace = tvm.s_tir.Schedule(mod).trace
+        schedule = tvm.s_tir.Schedule(mod)
+        if valid:
+            schedule.get_sblock(re.findall(r'T\.sblock\("([^"]+)"\)', mod.script())[-1])
+        trace = schedule.trace
         args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
         for r in range(per_task):
             secs = [base * (1 + 10 * t + r)]

@@ -17,7 +17,8 @@ from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import Op
 from tvm_pet.pipeline import DriverOptions, TuneSummary, optimize, tune_model
 from tvm_pet.pipeline.confirm import confirm
-from tvm_pet.pipeline.plan import pick_mutants
+from tvm_pet.cost.model import RewriteScreen
+from tvm_pet.pipeline.plan import Screened, rank_mutants
 from tvm_pet.pipeline.search import search
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.mutant_cache import MutantCache
@@ -70,8 +71,8 @@ class DilationIsSlow:
                       if n.op is Op.CONV and any(d > 1 for d in n.attrs["dilations"]))
         return AnalyticCost().cost(program) + dilated
 
-    def changed_ratio(self, before, after):
-        return self.cost(after) / self.cost(before)
+    def screen(self, before, after):
+        return RewriteScreen(self.cost(before), self.cost(after) / self.cost(before))
 
 
 class FakeToolchain:
@@ -125,9 +126,6 @@ class FakeToolchain:
     def cost_model(self, tuned=True):
         return DilationIsSlow()
 
-    def tuned_before(self, program):
-        return False
-
 
 
 
@@ -174,25 +172,28 @@ def test_a_close_call_with_a_budget_is_tuned_again_on_both_sides():
     assert LOOK_KEYS | {"new_trials", "tuning_time_s"} <= set(second.to_json())
 
 
-def test_pick_mutants_keeps_earlier_picks_and_screens_the_rest():
-    screened = []
+def test_rank_mutants_ranks_the_whole_model_by_expected_saving():
+    def screened(*rows):
+        return [Screened(f"sub{k}", (f"M{k}",), RewriteScreen(replaced, ratio, tuned), k)
+                for k, (replaced, ratio, tuned) in enumerate(rows)]
 
-    def ratio(k):
-        screened.append(k)
-        return [3.0, 0.5, 1.5, 0.7][k]
-
-    mutants = [("A",), ("B",), ("C",), ("D",)]
-    picks = pick_mutants("s", mutants, [False, False, True, False], ratio, promising=3,
-                         screen_ratio=2.0)
-    assert [(p.index, p.untuned_ratio) for p in picks] == [(2, None), (1, 0.5), (3, 0.7)]
-    assert picks[0].reason == "tuned by an earlier run" and sorted(screened) == [0, 1, 3]
-    # no place left: nothing is screened (screening measures)
-    screened.clear()
-    picks = pick_mutants("s", mutants, [True, True, True, True], ratio, promising=2,
-                         screen_ratio=2.0)
-    assert [p.index for p in picks] == [0, 1] and screened == []
-    # the threshold: a mutant twice as slow or worse is not tuned
-    assert pick_mutants("s", mutants, [False] * 4, ratio, promising=1, screen_ratio=0.4) == ()
+    # (tuned time replaced, untuned ratio, tuned before): savings 1.5, 2.0, -, 0.9, 1.0 ms
+    rows = screened((3e-3, 0.5, False), (10e-3, 0.8, False), (5e-3, 3.0, False),
+                    (3e-3, 0.7, False), (1e-3, 0.0, True))
+    picks = rank_mutants(rows, promising=3, screen_ratio=2.0)
+    # the one tuned before keeps its place; then the best expected savings, across subsets
+    assert [p.index for p in picks] == [4, 1, 0]
+    assert picks[0].tuned_before and picks[0].reason == "tuned by an earlier run"
+    assert [round(p.expected_saving_ms, 6) for p in picks] == [1.0, 2.0, 1.5]
+    assert "expected to save 2.00 ms" in picks[1].reason
+    # a mutant whose new kernels are slower untuned than the threshold is never picked
+    assert 2 not in [p.index for p in rank_mutants(rows, promising=5, screen_ratio=2.0)]
+    assert [p.index for p in rank_mutants(rows, promising=5, screen_ratio=0.4)] == [4]
+    # a rerun, once the picks are tuned, picks the same ones and tunes nothing more
+    rerun = screened((3e-3, 0.5, True), (10e-3, 0.8, True), (5e-3, 3.0, False),
+                     (3e-3, 0.7, False), (1e-3, 0.0, True))
+    again = rank_mutants(rerun, promising=3, screen_ratio=2.0)
+    assert {p.index for p in again} == {4, 1, 0} and all(p.tuned_before for p in again)
 
 
 def test_the_tune_stage_and_the_search_share_one_generator_cache():

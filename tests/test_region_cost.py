@@ -23,9 +23,9 @@ def _residual_block():
     def conv(y, i):
         return b.conv(y, b.weight(f"w{i}", np.full((4, 4, 3, 3), 0.1 * i, np.float32)), pads=1)
 
-    a = b.opaque("relu", [conv(x, 0)])[0]
-    c = conv(b.opaque("relu", [conv(a, 1)])[0], 2)
-    out = conv(b.opaque("relu", [b.add(c, a)])[0], 3)
+    a = b.opaque("Relu", [conv(x, 0)])[0]
+    c = conv(b.opaque("Relu", [conv(a, 1)])[0], 2)
+    out = conv(b.opaque("Relu", [b.add(c, a)])[0], 3)
     return b.build([out])
 
 
@@ -120,3 +120,77 @@ def test_unchanged_operators_lower_to_the_imported_kernels():
     imported = {t.shash for t in extract_tasks(loaded.lower(loaded.program), "llvm")}
     assert {t.shash for t in extract_tasks(emitted, "llvm")} == imported
     assert any(n.op.value == "AvgPool" for n in loaded.program.nodes)
+
+
+def _screened_rewrite(tmp_path):
+    """A rewrite of the residual block that changes its kernels, with records written for the
+    original's kernels only; the region before and after, and the kernels' structural hashes."""
+    from tests.records import write_records
+    from tvm_pet.relax.adapter import region_to_module
+    from tvm_pet.tune.compile import extract_tasks
+    from tvm_pet.tune.records import db_dir
+    from tvm_pet.tune.targets import resolve_target
+
+    p, target = _residual_block(), resolve_target("llvm")
+    opt = Optimizer(SearchConfig(time_limit=60), AnalyticCost())
+
+    def tasks(program):
+        return {t.shash: t for t in extract_tasks(region_to_module(program), target)}
+
+    for sub in partition(p):
+        for subset in operator_subsets(p, sub, 2):
+            part, mutants = opt.mutants_of(p, subset, sub.name)
+            region = fusion_region(p, part)
+            for _, corrected in mutants:
+                after = region.after(part, corrected)
+                before_tasks, after_tasks = tasks(region.before), tasks(after)
+                if set(after_tasks) - set(before_tasks):
+                    write_records(db_dir(tmp_path, target),
+                                  [t.mod for t in before_tasks.values()], per_task=1,
+                                  valid=True)
+                    return region.before, after, before_tasks, after_tasks
+    raise AssertionError("no mutant of the residual block changes its kernels")
+
+
+def test_a_rewrite_to_kernels_without_records_is_set_aside_untimed(tmp_path):
+    from tvm_pet.tune.measured_cost import MeasuredCost
+
+    before, after, _, _ = _screened_rewrite(tmp_path)
+    timed = []
+    cost = MeasuredCost("llvm", tmp_path, measure_untuned=lambda *a, **k: timed.append(a) or 1.0)
+    assert cost.difference(before, after) == float("inf")
+    assert cost.set_aside == 1 and timed == []  # tuned against untuned: not even timed
+    # with no records at all, both sides are untuned and both are timed
+    untuned = MeasuredCost("llvm", tuned=False, measure_untuned=_fake_timer)
+    assert untuned.difference(before, after) not in (None, float("inf"))
+    assert untuned.set_aside == 0
+
+
+def test_the_screen_takes_tuned_times_replaced_and_the_untuned_ratio(tmp_path):
+    from tests.records import write_records
+    from tvm_pet.tune.measured_cost import MeasuredCost
+    from tvm_pet.tune.records import db_dir
+    from tvm_pet.tune.targets import resolve_target
+
+    before, after, before_tasks, after_tasks = _screened_rewrite(tmp_path)
+    lost = [t for h, t in before_tasks.items() if h not in after_tasks]
+    gained = [t for h, t in after_tasks.items() if h not in before_tasks]
+    cost = MeasuredCost("llvm", tmp_path, measure_untuned=_fake_timer)
+    screen = cost.screen(before, after)
+
+    def fake(tasks):
+        return sum(t.weight * _fake_timer(t.mod, None) for t in tasks)
+    # write_records gave the k-th original task one record of (1 + 10 k) ms
+    recorded = {h: 1e-3 * (1 + 10 * k) for k, h in enumerate(before_tasks)}
+    assert screen.replaced_s == pytest.approx(sum(t.weight * recorded[t.shash] for t in lost))
+    assert screen.untuned_ratio == pytest.approx(fake(gained) / fake(lost))
+    assert not screen.tuned
+    # once the mutant's new kernels have records, it counts as tuned, and it is costed
+    write_records(db_dir(tmp_path, resolve_target("llvm")), [t.mod for t in gained], per_task=1, base=5e-4,
+                  valid=True)
+    again = MeasuredCost("llvm", tmp_path, measure_untuned=_fake_timer)
+    assert again.screen(before, after).tuned
+    recorded.update({t.shash: 5e-4 * (1 + 10 * k) for k, t in enumerate(gained)})
+    assert again.difference(before, after) == pytest.approx(
+        sum(t.weight * recorded[t.shash] for t in gained)
+        - sum(t.weight * recorded[t.shash] for t in lost))

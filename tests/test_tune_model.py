@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("tvm")
 
 from tests.dilated import PenaliseDilationAndLayouts, dilated_chain  # noqa: E402
+from tvm_pet.cost.model import RewriteScreen  # noqa: E402
 from tvm_pet.ir import Op  # noqa: E402
 from tvm_pet.pipeline import DriverOptions, tune_model  # noqa: E402
 from tvm_pet.pipeline.plan import combination  # noqa: E402
@@ -25,8 +26,8 @@ class StubCost(PenaliseDilationAndLayouts):
     def __init__(self, target=None, records_dir=None, tuned=True):
         super().__init__()
 
-    def changed_ratio(self, before, after):
-        return 1.0
+    def screen(self, before, after):
+        return RewriteScreen(self.cost(before), 1.0)
 
 
 class StubToolchain(TVMToolchain):

@@ -191,6 +191,11 @@ def _print_trust(report) -> None:
               f"the original's kernels, {tuning['mutant_trials']} for PET's mutants (at "
               f"{tuning['trials_per_task']} per kernel, beside the budget), "
               f"{tuning['tuning_time_s']:.0f} s")
+        picked = [m for m in tuning["tuned_mutants"] if m["subprogram"] != "combined"]
+        print(f"  screen: {tuning['screened_mutants']} mutants timed untuned from their fusion "
+              f"regions; tuned the {len(picked)} with the best expected saving"
+              + "".join(f"; {m['subprogram']} {m['expected_saving_ms']:.2f} ms"
+                        for m in picked if m["expected_saving_ms"] is not None))
     print(f"  {report.kernels_line()}")
     c = report.confirmation
     budget = "unbounded" if c.budget_s is None else f"{c.budget_s:.0f} s"

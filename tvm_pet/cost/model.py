@@ -1,6 +1,8 @@
-"""The cost-model Protocol the optimizer uses."""
+"""The cost-model Protocol the optimizer uses, and what a tuning screen learns of a rewrite."""
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Protocol, runtime_checkable
 
 from tvm_pet.ir.node import Program
@@ -21,3 +23,34 @@ class CostModel(Protocol):
     def cost(self, program: Program) -> float:
         """Estimated seconds to run ``program`` once."""
         ...
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteScreen:
+    """What the tuning screen learns of one rewrite from the kernels it changes.
+
+    Attributes:
+        replaced_s: seconds per run of the kernels the rewrite removes, as the model costs them
+            (the original's tuning records where they exist).
+        untuned_ratio: untuned time of the kernels the rewrite adds over the untuned time of
+            those it removes (``inf`` when it removes none): how the mutant's kernels compare
+            before either side is tuned.
+        tuned: every kernel the rewrite adds has tuning records already (an earlier run tuned
+            the mutant).
+    """
+
+    replaced_s: float
+    untuned_ratio: float
+    tuned: bool = False
+
+    @property
+    def expected_saving_s(self) -> float:
+        """Seconds per run the rewrite is expected to save once its kernels are tuned: the
+        replaced kernels' time scaled by the untuned ratio (``-inf`` when it replaces nothing).
+
+        >>> round(RewriteScreen(replaced_s=0.010, untuned_ratio=0.6).expected_saving_s, 6)
+        0.004
+        """
+        if math.isinf(self.untuned_ratio):
+            return -math.inf
+        return self.replaced_s * (1.0 - self.untuned_ratio)

@@ -68,9 +68,11 @@ class DriverOptions:
         records_dir: the tuning records folder (default ``tuning_logs/<target>``).
         rpc: ``"host:port:key"`` of an RPC tracker to measure on.
         cost: ``"measured"`` (TVM kernel times) or ``"analytic"``: the search's cost model.
-        promising: mutants tuned per subset (the screen's best).
-        screen_ratio: largest untuned time of a mutant's changed kernels over the replaced
-            ones for it to be tuned.
+        promising: mutants of the whole model tuned (the screen's best expected savings).
+        screen_per_subset: mutants of each subset the screen times (the analytic model's
+            cheapest).
+        screen_ratio: largest untuned time of a mutant's new kernels over the replaced ones
+            for it to be tuned.
         timing_rounds: interleaved rounds of a first look.
         timing_number: calls averaged into one timing sample.
         timing_repeat: samples per module per round.
@@ -93,7 +95,8 @@ class DriverOptions:
     records_dir: str | None = None
     rpc: str | None = None
     cost: str = "measured"
-    promising: int = 2
+    promising: int = 4
+    screen_per_subset: int = 3
     screen_ratio: float = 2.0
     timing_rounds: int = 5
     timing_number: int = 3

@@ -1,28 +1,36 @@
 """The tuning plan: which mutants get their kernels tuned, and why (pure; no TVM).
 
-Tuning every candidate is unaffordable on a CPU (1-3 minutes per kernel at 64 trials), so
-``tvm-pet tune`` (and ``optimize --trials N``) tunes the original and only a few mutants per
-subset. This module holds the rules; :mod:`tvm_pet.pipeline.tune` applies them with a toolchain.
+Tuning every candidate is unaffordable on a CPU (about a minute per kernel at 32 trials), so
+``tvm-pet tune`` (and ``optimize --trials N``) tunes the original and only a few mutants of the
+whole model. This module holds the rules; :mod:`tvm_pet.pipeline.tune` applies them with a
+toolchain.
 
-- :func:`pick_mutants`: per subset, the mutants an earlier run tuned keep their places (the
-  untuned screen is noisy, and a rerun must not pick different ones), up to ``promising``; the
-  free places go to the mutants whose changed kernels, untuned, take the least time relative to
-  the kernels they replace, if at most ``screen_ratio`` times as long.
+- :func:`rank_mutants`: the screened mutants of the whole model, ranked by the time they are
+  expected to save, in milliseconds per run: the replaced kernels' tuned time (the original's
+  records) scaled by how the new kernels compare untuned
+  (:attr:`~tvm_pet.cost.model.RewriteScreen.expected_saving_s`). Mutants an earlier run tuned
+  keep their places first (the untuned screen is noisy, and a rerun must not pick different
+  ones, or tune again); the free places go to the best expected savings, each only if its new
+  kernels take at most ``screen_ratio`` times as long untuned.
 - :func:`combination`: the tuned mutants that beat the original by themselves, applied together
   (:func:`~tvm_pet.search.optimizer.combine`): the program the search's combine step will cost,
   whose kernels (layouts cancelled between neighbours, new fusions) must be tuned too.
 
->>> picks = pick_mutants("conv0", [("Conv",), ("Conv", "Transpose")], [False, False],
-...                      untuned_ratio=lambda k: [3.0, 0.5][k], promising=2, screen_ratio=2.0)
->>> [(p.mutant, p.untuned_ratio) for p in picks]
-[(('Conv', 'Transpose'), 0.5)]
+>>> from tvm_pet.cost.model import RewriteScreen
+>>> screened = [Screened("conv0", ("Conv",), RewriteScreen(0.004, 3.0), 0),
+...             Screened("conv0", ("Conv", "Transpose"), RewriteScreen(0.004, 0.5), 1),
+...             Screened("conv1", ("Conv", "Transpose"), RewriteScreen(0.010, 0.7), 2)]
+>>> [(p.subprogram, p.index, round(p.expected_saving_ms, 2))
+...  for p in rank_mutants(screened, promising=2, screen_ratio=2.0)]
+[('conv1', 2, 3.0), ('conv0', 1, 2.0)]
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Sequence
 
-from tvm_pet.cost.model import CostModel
+from tvm_pet.cost.model import CostModel, RewriteScreen
 from tvm_pet.ir.node import Program
 from tvm_pet.search.optimizer import combine
 from tvm_pet.search.partition import Subprogram
@@ -32,78 +40,103 @@ COMBINED = "combined"
 
 
 @dataclasses.dataclass(frozen=True)
+class Screened:
+    """One mutant the screen looked at.
+
+    Args:
+        subprogram: the subprogram it rewrites.
+        mutant: its operators.
+        screen: what the screen measured of its kernels.
+        index: its position in the caller's list of screened candidates.
+    """
+
+    subprogram: str
+    mutant: tuple[str, ...]
+    screen: RewriteScreen
+    index: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Pick:
     """One mutant chosen for tuning.
 
     Args:
         subprogram: the subprogram it rewrites (``"combined"`` for the combination).
         mutant: its operators.
-        untuned_ratio: what the screen measured (changed kernels' untuned time over the replaced
-            ones'); None when it was not screened (tuned by an earlier run, or the combination).
-        index: its position among its subset's mutants (-1 for the combination).
+        untuned_ratio: what the screen measured (new kernels' untuned time over the replaced
+            ones'); None for the combination.
+        index: its :attr:`Screened.index` (-1 for the combination).
+        expected_saving_ms: the screen's expected saving per run (None for the combination).
+        tuned_before: its kernels had records already (an earlier run tuned it): nothing to
+            tune now.
     """
 
     subprogram: str
     mutant: tuple[str, ...]
     untuned_ratio: float | None
     index: int = -1
+    expected_saving_ms: float | None = None
+    tuned_before: bool = False
 
     @property
     def reason(self) -> str:
         """Why it is tuned, in words."""
         if self.subprogram == COMBINED:
             return "the tuned mutants that improve, applied together"
-        if self.untuned_ratio is None:
+        if self.tuned_before:
             return "tuned by an earlier run"
-        return f"screened: its changed kernels take x{self.untuned_ratio:.2f} untuned"
+        return (f"screened: expected to save {self.expected_saving_ms:.2f} ms per run (its new "
+                f"kernels take x{self.untuned_ratio:.2f} untuned)")
 
     def to_json(self) -> dict:
         """The pick as ``report.json`` and ``tvm-pet tune`` write it."""
         return {"subprogram": self.subprogram, "mutant": list(self.mutant),
-                "untuned_ratio": self.untuned_ratio}
+                "untuned_ratio": self.untuned_ratio,
+                "expected_saving_ms": self.expected_saving_ms, "reason": self.reason}
 
 
 @dataclasses.dataclass(frozen=True)
 class TuningPlan:
-    """The mutants tuned besides the original, in the order they were chosen."""
+    """The mutants tuned besides the original, in the order they were chosen, and how many the
+    screen looked at."""
 
     picks: tuple[Pick, ...] = ()
+    screened: int = 0
 
     def to_json(self) -> list[dict]:
         """One entry per pick (``tuned_mutants`` of the tuning summary)."""
         return [p.to_json() for p in self.picks]
 
 
-def pick_mutants(subprogram: str, mutants: Sequence[tuple[str, ...]],
-                 tuned_before: Sequence[bool], untuned_ratio: Callable[[int], float],
-                 promising: int, screen_ratio: float) -> tuple[Pick, ...]:
-    """Choose the mutants of one subset to tune.
+def rank_mutants(screened: Sequence[Screened], promising: int,
+                 screen_ratio: float) -> tuple[Pick, ...]:
+    """Choose the mutants of the whole model to tune.
 
-    The mutants tuned before come first, at most ``promising`` of them; the remaining places go
-    to the other mutants in increasing order of ``untuned_ratio``, each only if its ratio is at
-    most ``screen_ratio``. ``untuned_ratio`` is called only when places remain (it measures).
+    Mutants tuned before come first, best expected saving first, at most ``promising`` of them;
+    the remaining places go to the others in decreasing order of expected saving, each only if
+    its untuned ratio is at most ``screen_ratio``.
 
     Args:
-        subprogram: the subset's subprogram name.
-        mutants: each mutant's operators.
-        tuned_before: per mutant, whether all its kernels already have records.
-        untuned_ratio: the screen of the mutant at an index.
-        promising: places per subset.
+        screened: every mutant the screen measured, across the model.
+        promising: mutants tuned in all.
         screen_ratio: the screen's threshold.
 
     Returns:
-        The picks, tuned-before ones first, then the screened ones from best to worst.
+        The picks, tuned-before ones first, then the others from best to worst.
     """
-    done = [k for k, tuned in enumerate(tuned_before) if tuned][:promising]
-    picks = [Pick(subprogram, tuple(mutants[k]), None, k) for k in done]
-    slots = promising - len(done)
-    if slots <= 0:
-        return tuple(picks)
-    fresh = [k for k in range(len(mutants)) if k not in done]
-    ranked = sorted(((untuned_ratio(k), k) for k in fresh), key=lambda r: r[0])
-    picks += [Pick(subprogram, tuple(mutants[k]), ratio, k)
-              for ratio, k in ranked[:slots] if ratio <= screen_ratio]
-    return tuple(picks)
+    def best_first(items):
+        return sorted(items, key=lambda s: (-s.screen.expected_saving_s, s.index))
+
+    done = best_first(s for s in screened if s.screen.tuned)[:promising]
+    fresh = best_first(s for s in screened if not s.screen.tuned
+                       and s.screen.untuned_ratio <= screen_ratio)
+    return tuple(_pick(s) for s in done + fresh[:promising - len(done)])
+
+
+def _pick(s: Screened) -> Pick:
+    saving = 1e3 * s.screen.expected_saving_s
+    return Pick(s.subprogram, tuple(s.mutant), s.screen.untuned_ratio, s.index,
+                saving if math.isfinite(saving) else None, s.screen.tuned)
 
 
 def combination(program: Program, tuned: Sequence[tuple[Subprogram, Program, Program]],

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tvm_pet.cost.model import CostModel
+from tvm_pet.cost.model import CostModel, RewriteScreen
 from tvm_pet.ir.node import Program
 
 
@@ -38,10 +38,11 @@ class Tuned(Protocol):
 
 
 class ScreeningCost(CostModel, Protocol):
-    """A cost model that can compare only the kernels a rewrite changed (the untuned screen)."""
+    """A cost model that can screen a rewrite from its fusion region (the tune stage's screen)."""
 
-    def changed_ratio(self, before: Program, after: Program) -> float:
-        """Time of the kernels only ``after`` has over that of those only ``before`` has."""
+    def screen(self, before: Program, after: Program) -> RewriteScreen | None:
+        """The replaced kernels' time, the untuned ratio of the new kernels to the replaced
+        ones, and whether the new ones have records; None when it cannot tell."""
         ...
 
 
@@ -116,10 +117,6 @@ class Toolchain(Protocol):
 
     def cost_model(self, tuned: bool = True) -> ScreeningCost:
         """The measured cost model: tuned record times where they exist, or all untuned."""
-        ...
-
-    def tuned_before(self, program: Program) -> bool:
-        """True when every kernel of ``program`` already has tuning records."""
         ...
 
 

@@ -5,14 +5,18 @@ Steps 1 and 2 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`), and al
 
 1. **Tune the original.** Its kernels are tuned with MetaSchedule (``trials`` per task) into
    ``tuning_logs/<target>/``; records are reused with zero new trials afterwards.
-2. **Screen cheaply, tune the promising few.** The generator lists verified mutants per subset.
-   Each is put in place in the whole model and costed with *untuned* kernels, comparing only the
-   kernels it changes; the plan (:func:`~tvm_pet.pipeline.plan.pick_mutants`) chooses which get
-   tuned, with the same trials per task as the original. They are tuned in the whole model, as
-   TVM fuses them there (a mutant's last kernel takes the bias and ReLU after it), so that their
-   records match the final build. Then the tuned mutants that beat the original by themselves
-   are applied together (:func:`~tvm_pet.pipeline.plan.combination`), and that combination,
-   which the search's combine step will cost, is tuned as well.
+2. **Screen cheaply, tune the promising few.** The generator lists verified mutants per subset;
+   the analytic model keeps the ``screen_per_subset`` cheapest of each subset. Each of those is
+   screened from its fusion region (:mod:`tvm_pet.search.region`): the kernels it removes and
+   those it adds, timed *untuned* on both sides, and the removed ones' tuned time from the
+   original's records (:meth:`~tvm_pet.tune.measured_cost.MeasuredCost.screen`). The plan
+   (:func:`~tvm_pet.pipeline.plan.rank_mutants`) ranks them across the whole model by the
+   milliseconds they are expected to save and picks the best ``promising``, tuned with the same
+   trials per task as the original. They are tuned in the whole model, as TVM fuses them there
+   (a mutant's last kernel takes the bias and ReLU after it), so that their records match the
+   final build. Then the tuned mutants that beat the original by themselves are applied together
+   (:func:`~tvm_pet.pipeline.plan.combination`), and that combination, which the search's
+   combine step will cost, is tuned as well.
 
 The mutants are listed through the run's :class:`~tvm_pet.search.mutant_cache.MutantCache`,
 so that the search after this stage does not generate them again.
@@ -25,12 +29,15 @@ from collections.abc import Callable
 
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import DriverOptions
-from tvm_pet.pipeline.plan import Pick, TuningPlan, combination, combined_pick, pick_mutants
+from tvm_pet.cost.analytic import AnalyticCost
+from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, combined_pick,
+                                   rank_mutants)
 from tvm_pet.pipeline.toolchain import Toolchain, Tuned, tvm_toolchain
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.mutant_cache import MutantCache
 from tvm_pet.search.optimizer import Optimizer, operator_subsets
 from tvm_pet.search.partition import partition, replace_subprogram
+from tvm_pet.search.region import fusion_region
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +80,7 @@ class TuneSummary:
         return {"records": self.records, "trials_per_task": self.trials_per_task,
                 "budget": self.budget, "tasks": self.tasks, "new_trials": self.new_trials,
                 "mutant_trials": self.mutant_trials, "tuning_time_s": self.tuning_time_s,
-                "tuned_mutants": self.plan.to_json()}
+                "screened_mutants": self.plan.screened, "tuned_mutants": self.plan.to_json()}
 
 
 def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
@@ -88,10 +95,12 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
     Args:
         program: the model.
         config: the generator's budgets (the search's config).
-        options: ``trials`` or ``budget``, ``seed``, ``promising`` and ``screen_ratio``.
+        options: ``trials`` or ``budget``, ``seed``, ``promising``, ``screen_per_subset`` and
+            ``screen_ratio``.
         toolchain: the compiler (default: TVM for ``options.target``).
         mutants: the run's generator cache (default: a new one).
-        progress: gets a line with trials done and an ETA while a budget is tuned.
+        progress: gets a line with trials done and an ETA while a budget is tuned, with the
+            subsets screened and an ETA while mutants are screened, and one per mutant tuned.
 
     Returns:
         A :class:`TuneSummary`: tasks tuned, new trials, seconds, and the tuned mutants.
@@ -107,7 +116,8 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
         options = dataclasses.replace(options, trials=max(1, round(first.records_per_task)))
     else:
         first = _tune(toolchain, program, options)
-    picks, tuned, stats = _tune_promising(program, config, options, toolchain, mutants)
+    picks, tuned, stats, screened = _tune_promising(program, config, options, toolchain,
+                                                    mutants, progress)
     combined = combination(program, tuned, toolchain.cost_model(tuned=True))
     if combined is not None:
         stats.append(_tune(toolchain, combined, options))
@@ -116,7 +126,7 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                        tuning_time_s=time.perf_counter() - start,
                        new_trials=first.new_trials + sum(s.new_trials for s in stats),
                        tasks=first.tasks + sum(s.tasks for s in stats),
-                       trials_per_task=options.trials, plan=TuningPlan(tuple(picks)),
+                       trials_per_task=options.trials, plan=TuningPlan(tuple(picks), screened),
                        budget=None if options.budget is None else str(options.budget),
                        mutant_trials=sum(s.new_trials for s in stats))
 
@@ -126,34 +136,68 @@ def _tune(toolchain: Toolchain, program: Program, options: DriverOptions) -> Tun
 
 
 def _tune_promising(program: Program, config: SearchConfig, options: DriverOptions,
-                    toolchain: Toolchain, mutants: MutantCache
-                    ) -> tuple[list[Pick], list[tuple], list[Tuned]]:
-    """Screen every subset's mutants and tune the plan's picks.
+                    toolchain: Toolchain, mutants: MutantCache,
+                    progress: Callable[[str], None] | None = None
+                    ) -> tuple[list[Pick], list[tuple], list[Tuned], int]:
+    """Screen the model's mutants, rank them across the model, and tune the plan's picks.
 
     Returns:
         The picks; ``(subprogram, whole program, corrected mutant)`` per mutant tuned now or
-        before; and what each tuning call did.
+        before; what each tuning call did; and how many mutants were screened.
     """
-    untuned = toolchain.cost_model(tuned=False)
-    listing = Optimizer(config, untuned, mutants)
-    picks: list[Pick] = []
+    cost = toolchain.cost_model(tuned=True)
+    listing = Optimizer(config, cost, mutants)
+    subsets = [(sub, subset) for sub in partition(program)
+               for subset in operator_subsets(program, sub, config.max_subset)]
+    screened: list[Screened] = []
+    candidates: list[tuple] = []  # (subprogram, corrected mutant) per screened mutant
+    eta = _Eta(len(subsets), progress)
+    for done, (sub, subset) in enumerate(subsets, 1):
+        part, found = listing.mutants_of(program, subset, sub.name)
+        region = fusion_region(program, part) if found else None
+        for mutant, corrected in _cheapest(found, options.screen_per_subset):
+            after = None if region is None else region.after(part, corrected)
+            screen = None if after is None else cost.screen(region.before, after)
+            if screen is not None:  # a region too large, or not compilable alone: not screened
+                screened.append(Screened(sub.name, mutant.ops, screen, len(candidates)))
+                candidates.append((part, corrected))
+        eta.update(done, f"{len(screened)} mutants screened")
+    picks = list(rank_mutants(screened, options.promising, options.screen_ratio))
     tuned: list[tuple] = []
     stats: list[Tuned] = []
-    for sub in partition(program):
-        for subset in operator_subsets(program, sub, config.max_subset):
-            part, found = listing.mutants_of(program, subset, sub.name)
-            # each mutant in place in the whole model: TVM fuses its kernels with their
-            # neighbours, and those fused kernels are what gets tuned and run
-            wholes = [replace_subprogram(program, part, corrected) for _, corrected in found]
-            if not wholes:
-                continue
-            chosen = pick_mutants(sub.name, [m.ops for m, _ in found],
-                                  [toolchain.tuned_before(w) for w in wholes],
-                                  lambda k: untuned.changed_ratio(program, wholes[k]),
-                                  options.promising, options.screen_ratio)
-            for pick in chosen:
-                if pick.untuned_ratio is not None:  # screened now: not tuned yet
-                    stats.append(_tune(toolchain, wholes[pick.index], options))
-                tuned.append((part, wholes[pick.index], found[pick.index][1]))
-            picks += chosen
-    return picks, tuned, stats
+    for n, pick in enumerate(picks, 1):
+        part, corrected = candidates[pick.index]
+        if progress is not None:
+            progress(f"mutant {n}/{len(picks)} ({pick.subprogram}: {' '.join(pick.mutant)}): "
+                     f"{pick.reason}")
+        # the mutant in place in the whole model: TVM fuses its kernels with their neighbours,
+        # and those fused kernels are what gets tuned and run
+        whole = replace_subprogram(program, part, corrected)
+        if not pick.tuned_before:
+            stats.append(_tune(toolchain, whole, options))
+        tuned.append((part, whole, corrected))
+    return picks, tuned, stats, len(screened)
+
+
+def _cheapest(found: list[tuple], keep: int) -> list[tuple]:
+    """The ``keep`` mutants of one subset the analytic model finds cheapest (in their order
+    otherwise): only these are compiled and timed by the screen."""
+    analytic = AnalyticCost()
+    order = sorted(range(len(found)), key=lambda k: (analytic.cost(found[k][1]), k))
+    return [found[k] for k in sorted(order[:keep])]
+
+
+class _Eta:
+    """A progress line with an estimate of the time left, at most every ``every_s`` seconds."""
+
+    def __init__(self, total: int, progress: Callable[[str], None] | None, every_s: float = 15.0):
+        self.total, self.progress, self.every_s = total, progress, every_s
+        self.start = self.last = time.perf_counter()
+
+    def update(self, done: int, what: str) -> None:
+        now = time.perf_counter()
+        if self.progress is None or (now - self.last < self.every_s and done < self.total):
+            return
+        self.last = now
+        left = (now - self.start) / done * (self.total - done)
+        self.progress(f"screening: {done}/{self.total} subsets, {what}, about {left:.0f} s left")

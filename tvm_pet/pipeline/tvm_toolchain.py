@@ -14,7 +14,6 @@ program into the module TVM imported.
 from __future__ import annotations
 
 import copy
-import pathlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -29,9 +28,9 @@ from tvm_pet.pipeline.load import InputSpec, LoadedModel
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.relax.coverage import coverage as relax_coverage
 from tvm_pet.relax.frontends import ModuleLowering, import_model
-from tvm_pet.tune.compile import apply_records, build_with_records, extract_tasks, prepare
+from tvm_pet.tune.compile import apply_records, build_with_records
 from tvm_pet.tune.measured_cost import MeasuredCost
-from tvm_pet.tune.records import default_records_dir, open_database, workload_records
+from tvm_pet.tune.records import default_records_dir
 from tvm_pet.tune.records_plan import records_plan
 from tvm_pet.tune.targets import resolve_target
 from tvm_pet.tune.timing import Timing, time_interleaved
@@ -72,7 +71,6 @@ class TVMToolchain:
         self.records_dir = str(records_dir or default_records_dir(self.target))
         self.rpc = rpc
         self._device = device_for(self.target) if run_here else None
-        self._database = None  # the records, opened for tuned_before; reopened after tuning
         self._lower: Callable[[Program], tvm.IRModule] = program_to_module
 
     @property
@@ -123,9 +121,7 @@ class TVMToolchain:
 
     def tune(self, module: tvm.IRModule, trials: int, *, seed: int) -> TuneStats:
         """Tune every task of ``module`` up to ``trials`` records, into the records folder."""
-        stats = tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc)
-        self._database = None  # new records: open again when next asked
-        return stats
+        return tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc)
 
     def tune_whole(self, module: tvm.IRModule, budget, *, seed: int,
                    progress: Callable[[str], None] | None = None) -> TuneStats:
@@ -133,13 +129,10 @@ class TVMToolchain:
         MetaSchedule's gradient task scheduler (``tune_budget``), or for ``budget.minutes``
         (``tune_minutes``)."""
         if budget.trials is not None:
-            stats = tune_budget(module, self.target, budget.trials, self.records_dir, seed=seed,
-                                rpc=self.rpc, progress=progress)
-        else:
-            stats = tune_minutes(module, self.target, budget.minutes, self.records_dir,
-                                 seed=seed, rpc=self.rpc, progress=progress)
-        self._database = None
-        return stats
+            return tune_budget(module, self.target, budget.trials, self.records_dir, seed=seed,
+                               rpc=self.rpc, progress=progress)
+        return tune_minutes(module, self.target, budget.minutes, self.records_dir, seed=seed,
+                            rpc=self.rpc, progress=progress)
 
     def time(self, executables: Mapping[str, relax.VMExecutable], inputs: Sequence[np.ndarray],
              *, rounds: int, number: int, repeat: int) -> dict[str, Timing]:
@@ -166,16 +159,6 @@ class TVMToolchain:
     def cost_model(self, tuned: bool = True) -> MeasuredCost:
         """The measured cost: record times where they exist (``tuned``), else all untuned."""
         return MeasuredCost(self.target, self.records_dir, tuned=tuned, lower=self._lower)
-
-    def tuned_before(self, program: Program) -> bool:
-        """True when every kernel of ``program`` has records (an earlier run tuned it; a small
-        search space may hold fewer records than the trial budget)."""
-        if self._database is None and pathlib.Path(self.records_dir).exists():
-            self._database = open_database(self.records_dir, self.target)
-        if self._database is None:
-            return False
-        tasks = extract_tasks(prepare(self.lower(program), self.target), self.target)
-        return bool(tasks) and all(workload_records(self._database, t.mod) for t in tasks)
 
 
 def load_with_tvm(model, *, rewrites: bool = True) -> LoadedModel:

@@ -22,6 +22,7 @@ inverse layouts between neighbours vanish, and costed as a whole like any other 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Sequence
 
@@ -415,6 +416,8 @@ def _single_mutations(opt: Optimizer, entry: _Entry, seen: set, label: str
                 # programs are costed; otherwise the region around it (or the whole candidate)
                 c = (cost_now - part_cost + opt.cost(corrected) if additive
                      else opt.rewrite_cost(region, cost_now, part, corrected, new))
+                if math.isinf(c):  # the cost model set it aside (measured: untuned kernels)
+                    continue
                 step = Applied(sub.name, _op_names(part.program.nodes), mutant.ops,
                                mutant.partially_equivalent, mutant.corrected_boxes, cost_now, c)
                 fresh.append((c, new, history + [step]))

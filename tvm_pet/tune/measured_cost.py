@@ -18,21 +18,25 @@ optimizer costs one candidate from its fusion region instead (:mod:`tvm_pet.sear
 the kernels that differ, so a whole-model search does not compile the whole model per candidate.
 
 Untuned CPU kernels are naive loops (``shared/CALIBRATION.md``): mixing tuned and untuned times
-is unfair to whichever side is untuned. Mutant kernels without records therefore look slow, and
-the original is kept unless they are tuned as well (``tvm-pet tune``). That errs on the side of
-changing nothing.
+is unfair to whichever side is untuned. A rewrite whose new kernels have no records, replacing
+tuned kernels, is therefore set aside without being timed (:meth:`MeasuredCost.difference`), and
+the original is kept unless the mutant's kernels are tuned as well (``tvm-pet tune``, which picks
+them with :meth:`MeasuredCost.screen`). That errs on the side of changing nothing.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 
 import tvm
 
+from tvm_pet.cost.model import RewriteScreen
 from tvm_pet.errors import PetError
 from tvm_pet.ir.keys import canonical
 from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import program_to_module, region_to_module
+from tvm_pet.tune import records
 from tvm_pet.tune.compile import Task, extract_tasks
 from tvm_pet.tune.kernels import kernel_times, task_times
 from tvm_pet.tune.records import costing_sources, default_records_dir
@@ -70,6 +74,9 @@ class MeasuredCost:
         self._regions: dict = {}
         #: Regions that could not be lowered on their own (their candidates were costed whole).
         self.regions_refused = 0
+        #: Rewrites set aside by :meth:`difference`: new kernels without records, replacing
+        #: tuned ones.
+        self.set_aside = 0
         self._opened = None  # (database or None, untuned-times cache), opened on first use
 
     def cost(self, program: Program) -> float:
@@ -96,24 +103,75 @@ class MeasuredCost:
         :meth:`kernels` times them, so the result equals the whole programs' difference when the
         region holds every kernel the rewrite changes.
 
+        A rewrite that replaces kernels with tuning records by a kernel without any is **set
+        aside** (``inf``), not timed: it would compare an untuned loop nest with a tuned kernel,
+        which the untuned side loses (``shared/CALIBRATION.md``), and timing untuned kernels is
+        what made a whole-model search slow. ``tvm-pet tune`` tunes the promising ones first.
+        Where the replaced kernels are untuned too, both sides are timed untuned.
+
         Returns:
-            The difference, or None when a region cannot be compiled on its own (an opaque
-            operator reads a value computed outside it); the caller costs the whole program.
+            The difference, ``inf`` when set aside, or None when a region cannot be compiled on
+            its own (an opaque operator reads a value computed outside it); the caller then
+            costs the whole program.
         """
+        change = self._change(before, after)
+        if change is None:
+            return None
+        lost, gained = change
+        if self.records_dir is not None:
+            opened = records.OpenRecords.of(self._open()[0])
+            if (all(opened.best(t.mod)[0] is not None for t, _ in lost)
+                    and any(opened.best(t.mod)[0] is None for t, _ in gained)):
+                self.set_aside += 1
+                return math.inf
+        return self._seconds(gained) - self._seconds(lost)
+
+    def screen(self, before: Program, after: Program) -> RewriteScreen | None:
+        """The tuning screen of a rewrite, from its fusion region before and after (as
+        :meth:`difference` takes them): the replaced kernels' time as this model costs them, the
+        untuned ratio of the new kernels to the replaced ones, and whether the new ones have
+        records already. None when a region cannot be compiled on its own."""
+        change = self._change(before, after)
+        if change is None:
+            return None
+        lost, gained = change
+        untuned_lost = self._seconds(lost, untuned=True)
+        ratio = (self._seconds(gained, untuned=True) / untuned_lost if untuned_lost > 0
+                 else math.inf)
+        opened = records.OpenRecords.of(self._open()[0])
+        tuned = self.records_dir is not None and all(
+            _own_record(opened, t) for t, _ in gained)
+        return RewriteScreen(self._seconds(lost), ratio, tuned)
+
+    def changed_ratio(self, before: Program, after: Program) -> float:
+        """Untuned time of the kernels only ``after`` has over that of those only ``before``
+        has (``inf`` when ``before`` loses no kernel time); regions as :meth:`difference` takes
+        them, or whole programs."""
+        screen = self.screen(before, after)
+        return math.inf if screen is None else screen.untuned_ratio
+
+    def _change(self, before: Program, after: Program
+                ) -> tuple[list[tuple[Task, int]], list[tuple[Task, int]]] | None:
+        """The kernels a rewrite removes and those it adds, with their calls per run: those
+        ``before`` has and ``after`` has not, and the other way round (None when one cannot be
+        compiled on its own)."""
         tasks_before, tasks_after = self._region_tasks(before), self._region_tasks(after)
         if tasks_before is None or tasks_after is None:
             return None
         calls_before = Counter({h: t.weight for h, t in tasks_before.items()})
         calls_after = Counter({h: t.weight for h, t in tasks_after.items()})
-        lost, gained = calls_before - calls_after, calls_after - calls_before
         every = {**tasks_before, **tasks_after}
-        changed = [every[h] for h in sorted(set(lost) | set(gained))]
+        return ([(every[h], n) for h, n in sorted((calls_before - calls_after).items())],
+                [(every[h], n) for h, n in sorted((calls_after - calls_before).items())])
+
+    def _seconds(self, tasks: list[tuple[Task, int]], untuned: bool = False) -> float:
+        """Seconds per run of ``(task, calls)`` pairs: as :meth:`kernels` times them, or all
+        untuned (measured here, cached)."""
         database, cache = self._open()
-        times = task_times(changed, self.target, self.records_dir, cache=cache,
-                           database=database, measure_untuned=self.measure_untuned)
-        seconds = {t.shash: t.seconds for t in times}
-        return (sum(n * seconds[h] for h, n in gained.items())
-                - sum(n * seconds[h] for h, n in lost.items()))
+        times = task_times([t for t, _ in tasks], self.target, self.records_dir, cache=cache,
+                           database=records.OpenRecords(None) if untuned else database,
+                           measure_untuned=self.measure_untuned)
+        return float(sum(n * t.seconds for (_, n), t in zip(tasks, times)))
 
     def _region_tasks(self, region: Program) -> dict[int, Task] | None:
         """The region's fused kernels by structural hash (None: it cannot be compiled alone)."""
@@ -135,13 +193,8 @@ class MeasuredCost:
             self._opened = costing_sources(self.records_dir, self.target)
         return self._opened
 
-    def changed_ratio(self, before: Program, after: Program) -> float:
-        """Time of the kernels only ``after`` has over the time of those only ``before`` has.
 
-        The kernels both share cancel, so this compares just what a rewrite changed (the screen
-        of ``tvm-pet tune``); ``inf`` when ``before`` loses no kernel time.
-        """
-        a, b = self.kernels(before), self.kernels(after)
-        lost = sum(max(0, w - b.get(h, (0,))[0]) * s for h, (w, s) in a.items())
-        gained = sum(max(0, w - a.get(h, (0,))[0]) * s for h, (w, s) in b.items())
-        return gained / lost if lost > 0 else float("inf")
+def _own_record(opened: records.OpenRecords, task: Task) -> bool:
+    """True when the task has a record of the target itself (not borrowed)."""
+    record, borrowed = opened.best(task.mod)
+    return record is not None and not borrowed
