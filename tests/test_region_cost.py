@@ -186,11 +186,12 @@ def test_the_screen_takes_tuned_times_replaced_and_the_untuned_ratio(tmp_path):
     assert screen.untuned_ratio == pytest.approx(fake(gained) / fake(lost))
     assert not screen.tuned
     # once the mutant's new kernels have records, it counts as tuned, and it is costed
-    write_records(db_dir(tmp_path, resolve_target("llvm")), [t.mod for t in gained], per_task=1, base=5e-4,
+    write_records(db_dir(tmp_path, resolve_target("llvm")), [t.mod for t in gained], per_task=1,
+                  base=5e-4,
                   valid=True)
     again = MeasuredCost("llvm", tmp_path, measure_untuned=_fake_timer)
-    assert again.screen(before, after).tuned
     recorded.update({t.shash: 5e-4 * (1 + 10 * k) for k, t in enumerate(gained)})
+    tuned_s = sum(t.weight * recorded[t.shash] for t in gained)
+    assert again.screen(before, after).tuned_s == pytest.approx(tuned_s)
     assert again.difference(before, after) == pytest.approx(
-        sum(t.weight * recorded[t.shash] for t in gained)
-        - sum(t.weight * recorded[t.shash] for t in lost))
+        tuned_s - sum(t.weight * recorded[t.shash] for t in lost))

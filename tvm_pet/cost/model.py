@@ -35,22 +35,32 @@ class RewriteScreen:
         untuned_ratio: untuned time of the kernels the rewrite adds over the untuned time of
             those it removes (``inf`` when it removes none): how the mutant's kernels compare
             before either side is tuned.
-        tuned: every kernel the rewrite adds has tuning records already (an earlier run tuned
-            the mutant).
+        tuned_s: seconds per run of the kernels the rewrite adds, from their tuning records,
+            when every one has records already (an earlier run tuned the mutant); else None.
     """
 
     replaced_s: float
     untuned_ratio: float
-    tuned: bool = False
+    tuned_s: float | None = None
+
+    @property
+    def tuned(self) -> bool:
+        """Every kernel the rewrite adds has tuning records."""
+        return self.tuned_s is not None
 
     @property
     def expected_saving_s(self) -> float:
-        """Seconds per run the rewrite is expected to save once its kernels are tuned: the
-        replaced kernels' time scaled by the untuned ratio (``-inf`` when it replaces nothing).
+        """Seconds per run the rewrite saves once its kernels are tuned: measured from the
+        records when they are, else the replaced kernels' time scaled by the untuned ratio
+        (``-inf`` when it replaces nothing).
 
         >>> round(RewriteScreen(replaced_s=0.010, untuned_ratio=0.6).expected_saving_s, 6)
         0.004
+        >>> round(RewriteScreen(0.010, 0.6, tuned_s=0.007).expected_saving_s, 6)
+        0.003
         """
+        if self.tuned_s is not None:
+            return self.replaced_s - self.tuned_s
         if math.isinf(self.untuned_ratio):
             return -math.inf
         return self.replaced_s * (1.0 - self.untuned_ratio)

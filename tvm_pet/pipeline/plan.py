@@ -8,10 +8,11 @@ toolchain.
 - :func:`rank_mutants`: the screened mutants of the whole model, ranked by the time they are
   expected to save, in milliseconds per run: the replaced kernels' tuned time (the original's
   records) scaled by how the new kernels compare untuned
-  (:attr:`~tvm_pet.cost.model.RewriteScreen.expected_saving_s`). Mutants an earlier run tuned
-  keep their places first (the untuned screen is noisy, and a rerun must not pick different
-  ones, or tune again); the free places go to the best expected savings, each only if its new
-  kernels take at most ``screen_ratio`` times as long untuned.
+  (:attr:`~tvm_pet.cost.model.RewriteScreen.expected_saving_s`). Mutants whose kernels all
+  have records already (an earlier run tuned them) take places first, ranked by what they
+  really save, tuned, so that a rerun tunes nothing new; the free places go to the best
+  expected savings, each only if its new kernels take at most ``screen_ratio`` times as long
+  untuned.
 - :func:`combination`: the tuned mutants that beat the original by themselves, applied together
   (:func:`~tvm_pet.search.optimizer.combine`): the program the search's combine step will cost,
   whose kernels (layouts cancelled between neighbours, new fusions) must be tuned too.
@@ -84,7 +85,7 @@ class Pick:
         if self.subprogram == COMBINED:
             return "the tuned mutants that improve, applied together"
         if self.tuned_before:
-            return "tuned by an earlier run"
+            return f"tuned by an earlier run (tuned, it saves {self.expected_saving_ms:.2f} ms per run)"
         return (f"screened: expected to save {self.expected_saving_ms:.2f} ms per run (its new "
                 f"kernels take x{self.untuned_ratio:.2f} untuned)")
 
@@ -112,7 +113,7 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                  screen_ratio: float) -> tuple[Pick, ...]:
     """Choose the mutants of the whole model to tune.
 
-    Mutants tuned before come first, best expected saving first, at most ``promising`` of them;
+    Mutants tuned before come first, best tuned saving first, at most ``promising`` of them;
     the remaining places go to the others in decreasing order of expected saving, each only if
     its untuned ratio is at most ``screen_ratio``.
 

@@ -129,8 +129,9 @@ class MeasuredCost:
     def screen(self, before: Program, after: Program) -> RewriteScreen | None:
         """The tuning screen of a rewrite, from its fusion region before and after (as
         :meth:`difference` takes them): the replaced kernels' time as this model costs them, the
-        untuned ratio of the new kernels to the replaced ones, and whether the new ones have
-        records already. None when a region cannot be compiled on its own."""
+        untuned ratio of the new kernels to the replaced ones, and the new ones' tuned time
+        when they all have records of the target already. None when a region cannot be
+        compiled on its own."""
         change = self._change(before, after)
         if change is None:
             return None
@@ -141,7 +142,7 @@ class MeasuredCost:
         opened = records.OpenRecords.of(self._open()[0])
         tuned = self.records_dir is not None and all(
             _own_record(opened, t) for t, _ in gained)
-        return RewriteScreen(self._seconds(lost), ratio, tuned)
+        return RewriteScreen(self._seconds(lost), ratio, self._seconds(gained) if tuned else None)
 
     def changed_ratio(self, before: Program, after: Program) -> float:
         """Untuned time of the kernels only ``after`` has over that of those only ``before``
