@@ -196,6 +196,10 @@ def _print_trust(report) -> None:
               f"regions; tuned the {len(picked)} with the best expected saving"
               + "".join(f"; {m['subprogram']} {m['expected_saving_ms']:.2f} ms"
                         for m in picked if m["expected_saving_ms"] is not None))
+    if facts["search"]["set_aside_untuned"]:
+        print(f"  the search set aside {facts['search']['set_aside_untuned']} rewrite(s) whose "
+              f"new kernels have no records, untimed (an untuned kernel against a tuned one); "
+              f"`tvm-pet tune` tunes the most promising")
     print(f"  {report.kernels_line()}")
     c = report.confirmation
     budget = "unbounded" if c.budget_s is None else f"{c.budget_s:.0f} s"

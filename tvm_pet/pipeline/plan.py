@@ -85,7 +85,8 @@ class Pick:
         if self.subprogram == COMBINED:
             return "the tuned mutants that improve, applied together"
         if self.tuned_before:
-            return f"tuned by an earlier run (tuned, it saves {self.expected_saving_ms:.2f} ms per run)"
+            return (f"tuned by an earlier run (tuned, it saves {self.expected_saving_ms:.2f} ms "
+                    f"per run)")
         return (f"screened: expected to save {self.expected_saving_ms:.2f} ms per run (its new "
                 f"kernels take x{self.untuned_ratio:.2f} untuned)")
 

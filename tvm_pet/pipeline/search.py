@@ -1,9 +1,10 @@
 """The search stage: PET's optimizer (Algorithm 2) on the whole model, with the run's cost model.
 
 Step 3 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`). With the measured cost
-(:class:`tvm_pet.tune.measured_cost.MeasuredCost`, made by the toolchain), whole candidate
-programs are costed in their fused form: tuned record times where they exist, untuned times
-elsewhere, so an untuned mutant never wins against a tuned original. The mutants come from the
+(:class:`tvm_pet.tune.measured_cost.MeasuredCost`, made by the toolchain), candidates are
+costed in their fused form, from the fusion region of each rewrite: tuned record times where
+they exist; a rewrite to kernels without records that replace tuned ones is set aside untimed,
+so an untuned mutant never wins against a tuned original. The mutants come from the
 run's generator cache, filled already when the tune stage listed them.
 """
 from __future__ import annotations
@@ -31,12 +32,15 @@ class Found:
         cost_model: the cost model's name.
         candidates: what the confirm stage times, best first: the best program and the
             runners-up, at most ``confirm`` of them (none when no mutant was applied).
+        set_aside: rewrites the cost model set aside untimed (the measured one: new kernels
+            without records, replacing tuned ones).
     """
 
     result: SearchResult
     seconds: float
     cost_model: str
     candidates: tuple[Candidate, ...]
+    set_aside: int = 0
 
 
 def cost_model(options: DriverOptions, toolchain: Toolchain) -> CostModel:
@@ -64,4 +68,4 @@ def search(program: Program, config: SearchConfig, cost: CostModel, mutants: Mut
     seconds = time.perf_counter() - start
     best = [Candidate(result.program, result.cost, result.applied)] if result.applied else []
     candidates = (best + result.runners_up if best else [])[:confirm]
-    return Found(result, seconds, cost.name, tuple(candidates))
+    return Found(result, seconds, cost.name, tuple(candidates), getattr(cost, "set_aside", 0))
