@@ -112,3 +112,20 @@ def test_combination_is_exact():
     x = {"x": np.random.default_rng(0).standard_normal((1, 4, 8, 8))}
     np.testing.assert_allclose(evaluate(combined, x, np.float64)[y],
                                evaluate(program, x, np.float64)[y], rtol=1e-9, atol=1e-9)
+
+
+def test_the_toolchain_opens_the_records_once_until_tuning_adds_some(tmp_path, monkeypatch):
+    import tvm_pet.pipeline.tvm_toolchain as tvm_toolchain
+    opened, real = [], tvm_toolchain.costing_sources
+    monkeypatch.setattr(tvm_toolchain, "costing_sources",
+                        lambda *args: opened.append(args) or real(*args))
+    monkeypatch.setattr(tvm_toolchain, "tune", lambda *args, **kwargs: "tuned")
+    toolchain = TVMToolchain("llvm", str(tmp_path / "records"))
+    module = toolchain.lower(dilated_chain(layers=1))
+    toolchain.build(module)
+    toolchain.kernel_records(module)
+    cost = toolchain.cost_model(tuned=True)
+    assert len(opened) == 1 and cost._open() is toolchain._records()
+    assert toolchain.tune(module, 4, seed=0) == "tuned"
+    toolchain.build(module)  # the tuning may have added records: opened again
+    assert len(opened) == 2

@@ -30,7 +30,7 @@ from tvm_pet.relax.coverage import coverage as relax_coverage
 from tvm_pet.relax.frontends import ModuleLowering, import_model
 from tvm_pet.tune.compile import apply_records, build_with_records
 from tvm_pet.tune.measured_cost import MeasuredCost
-from tvm_pet.tune.records import default_records_dir
+from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.records_plan import records_plan
 from tvm_pet.tune.targets import resolve_target
 from tvm_pet.tune.timing import Timing, time_interleaved
@@ -72,6 +72,7 @@ class TVMToolchain:
         self.rpc = rpc
         self._device = device_for(self.target) if run_here else None
         self._lower: Callable[[Program], tvm.IRModule] = program_to_module
+        self._sources: tuple | None = None  # the records, opened on first use (_records)
 
     @property
     def device(self) -> tvm.runtime.Device:
@@ -111,16 +112,26 @@ class TVMToolchain:
 
     def kernel_records(self, module: tvm.IRModule) -> tuple[int, int]:
         """``(kernels, kernels scheduled from the records)`` of the module as it is built."""
-        applied, tuned = apply_records(module, self.target, self.records_dir)
+        applied, tuned = apply_records(module, self.target, self.records_dir,
+                                       sources=self._records())
         total = sum(1 for _, f in applied.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
         return total, tuned
 
     def build(self, module: tvm.IRModule) -> relax.VMExecutable:
         """Compile with the tuned schedules where the records have them."""
-        return build_with_records(module, self.target, self.records_dir)
+        return build_with_records(module, self.target, self.records_dir,
+                                  sources=self._records())
+
+    def _records(self) -> tuple:
+        """The records and the untuned-time cache (``records.costing_sources``), opened once
+        for all builds and cost models, and again after tuning has added records."""
+        if self._sources is None:
+            self._sources = costing_sources(self.records_dir, self.target)
+        return self._sources
 
     def tune(self, module: tvm.IRModule, trials: int, *, seed: int) -> TuneStats:
         """Tune every task of ``module`` up to ``trials`` records, into the records folder."""
+        self._sources = None  # new records: open again when next asked
         return tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc)
 
     def tune_whole(self, module: tvm.IRModule, budget, *, seed: int,
@@ -128,6 +139,7 @@ class TVMToolchain:
         """Tune ``module`` within a whole-model budget: ``budget.trials`` in all with
         MetaSchedule's gradient task scheduler (``tune_budget``), or for ``budget.minutes``
         (``tune_minutes``)."""
+        self._sources = None
         if budget.trials is not None:
             return tune_budget(module, self.target, budget.trials, self.records_dir, seed=seed,
                                rpc=self.rpc, progress=progress)
@@ -158,7 +170,8 @@ class TVMToolchain:
 
     def cost_model(self, tuned: bool = True) -> MeasuredCost:
         """The measured cost: record times where they exist (``tuned``), else all untuned."""
-        return MeasuredCost(self.target, self.records_dir, tuned=tuned, lower=self._lower)
+        return MeasuredCost(self.target, self.records_dir, tuned=tuned, lower=self._lower,
+                            sources=self._records() if tuned else None)
 
 
 def load_with_tvm(model, *, rewrites: bool = True) -> LoadedModel:

@@ -103,8 +103,8 @@ def extract_tasks(mod: tvm.IRModule, target=None) -> list[Task]:
     return tasks
 
 
-def apply_records(mod: tvm.IRModule, target=None,
-                  records_dir: str | Path | None = None) -> tuple[tvm.IRModule, int]:
+def apply_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None, *,
+                  sources: tuple | None = None) -> tuple[tvm.IRModule, int]:
     """Return the prepared module with the records' schedules applied, and how many applied.
 
     The target's own records come first; a kernel they lack takes a compatible target's schedule
@@ -114,13 +114,15 @@ def apply_records(mod: tvm.IRModule, target=None,
         mod: a Relax module.
         target: a target or spec.
         records_dir: the records root, or ``None`` for no records.
+        sources: ``records.costing_sources(records_dir, target)``, opened already (a caller
+            building many modules opens the records once: loading them takes seconds).
 
     Returns:
         (module, number of PrimFuncs scheduled from the records).
     """
     target = resolve_target(target)
     prepared = prepare(mod, target)
-    opened, _ = records.costing_sources(records_dir, target)
+    opened, _ = sources or records.costing_sources(records_dir, target)
     if opened is None:
         return prepared, 0
     before = _scheduled_count(prepared)
@@ -129,7 +131,8 @@ def apply_records(mod: tvm.IRModule, target=None,
     return applied, _scheduled_count(applied) - before
 
 
-def build_with_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None):
+def build_with_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None, *,
+                       sources: tuple | None = None):
     """Compile a Relax module for the target, with the tuned schedules when records exist.
 
     The module is prepared, the records applied (``apply_records``), and the rest of the target's
@@ -140,12 +143,13 @@ def build_with_records(mod: tvm.IRModule, target=None, records_dir: str | Path |
         mod: a Relax module.
         target: a target or spec.
         records_dir: the records root, or ``None`` to build untuned.
+        sources: the records, opened already (as :func:`apply_records` takes them).
 
     Returns:
         A ``relax.VMExecutable``; run it with ``relax.VirtualMachine(ex, device)``.
     """
     target = resolve_target(target)
-    applied, _ = apply_records(mod, target, records_dir)
+    applied, _ = apply_records(mod, target, records_dir, sources=sources)
     backend = _backend_pipeline(target)
     already_run = {"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR"}
     rest = [p for p in backend.legalize_passes(target) if p.info.name not in already_run]

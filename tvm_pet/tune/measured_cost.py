@@ -56,6 +56,8 @@ class MeasuredCost:
             ``region`` method, when it has one, lowers a region on its own (default
             :func:`~tvm_pet.relax.adapter.region_to_module`).
         measure_untuned: times one kernel without records (default: built and timed here).
+        sources: ``records.costing_sources(records_dir, target)``, opened already by a caller
+            that shares them (default: opened on first use).
     """
 
     name = "measured"
@@ -64,7 +66,8 @@ class MeasuredCost:
 
     def __init__(self, target="llvm", records_dir=None, tuned: bool = True,
                  lower: Callable[[Program], tvm.IRModule] | None = None,
-                 measure_untuned: Callable[..., float] | None = None):
+                 measure_untuned: Callable[..., float] | None = None,
+                 sources: tuple | None = None):
         self.target = resolve_target(target)
         self.lower = lower or program_to_module
         self.lower_region = getattr(self.lower, "region", region_to_module)
@@ -77,7 +80,7 @@ class MeasuredCost:
         #: Rewrites set aside by :meth:`difference`: new kernels without records, replacing
         #: tuned ones.
         self.set_aside = 0
-        self._opened = None  # (database or None, untuned-times cache), opened on first use
+        self._opened = sources  # (database or None, untuned-times cache), opened on first use
 
     def cost(self, program: Program) -> float:
         """Seconds per run: ``sum(weight * seconds)`` over the program's distinct kernels."""
