@@ -196,6 +196,10 @@ def test_rank_mutants_ranks_the_whole_model_by_expected_saving():
     again = rank_mutants(rerun, promising=3, screen_ratio=2.0)
     assert [p.index for p in again] == [4, 0, 1] and all(p.tuned_before for p in again)
     assert [round(p.expected_saving_ms, 6) for p in again] == [1.0, 0.5, -1.0]
+    # a mutant adding only kernels that a better-ranked one adds takes no place
+    same = screened((3e-3, 0.5, None, frozenset({1, 2})), (3e-3, 0.5, None, frozenset({1})),
+                    (2e-3, 0.5, None, frozenset({3})))
+    assert [p.index for p in rank_mutants(same, promising=2, screen_ratio=2.0)] == [0, 2]
 
 
 def test_the_tune_stage_and_the_search_share_one_generator_cache():

@@ -37,11 +37,14 @@ class RewriteScreen:
             before either side is tuned.
         tuned_s: seconds per run of the kernels the rewrite adds, from their tuning records,
             when every one has records already (an earlier run tuned the mutant); else None.
+        new_kernels: keys of the kernels the rewrite adds (structural hashes): two rewrites
+            that add the same kernels are tuned by tuning either.
     """
 
     replaced_s: float
     untuned_ratio: float
     tuned_s: float | None = None
+    new_kernels: frozenset = frozenset()
 
     @property
     def tuned(self) -> bool:

@@ -116,7 +116,9 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
 
     Mutants tuned before come first, best tuned saving first, at most ``promising`` of them;
     the remaining places go to the others in decreasing order of expected saving, each only if
-    its untuned ratio is at most ``screen_ratio``.
+    its untuned ratio is at most ``screen_ratio``. A mutant whose new kernels are all among
+    those of a mutant ranked above it takes no place (tuning that one tunes it: the same
+    kernel in two layers, or a subset and the same subset with its bias).
 
     Args:
         screened: every mutant the screen measured, across the model.
@@ -126,10 +128,19 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     Returns:
         The picks, tuned-before ones first, then the others from best to worst.
     """
+    covered: set = set()  # new kernels of the mutants picked so far
+
     def best_first(items):
-        return sorted(items, key=lambda s: (-s.screen.expected_saving_s, s.index))
+        """Best saving first, skipping a mutant whose new kernels a better one adds already."""
+        kept = []
+        for s in sorted(items, key=lambda s: (-s.screen.expected_saving_s, s.index)):
+            if not s.screen.new_kernels or not s.screen.new_kernels <= covered:
+                covered.update(s.screen.new_kernels)
+                kept.append(s)
+        return kept
 
     done = best_first(s for s in screened if s.screen.tuned)[:promising]
+    covered = set().union(*(s.screen.new_kernels for s in done))
     fresh = best_first(s for s in screened if not s.screen.tuned
                        and s.screen.untuned_ratio <= screen_ratio)
     return tuple(_pick(s) for s in done + fresh[:promising - len(done)])

@@ -145,7 +145,8 @@ class MeasuredCost:
         opened = records.OpenRecords.of(self._open()[0])
         tuned = self.records_dir is not None and all(
             _own_record(opened, t) for t, _ in gained)
-        return RewriteScreen(self._seconds(lost), ratio, self._seconds(gained) if tuned else None)
+        return RewriteScreen(self._seconds(lost), ratio, self._seconds(gained) if tuned else None,
+                             frozenset(t.shash for t, _ in gained))
 
     def changed_ratio(self, before: Program, after: Program) -> float:
         """Untuned time of the kernels only ``after`` has over that of those only ``before``
