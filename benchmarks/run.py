@@ -74,7 +74,13 @@ def _child(args) -> dict:
         path = pathlib.Path(tmp) / "model.onnx"
         onnx.save(model, path)
         config = SearchConfig(depth=3, rounds=1, time_limit=args.search_limit)
+        # a close call's second look tunes both sides again at twice the trials per task: on a
+        # whole model that is the whole model tuned again (an hour here), and the rows would no
+        # longer share one budget; so by default whole models get no second look
+        second_look = (args.second_look == "on"
+                       or (args.second_look == "auto" and args.one not in WHOLE))
         options = DriverOptions(target=args.target, trials=args.trials, records_dir=args.records,
+                                second_look=second_look,
                                 timing_rounds=args.decision_rounds,
                                 timing_number=1 if args.slow_call else 3,
                                 timing_repeat=1 if args.slow_call else 3)
@@ -117,6 +123,7 @@ def _child(args) -> dict:
         "max_abs_err_vs_onnxruntime": report["max_abs_err_vs_onnxruntime"],
         "search_time_s": report["search_time_s"], "tuning_time_s": report["tuning_time_s"],
         "new_trials": report["new_trials"], "trials_per_task": args.trials,
+        "second_look": second_look,
         "applied": [a["mutant"] for a in report["applied"]],
         "search_stop": report["search"].get("stop"),
         # what the figures stand on: the kernels' records, and TVM's rewrites on both sides
@@ -161,6 +168,7 @@ def _run_child(name: str, batch: int, args) -> dict:
            "--decision-rounds", str(args.decision_rounds), "--search-limit",
            str(args.search_limit)] + (["--slow-call"] if slow else [])
     cmd += ["--records", args.records] if args.records else []
+    cmd += ["--second-look", args.second_look]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -332,6 +340,9 @@ def main() -> int:
     parser.add_argument("--search-limit", type=float, default=600.0, help="seconds per search")
     parser.add_argument("--records", help="tuning records folder for both sides (default: "
                         "tuning_logs/<target>; a copy, for a budget sweep)")
+    parser.add_argument("--second-look", choices=("auto", "on", "off"), default="auto",
+                        help="tune a close call again on both sides at twice the trials per task "
+                             "(auto: for the graphs, not for the five whole models)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the .md and .png of an earlier run's JSON")
