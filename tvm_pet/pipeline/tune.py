@@ -27,9 +27,9 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import DriverOptions
-from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, combined_pick,
                                    rank_mutants)
 from tvm_pet.pipeline.toolchain import Toolchain, Tuned, tvm_toolchain

@@ -148,13 +148,6 @@ class MeasuredCost:
         return RewriteScreen(self._seconds(lost), ratio, self._seconds(gained) if tuned else None,
                              frozenset(t.shash for t, _ in gained))
 
-    def changed_ratio(self, before: Program, after: Program) -> float:
-        """Untuned time of the kernels only ``after`` has over that of those only ``before``
-        has (``inf`` when ``before`` loses no kernel time); regions as :meth:`difference` takes
-        them, or whole programs."""
-        screen = self.screen(before, after)
-        return math.inf if screen is None else screen.untuned_ratio
-
     def _change(self, before: Program, after: Program
                 ) -> tuple[list[tuple[Task, int]], list[tuple[Task, int]]] | None:
         """The kernels a rewrite removes and those it adds, with their calls per run: those
