@@ -56,7 +56,7 @@ def measure_model(name: str, reps: int) -> dict:
     toolchain = tvm_toolchain("llvm")  # the shipped records (default_records_dir)
     program = import_model(build_model(name, batch=1))
     result = optimize(program, SearchConfig(depth=3, rounds=1, time_limit=600),
-                      toolchain.cost_model(tuned=True))
+                      toolchain.cost_model())
     executables = {"baseline": toolchain.build(toolchain.lower(program)),
                    "baseline_again": toolchain.build(toolchain.lower(program))}
     if result.applied:

@@ -54,7 +54,7 @@ def run(name: str, whole: bool, time_limit: float | None) -> dict:
     measure = kernels.measure_primfunc
     loaded = load(build_model(name))
     toolchain = tvm_toolchain("llvm").with_lowering(loaded.lower)
-    cost = toolchain.cost_model(tuned=True)
+    cost = toolchain.cost_model()
     cost.measure_untuned = lambda *a, **k: timed.append(1) or measure(*a, **k)
     start = time.perf_counter()
     result = optimize(loaded.program, SearchConfig(rounds=1, time_limit=time_limit),

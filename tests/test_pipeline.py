@@ -123,7 +123,7 @@ class FakeToolchain:
     def script(self, module):
         return f"# {len(module.nodes)} nodes\n"
 
-    def cost_model(self, tuned=True):
+    def cost_model(self):
         return DilationIsSlow()
 
 

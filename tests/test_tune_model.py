@@ -49,8 +49,8 @@ class StubToolchain(TVMToolchain):
                          for k, n in enumerate((10, 12, 14)))
         return TuneStats("k", self.records_dir, per_task, 0.0)
 
-    def cost_model(self, tuned=True):
-        return StubCost(self.target, self.records_dir, tuned)
+    def cost_model(self):
+        return StubCost(self.target, self.records_dir)
 
 
 def test_the_combination_of_improving_mutants_is_tuned_too(tmp_path):
@@ -124,7 +124,7 @@ def test_the_toolchain_opens_the_records_once_until_tuning_adds_some(tmp_path, m
     module = toolchain.lower(dilated_chain(layers=1))
     toolchain.build(module)
     toolchain.kernel_records(module)
-    cost = toolchain.cost_model(tuned=True)
+    cost = toolchain.cost_model()
     assert len(opened) == 1 and cost._open() is toolchain._records()
     assert toolchain.tune(module, 4, seed=0) == "tuned"
     toolchain.build(module)  # the tuning may have added records: opened again

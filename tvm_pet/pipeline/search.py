@@ -46,7 +46,7 @@ class Found:
 def cost_model(options: DriverOptions, toolchain: Toolchain) -> CostModel:
     """The search's cost model: the toolchain's measured one for ``cost="measured"``, else the
     analytic one."""
-    return toolchain.cost_model(tuned=True) if options.cost == "measured" else AnalyticCost()
+    return toolchain.cost_model() if options.cost == "measured" else AnalyticCost()
 
 
 def search(program: Program, config: SearchConfig, cost: CostModel, mutants: MutantCache,

@@ -115,8 +115,9 @@ class Toolchain(Protocol):
         """The module as source text (TVMScript)."""
         ...
 
-    def cost_model(self, tuned: bool = True) -> ScreeningCost:
-        """The measured cost model: tuned record times where they exist, or all untuned."""
+    def cost_model(self) -> ScreeningCost:
+        """The measured cost model: record times where they exist (kernels without records are
+        timed untuned, or set aside against tuned ones)."""
         ...
 
 

@@ -118,7 +118,7 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
         first = _tune(toolchain, program, options)
     picks, tuned, stats, screened = _tune_promising(program, config, options, toolchain,
                                                     mutants, progress)
-    combined = combination(program, tuned, toolchain.cost_model(tuned=True))
+    combined = combination(program, tuned, toolchain.cost_model())
     if combined is not None:
         stats.append(_tune(toolchain, combined, options))
         picks.append(combined_pick(combined))
@@ -145,7 +145,7 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         The picks; ``(subprogram, whole program, corrected mutant)`` per mutant tuned now or
         before; what each tuning call did; and how many mutants were screened.
     """
-    cost = toolchain.cost_model(tuned=True)
+    cost = toolchain.cost_model()
     listing = Optimizer(config, cost, mutants)
     subsets = [(sub, subset) for sub in partition(program)
                for subset in operator_subsets(program, sub, config.max_subset)]
