@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 import warnings
 
 import numpy as np
@@ -476,6 +477,25 @@ def test_a_budget_already_spent_measures_nothing(tmp_path):
     assert tune_budget(mod, TARGET, 6, tmp_path).new_trials == 0
     with pytest.raises(PetError, match="budget=0"):
         tune_budget(mod, TARGET, 0, tmp_path)
+
+
+def test_tune_minutes_adds_each_tasks_trials_over_its_steps_by_name(tmp_path, monkeypatch):
+    mod = matmul_module(8, 8, 8, copies=2)  # two tasks
+    names = [t.name for t in extract_tasks(mod, TARGET)]
+    trials = {names[0]: [5, 3], names[1]: [7, 0]}  # per step
+
+    def step(mod, target, total, records_dir, *, seed, rpc, progress):
+        k = seed  # tune_minutes gives step k the seed k
+        per_task = [tuner.TaskStats(n, 1, 0, trials[n][k], 0, 0.0, 1e-3 * (k + 1))
+                    for n in (names if k == 0 else names[::-1])]  # a step may list them otherwise
+        return tuner.TuneStats("key", "dir", tuple(per_task), 0.0)
+
+    monkeypatch.setattr(tuner, "tune_budget", step)
+    clock = iter([0.0, 0.0, 1.0, 120.0, 120.0])  # start, two steps, then the minute is spent
+    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    stats = tuner.tune_minutes(mod, TARGET, 1.0, tmp_path)
+    assert {t.name: t.new_trials for t in stats.per_task} == {names[0]: 8, names[1]: 7}
+    assert {t.name: t.best_s for t in stats.per_task} == {n: 2e-3 for n in names}
 
 
 @pytest.mark.tuning

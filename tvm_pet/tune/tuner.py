@@ -216,10 +216,12 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
             break
     if not steps:
         return TuneStats(target_dir(target), str(records.db_dir(records_dir, target)), (), 0.0)
-    merged = tuple(dataclasses.replace(first, new_trials=sum(s.per_task[k].new_trials
-                                                             for s in steps),
-                                       best_s=steps[-1].per_task[k].best_s)
-                   for k, first in enumerate(steps[0].per_task))
+    # each step extracts the module's tasks again: match them by name (unique in a module)
+    by_name = [{t.name: t for t in step.per_task} for step in steps]
+    merged = tuple(dataclasses.replace(first, new_trials=sum(step[first.name].new_trials
+                                                             for step in by_name),
+                                       best_s=by_name[-1][first.name].best_s)
+                   for first in steps[0].per_task)
     return TuneStats(steps[0].target_key, steps[0].db_dir, merged, time.perf_counter() - start)
 
 
