@@ -195,3 +195,29 @@ def test_the_screen_takes_tuned_times_replaced_and_the_untuned_ratio(tmp_path):
     assert again.screen(before, after).tuned_s == pytest.approx(tuned_s)
     assert again.difference(before, after) == pytest.approx(
         tuned_s - sum(t.weight * recorded[t.shash] for t in lost))
+
+def test_the_screen_compares_kernels_too_large_to_time_untuned_by_their_flops(tmp_path):
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    from tvm_pet.tune.measured_cost import MeasuredCost
+
+    before, after, before_tasks, after_tasks = _screened_rewrite(tmp_path)
+    lost = [t for h, t in before_tasks.items() if h not in after_tasks]
+    gained = [t for h, t in after_tasks.items() if h not in before_tasks]
+    timed = []
+
+    def timer(mod, target, **kwargs):
+        timed.append(mod)
+        return _fake_timer(mod, target)
+
+    # a limit below every kernel: nothing is timed untuned, the ratio is the FLOPs'
+    by_flops = MeasuredCost("llvm", tmp_path, measure_untuned=timer, untuned_flop_limit=0)
+    screen = by_flops.screen(before, after)
+
+    def flops(tasks):
+        return sum(t.weight * float(estimate_tir_flops(t.mod)) for t in tasks)
+    assert screen.basis == "flops" and timed == []
+    assert screen.untuned_ratio == pytest.approx(flops(gained) / flops(lost))
+    # under the default limit these small kernels are timed untuned
+    timed_screen = MeasuredCost("llvm", tmp_path, measure_untuned=timer).screen(before, after)
+    assert timed_screen.basis == "untuned" and len(timed) == len(lost) + len(gained)

@@ -192,8 +192,11 @@ def _print_trust(report) -> None:
               f"{tuning['trials_per_task']} per kernel, beside the budget), "
               f"{tuning['tuning_time_s']:.0f} s")
         picked = [m for m in tuning["tuned_mutants"] if m["subprogram"] != "combined"]
-        print(f"  screen: {tuning['screened_mutants']} mutants timed untuned from their fusion "
-              f"regions; tuned the {len(picked)} with the best expected saving"
+        by_flops = tuning.get("screened_by_flops", 0)
+        print(f"  screen: {tuning['screened_mutants']} mutants compared from their fusion "
+              f"regions ({tuning['screened_mutants'] - by_flops} timed untuned, {by_flops} by "
+              f"FLOPs: kernels too large to time untuned); tuned the {len(picked)} with the best "
+              f"expected saving"
               + "".join(f"; {m['subprogram']} {m['expected_saving_ms']:.2f} ms"
                         for m in picked if m["expected_saving_ms"] is not None))
     if facts["search"]["set_aside_untuned"]:

@@ -39,12 +39,16 @@ class RewriteScreen:
             when every one has records already (an earlier run tuned the mutant); else None.
         new_kernels: keys of the kernels the rewrite adds (structural hashes): two rewrites
             that add the same kernels are tuned by tuning either.
+        basis: what ``untuned_ratio`` compares: ``"untuned"``, the kernels' untuned times
+            measured; ``"flops"``, their floating-point operations (kernels too large to time
+            untuned).
     """
 
     replaced_s: float
     untuned_ratio: float
     tuned_s: float | None = None
     new_kernels: frozenset = frozenset()
+    basis: str = "untuned"
 
     @property
     def tuned(self) -> bool:

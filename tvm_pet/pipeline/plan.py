@@ -70,6 +70,8 @@ class Pick:
         expected_saving_ms: the screen's expected saving per run (None for the combination).
         tuned_before: its kernels had records already (an earlier run tuned it): nothing to
             tune now.
+        basis: what ``untuned_ratio`` compares (:attr:`RewriteScreen.basis`): the kernels'
+            untuned times, or their FLOPs where they are too large to time untuned.
     """
 
     subprogram: str
@@ -78,6 +80,7 @@ class Pick:
     index: int = -1
     expected_saving_ms: float | None = None
     tuned_before: bool = False
+    basis: str = "untuned"
 
     @property
     def reason(self) -> str:
@@ -87,23 +90,27 @@ class Pick:
         if self.tuned_before:
             return (f"tuned by an earlier run (tuned, it saves {self.expected_saving_ms:.2f} ms "
                     f"per run)")
+        compared = ("the FLOPs (too large to time untuned)" if self.basis == "flops"
+                    else "the time untuned")
         return (f"screened: expected to save {self.expected_saving_ms:.2f} ms per run (its new "
-                f"kernels take x{self.untuned_ratio:.2f} untuned)")
+                f"kernels take x{self.untuned_ratio:.2f} {compared})")
 
     def to_json(self) -> dict:
         """The pick as ``report.json`` and ``tvm-pet tune`` write it."""
         return {"subprogram": self.subprogram, "mutant": list(self.mutant),
-                "untuned_ratio": self.untuned_ratio,
+                "untuned_ratio": self.untuned_ratio, "ratio_of": self.basis,
                 "expected_saving_ms": self.expected_saving_ms, "reason": self.reason}
 
 
 @dataclasses.dataclass(frozen=True)
 class TuningPlan:
-    """The mutants tuned besides the original, in the order they were chosen, and how many the
-    screen looked at."""
+    """The mutants tuned besides the original, in the order they were chosen, how many the
+    screen looked at, and how many of those it compared by FLOPs (kernels too large to time
+    untuned)."""
 
     picks: tuple[Pick, ...] = ()
     screened: int = 0
+    by_flops: int = 0
 
     def to_json(self) -> list[dict]:
         """One entry per pick (``tuned_mutants`` of the tuning summary)."""
@@ -149,7 +156,7 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
 def _pick(s: Screened) -> Pick:
     saving = 1e3 * s.screen.expected_saving_s
     return Pick(s.subprogram, tuple(s.mutant), s.screen.untuned_ratio, s.index,
-                saving if math.isfinite(saving) else None, s.screen.tuned)
+                saving if math.isfinite(saving) else None, s.screen.tuned, s.screen.basis)
 
 
 def combination(program: Program, tuned: Sequence[tuple[Subprogram, Program, Program]],

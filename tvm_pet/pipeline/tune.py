@@ -80,7 +80,8 @@ class TuneSummary:
         return {"records": self.records, "trials_per_task": self.trials_per_task,
                 "budget": self.budget, "tasks": self.tasks, "new_trials": self.new_trials,
                 "mutant_trials": self.mutant_trials, "tuning_time_s": self.tuning_time_s,
-                "screened_mutants": self.plan.screened, "tuned_mutants": self.plan.to_json()}
+                "screened_mutants": self.plan.screened,
+                "screened_by_flops": self.plan.by_flops, "tuned_mutants": self.plan.to_json()}
 
 
 def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
@@ -126,7 +127,9 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                        tuning_time_s=time.perf_counter() - start,
                        new_trials=first.new_trials + sum(s.new_trials for s in stats),
                        tasks=first.tasks + sum(s.tasks for s in stats),
-                       trials_per_task=options.trials, plan=TuningPlan(tuple(picks), screened),
+                       trials_per_task=options.trials,
+                       plan=TuningPlan(tuple(picks), len(screened),
+                                       sum(s.screen.basis == "flops" for s in screened)),
                        budget=None if options.budget is None else str(options.budget),
                        mutant_trials=sum(s.new_trials for s in stats))
 
@@ -138,12 +141,12 @@ def _tune(toolchain: Toolchain, program: Program, options: DriverOptions) -> Tun
 def _tune_promising(program: Program, config: SearchConfig, options: DriverOptions,
                     toolchain: Toolchain, mutants: MutantCache,
                     progress: Callable[[str], None] | None = None
-                    ) -> tuple[list[Pick], list[tuple], list[Tuned], int]:
+                    ) -> tuple[list[Pick], list[tuple], list[Tuned], list[Screened]]:
     """Screen the model's mutants, rank them across the model, and tune the plan's picks.
 
     Returns:
         The picks; ``(subprogram, whole program, corrected mutant)`` per mutant tuned now or
-        before; what each tuning call did; and how many mutants were screened.
+        before; what each tuning call did; and the mutants screened.
     """
     cost = toolchain.cost_model()
     listing = Optimizer(config, cost, mutants)
@@ -176,7 +179,7 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         if not pick.tuned_before:
             stats.append(_tune(toolchain, whole, options))
         tuned.append((part, whole, corrected))
-    return picks, tuned, stats, len(screened)
+    return picks, tuned, stats, screened
 
 
 def _cheapest(found: list[tuple], keep: int) -> list[tuple]:

@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import tvm
+from tvm.s_tir.analysis import estimate_tir_flops
 
 from tvm_pet.cost.model import RewriteScreen
 from tvm_pet.errors import PetError
@@ -41,6 +42,12 @@ from tvm_pet.tune.compile import Task, extract_tasks
 from tvm_pet.tune.kernels import kernel_times, task_times
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.targets import resolve_target
+
+#: The screen times a kernel untuned only up to this many floating-point operations per call
+#: (about 2 to 4 s here: a naive loop nest runs at 1 to 2 GFLOP/s on these CPUs). A rewrite that
+#: changes a larger kernel not timed before is screened by the ratio of the kernels' FLOPs
+#: instead: ResNet3D-18's 3-D convolutions (11 GFLOP each) would take the screen over an hour.
+UNTUNED_FLOP_LIMIT = 4e9
 
 
 class MeasuredCost:
@@ -58,6 +65,8 @@ class MeasuredCost:
         measure_untuned: times one kernel without records (default: built and timed here).
         sources: ``records.costing_sources(records_dir, target)``, opened already by a caller
             that shares them (default: opened on first use).
+        untuned_flop_limit: the largest kernel :meth:`screen` times untuned, in floating-point
+            operations per call (default :data:`UNTUNED_FLOP_LIMIT`).
     """
 
     name = "measured"
@@ -67,7 +76,8 @@ class MeasuredCost:
     def __init__(self, target="llvm", records_dir=None, tuned: bool = True,
                  lower: Callable[[Program], tvm.IRModule] | None = None,
                  measure_untuned: Callable[..., float] | None = None,
-                 sources: tuple | None = None):
+                 sources: tuple | None = None,
+                 untuned_flop_limit: float = UNTUNED_FLOP_LIMIT):
         self.target = resolve_target(target)
         self.lower = lower or program_to_module
         self.lower_region = getattr(self.lower, "region", region_to_module)
@@ -81,6 +91,7 @@ class MeasuredCost:
         #: tuned ones.
         self.set_aside = 0
         self._opened = sources  # (database or None, untuned-times cache), opened on first use
+        self.untuned_flop_limit = untuned_flop_limit
 
     def cost(self, program: Program) -> float:
         """Seconds per run: ``sum(weight * seconds)`` over the program's distinct kernels."""
@@ -134,19 +145,34 @@ class MeasuredCost:
         :meth:`difference` takes them): the replaced kernels' time as this model costs them, the
         untuned ratio of the new kernels to the replaced ones, and the new ones' tuned time
         when they all have records of the target already. None when a region cannot be
-        compiled on its own."""
+        compiled on its own.
+
+        The ratio is that of the kernels' times untuned, measured here (cached per kernel),
+        unless a kernel not timed before exceeds ``untuned_flop_limit``: then it is the ratio of
+        their floating-point operations (``basis="flops"``), since a naive loop nest that large
+        takes seconds a call."""
         change = self._change(before, after)
         if change is None:
             return None
         lost, gained = change
-        untuned_lost = self._seconds(lost, untuned=True)
-        ratio = (self._seconds(gained, untuned=True) / untuned_lost if untuned_lost > 0
-                 else math.inf)
+        basis = "flops" if self._too_large_untuned(lost + gained) else "untuned"
+        if basis == "flops":
+            replaced, new = _flops(lost), _flops(gained)
+        else:
+            replaced, new = self._seconds(lost, untuned=True), self._seconds(gained, untuned=True)
+        ratio = new / replaced if replaced > 0 else math.inf
         opened = records.OpenRecords.of(self._open()[0])
         tuned = self.records_dir is not None and all(
             _own_record(opened, t) for t, _ in gained)
         return RewriteScreen(self._seconds(lost), ratio, self._seconds(gained) if tuned else None,
-                             frozenset(t.shash for t, _ in gained))
+                             frozenset(t.shash for t, _ in gained), basis)
+
+    def _too_large_untuned(self, tasks: list[tuple[Task, int]]) -> bool:
+        """Whether timing these kernels untuned means a kernel above the FLOP limit that is not
+        in the untuned-times cache yet."""
+        cache = self._open()[1]
+        return any(cache.get(self.target, t.shash) is None
+                   and _task_flops(t) > self.untuned_flop_limit for t, _ in tasks)
 
     def _change(self, before: Program, after: Program
                 ) -> tuple[list[tuple[Task, int]], list[tuple[Task, int]]] | None:
@@ -190,6 +216,16 @@ class MeasuredCost:
         if self._opened is None:
             self._opened = costing_sources(self.records_dir, self.target)
         return self._opened
+
+
+def _task_flops(task: Task) -> float:
+    """Floating-point operations of one call of a kernel (TVM's estimate from its loops)."""
+    return float(estimate_tir_flops(task.mod))
+
+
+def _flops(tasks: list[tuple[Task, int]]) -> float:
+    """Floating-point operations per run of ``(task, calls)`` pairs."""
+    return sum(n * _task_flops(t) for t, n in tasks)
 
 
 def _own_record(opened: records.OpenRecords, task: Task) -> bool:
