@@ -199,16 +199,7 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
     result = {
         "target": run["target"], "run": run,
         "machine": _machine(run["target"]),
-        "budget_held_equal": "trials per task: TVM and PET+TVM build with the same records "
-                             + (f"(the shipped ones, {SHIPPED_TRIALS} trials per task"
-                                + (f"; a close call is tuned again on both sides to "
-                                   f"{2 * run['trials']} per task with a second seed)"
-                                   if run["trials"] else "; no new tuning)")
-                                if run["quick"] else
-                                f"(every task tuned to {run['trials']} trials: the original's and "
-                                f"PET's tuned mutants' alike, records reused where they exist)"
-                                if run["trials"] else "(no new tuning: untuned kernels except "
-                                "where records exist)"),
+        "budget_held_equal": budget_words(run, ok),
         "timing": f"{run['rounds']} interleaved rounds of tvm, pet, onnxruntime, the order "
                   f"rotating every round; each sample the mean of {run['number']} calls (1 for "
                   f"the slow models); wall-clock timer",
@@ -226,6 +217,26 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
     path.with_suffix(".md").write_text(markdown(rows, result))
     plot(ok, path.with_suffix(".png"))
     return path
+
+
+def budget_words(run: dict, rows: list[dict]) -> str:
+    """The tuning budget both sides had, in words, from the run's settings and what its rows
+    did (whether any had a second look)."""
+    second = [r["model"] for r in rows if r.get("second_look") or any(
+        look["what"].startswith("second look") for look in r.get("decision_looks", []))]
+    again = (f"; a close call (second look on for {', '.join(second)}) is tuned again on both "
+             f"sides to "
+             f"{2 * run['trials']} per task with a second seed" if second and run["trials"]
+             else "")
+    where = (f"the records in {run['records']}" if run.get("records")
+             else "the shipped records" if run["quick"] else "the records of tuning_logs/")
+    if not run["trials"]:
+        return (f"trials per task: TVM and PET+TVM build with {where}, no new tuning"
+                + (f" ({SHIPPED_TRIALS} trials per task)" if run["quick"] else
+                   " (untuned kernels except where records exist)"))
+    return (f"trials per task: TVM and PET+TVM build with {where}, every task tuned to "
+            f"{run['trials']} trials (the original's and PET's tuned mutants' alike, records "
+            f"reused where they exist){again}")
 
 
 def _machine(target: str) -> str:
@@ -255,9 +266,10 @@ def markdown(rows: list[dict], result: dict) -> str:
     geo = result["table3_geomean_pet_vs_tvm"]
     lines += ["", f"Target {result['target']}; budget held equal: {result['budget_held_equal']}; "
               f"{result['timing']}. Times are median [min–max]."]
-    lines += ["", "What each row's kernels stood on (measured, not assumed):"]
+    reported = [r for r in rows if "error" not in r and r.get("records_plan")]
+    lines += ["", "What each row's kernels stood on (measured, not assumed):"] if reported else []
     for r in rows:
-        if "error" not in r:
+        if "error" not in r and reported:
             plan = r.get("records_plan") or "records not reported"
             lines.append(f"- {r['model']} (batch {r['batch']}): {plan}; {r.get('kernels') or ''}")
     if result.get("models_geomean_pet_vs_tvm") is not None:
@@ -360,7 +372,7 @@ def main() -> int:
     names = args.models.split(",") if args.models else (QUICK if args.quick else PAPER)
     batches = [int(b) for b in args.batch.split(",")]
     run = {"target": args.target, "quick": args.quick, "trials": args.trials,
-           "rounds": args.rounds, "number": args.number}
+           "rounds": args.rounds, "number": args.number, "records": args.records}
     rows = []
     for name in names:
         for batch in batches:
