@@ -9,8 +9,9 @@ Each budget is one ``benchmarks/run.py --quick --trials N --second-look off`` ru
 ``benchmarks/results/sweep-<N>/``, on its own records folder ``<work>/<N>`` (outside the
 repository: records at 512 trials per task would not fit its size limit). A budget's folder
 starts as a copy of the next smaller budget's, so a task tuned to 128 trials goes on to 512
-rather than starting again (the shipped records, 32 per task, seed the smallest). The second look
-is off, so that every row of a column has exactly its budget. The render step collects every
+rather than starting again; the smallest starts empty (the shipped records hold some tasks at 64
+trials, from second looks). The second look is off, so that every row of a column has exactly
+its budget. The render step collects every
 ``sweep-<N>/llvm-quick.json`` into ``sweep.json`` and ``sweep.md``: per graph and budget, what
 PET kept, TVM's time and PET / TVM (×1 where the original was kept), and the geo-mean over the
 graphs each budget measured.
@@ -35,15 +36,15 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def run_budget(trials: int, models: list[str], work: pathlib.Path, target: str) -> int:
     """Tune and time ``models`` at ``trials`` per task on ``work/<trials>`` (seeded from the next
-    smaller budget's folder, or the shipped records); returns run.py's exit status."""
+    smaller budget's folder, if any); returns run.py's exit status."""
     from tvm_pet.tune.targets import resolve_target, target_dir
     key = target_dir(resolve_target(target))
     folder = work / str(trials)
     if not (folder / key).exists():
         smaller = sorted((int(p.name) for p in work.glob("[0-9]*") if int(p.name) < trials),
                          reverse=True)
-        seed = (work / str(smaller[0]) / key) if smaller else ROOT / "tuning_logs" / key
-        if seed.exists():
+        seed = (work / str(smaller[0]) / key) if smaller else None
+        if seed is not None and seed.exists():
             shutil.copytree(seed, folder / key, ignore=shutil.ignore_patterns("pending", "logs"))
     cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--models",
            ",".join(models), "--target", target, "--trials", str(trials), "--records",
