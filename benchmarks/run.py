@@ -358,6 +358,11 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the .md and .png of an earlier run's JSON")
+    parser.add_argument("--update", metavar="JSON",
+                        help="put this run's rows into an earlier run's JSON (replacing those of "
+                             "the same model and batch) and render it again, with --note")
+    parser.add_argument("--note", help="with --update: what differed in this run, appended to "
+                                       "the JSON's run note")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--slow-call", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -386,9 +391,24 @@ def main() -> int:
                       f"×{row['speedup_pet_vs_tvm']:.3f}, PET/onnxruntime "
                       f"×{row['speedup_pet_vs_onnxruntime']:.3f} ({row['wall_s']:.0f} s)",
                       flush=True)
+    if args.update:
+        path = update(pathlib.Path(args.update), rows, args.note)
     print(path.with_suffix(".md").read_text())
     print(f"wrote {path}, .md and .png")
     return 0 if all("error" not in r for r in rows) else 1
+
+
+def update(path: pathlib.Path, rows: list[dict], note: str | None) -> pathlib.Path:
+    """Put ``rows`` into the run of record at ``path`` in place of its rows of the same model and
+    batch (new ones at the end), append ``note`` to its run note, and render it again."""
+    earlier = json.loads(path.read_text())
+    fresh = {(r["model"], r["batch"]): r for r in rows}
+    merged = [fresh.pop((r["model"], r["batch"]), r) for r in earlier["rows"]]
+    merged += list(fresh.values())
+    run = dict(earlier["run"])
+    if note:
+        run["note"] = " ".join(filter(None, (run.get("note"), note)))
+    return write_results(merged, run, path.parent)
 
 
 if __name__ == "__main__":
