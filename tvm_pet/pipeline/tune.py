@@ -8,7 +8,8 @@ Steps 1 and 2 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`), and al
 2. **Screen cheaply, tune the promising few.** The generator lists verified mutants per subset;
    the analytic model keeps the ``screen_per_subset`` cheapest of each subset. Each of those is
    screened from its fusion region (:mod:`tvm_pet.search.region`): the kernels it removes and
-   those it adds, timed *untuned* on both sides, and the removed ones' tuned time from the
+   those it adds, timed *untuned* on both sides (compared by FLOPs instead where a kernel is too
+   large to time untuned, such as a 3-D convolution), and the removed ones' tuned time from the
    original's records (:meth:`~tvm_pet.tune.measured_cost.MeasuredCost.screen`). The plan
    (:func:`~tvm_pet.pipeline.plan.rank_mutants`) ranks them across the whole model by the
    milliseconds they are expected to save and picks the best ``promising``, tuned with the same
