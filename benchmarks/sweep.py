@@ -29,7 +29,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import QUICK, geomean  # noqa: E402
+from benchmarks.run import QUICK, counted_speedup, geomean  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -63,11 +63,6 @@ def collect() -> dict:
     return dict(sorted(budgets.items()))
 
 
-def pet_vs_tvm(row: dict) -> float:
-    """PET / TVM as the benchmarks of record count it: ×1 where the original was kept."""
-    return row["speedup_pet_vs_tvm"] if row["kept"] == "optimized" else 1.0
-
-
 def render(budgets: dict) -> str:
     """``sweep.json`` and ``sweep.md``; returns the Markdown."""
     graphs = [g for g in QUICK if any(g in rows for rows in budgets.values())]
@@ -78,17 +73,17 @@ def render(budgets: dict) -> str:
         for rows in budgets.values():
             r = rows.get(g)
             cells.append("not run" if r is None else
-                         f"{r['times_ms']['tvm']['median']:.2f} · ×{pet_vs_tvm(r):.3f}"
+                         f"{r['times_ms']['tvm']['median']:.2f} · ×{counted_speedup(r):.3f}"
                          + ("" if r["kept"] == "optimized" else " (original kept)"))
         lines.append(f"| {g} | " + " | ".join(cells) + " |")
-    geo = {n: geomean([pet_vs_tvm(rows[g]) for g in graphs if g in rows])
+    geo = {n: geomean([counted_speedup(rows[g]) for g in graphs if g in rows])
            for n, rows in budgets.items()}
     lines.append("| geo-mean (graphs measured) | " + " | ".join(
         f"×{geo[n]:.3f} over {sum(g in rows for g in graphs)}" for n, rows in budgets.items())
         + " |")
     # the graphs measured at every budget: the only fair way to follow one gain across budgets
     common = [g for g in graphs if all(g in rows for rows in budgets.values())]
-    common_geo = {n: geomean([pet_vs_tvm(rows[g]) for g in common])
+    common_geo = {n: geomean([counted_speedup(rows[g]) for g in common])
                   for n, rows in budgets.items()}
     if common and len(budgets) > 1:
         lines += ["", f"Over the graphs measured at every budget ({', '.join(common)}): "
@@ -99,7 +94,7 @@ def render(budgets: dict) -> str:
               "run the same binary."]
     result = {"budgets": {n: {g: {"kept": r["kept"], "tvm_ms": r["times_ms"]["tvm"]["median"],
                                   "pet_ms": r["times_ms"]["pet"]["median"],
-                                  "pet_vs_tvm": pet_vs_tvm(r),
+                                  "pet_vs_tvm": counted_speedup(r),
                                   "measured_ratio": r["speedup_pet_vs_tvm"],
                                   "applied": r.get("applied"), "new_trials": r.get("new_trials"),
                                   "tuning_time_s": r.get("tuning_time_s")}
