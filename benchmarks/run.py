@@ -225,9 +225,8 @@ def budget_words(run: dict, rows: list[dict]) -> str:
     second = [r["model"] for r in rows if r.get("second_look") or any(
         look["what"].startswith("second look") for look in r.get("decision_looks", []))]
     again = (f"; a close call (second look on for {', '.join(second)}) is tuned again on both "
-             f"sides to "
-             f"{2 * run['trials']} per task with a second seed" if second and run["trials"]
-             else "")
+             f"sides to {2 * run['trials']} per task with a second seed"
+             if second and run["trials"] else "")
     where = (f"the records in {run['records']}" if run.get("records")
              else "the shipped records" if run["quick"] else "the records of tuning_logs/")
     if not run["trials"]:
@@ -268,10 +267,9 @@ def markdown(rows: list[dict], result: dict) -> str:
               f"{result['timing']}. Times are median [min–max]."]
     reported = [r for r in rows if "error" not in r and r.get("records_plan")]
     lines += ["", "What each row's kernels stood on (measured, not assumed):"] if reported else []
-    for r in rows:
-        if "error" not in r and reported:
-            plan = r.get("records_plan") or "records not reported"
-            lines.append(f"- {r['model']} (batch {r['batch']}): {plan}; {r.get('kernels') or ''}")
+    for r in reported:
+        lines.append(f"- {r['model']} (batch {r['batch']}): {r['records_plan']}; "
+                     f"{r.get('kernels') or ''}")
     if result.get("models_geomean_pet_vs_tvm") is not None:
         lines.append(f"Geo-mean PET / TVM over the five whole models ({', '.join(WHOLE)}): "
                      f"×{result['models_geomean_pet_vs_tvm']:.3f} (×1 where the original was "
