@@ -53,18 +53,18 @@ def run_budget(trials: int, models: list[str], work: pathlib.Path, target: str) 
     return subprocess.call(cmd, cwd=ROOT)
 
 
-def collect() -> dict:
-    """Every budget's rows, from ``benchmarks/results/sweep-<N>/llvm-quick.json``."""
+def collect(results: pathlib.Path = RESULTS) -> dict:
+    """Every budget's rows, from ``<results>/sweep-<N>/llvm-quick.json``, by budget."""
     budgets = {}
-    for path in sorted(RESULTS.glob("sweep-*/llvm-quick.json")):
+    for path in sorted(results.glob("sweep-*/llvm-quick.json")):
         trials = int(re.fullmatch(r"sweep-(\d+)", path.parent.name).group(1))
         result = json.loads(path.read_text())
         budgets[trials] = {r["model"]: r for r in result["rows"] if "error" not in r}
     return dict(sorted(budgets.items()))
 
 
-def render(budgets: dict) -> str:
-    """``sweep.json`` and ``sweep.md``; returns the Markdown."""
+def render(budgets: dict, results: pathlib.Path = RESULTS) -> str:
+    """Write ``sweep.json`` and ``sweep.md`` into ``results``; returns the Markdown."""
     graphs = [g for g in QUICK if any(g in rows for rows in budgets.values())]
     head = "| graph | " + " | ".join(f"{n} trials/task: TVM ms · PET / TVM" for n in budgets)
     lines = [head + " |", "|---|" + "---|" * len(budgets)]
@@ -100,9 +100,9 @@ def render(budgets: dict) -> str:
                                   "tuning_time_s": r.get("tuning_time_s")}
                               for g, r in rows.items()} for n, rows in budgets.items()},
               "geomean": geo, "common_graphs": common, "common_geomean": common_geo}
-    (RESULTS / "sweep.json").write_text(json.dumps(result, indent=2) + "\n")
+    (results / "sweep.json").write_text(json.dumps(result, indent=2) + "\n")
     text = "\n".join(lines) + "\n"
-    (RESULTS / "sweep.md").write_text(text)
+    (results / "sweep.md").write_text(text)
     return text
 
 

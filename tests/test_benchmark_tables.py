@@ -1,0 +1,55 @@
+"""The benchmark scripts' tables (no timing): how a rerun's rows join the run of record, and how
+the budget sweep counts PET / TVM."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import run, sweep
+
+
+def _row(model: str, kept: str, ratio: float, tvm_ms: float = 10.0) -> dict:
+    times = {k: {"median": v, "min": v, "max": v, "samples": [v]}
+             for k, v in (("tvm", tvm_ms), ("pet", tvm_ms / ratio), ("onnxruntime", 1.0))}
+    return {"model": model, "batch": 1, "kept": kept, "speedup_pet_vs_tvm": ratio,
+            "speedup_pet_vs_onnxruntime": 1.0 / (tvm_ms / ratio), "times_ms": times,
+            "search_time_s": 1.0, "tuning_time_s": 1.0, "peak_rss_mb": 1.0, "max_abs_err": 0.0,
+            "max_abs_err_vs_onnxruntime": 0.0, "decision_looks": [], "second_look": False}
+
+
+RUN = {"target": "llvm", "quick": False, "trials": 32, "rounds": 3, "number": 1}
+
+
+def test_a_rerun_replaces_its_rows_in_the_run_of_record_and_counts_kept_originals_as_x1(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "plot", lambda rows, path: None)
+    first = [_row(m, "original", 0.9) for m in run.WHOLE[:-1]]
+    first.append({"model": run.WHOLE[-1], "batch": 1, "error": "not measured"})
+    path = run.write_results(first, dict(RUN, note="first run."), tmp_path)
+    assert json.loads(path.read_text())["models_geomean_pet_vs_tvm"] is None  # one row missing
+
+    run.update(path, [_row(run.WHOLE[-1], "optimized", 1.6), _row("conv5x5", "optimized", 1.2)],
+               "second run.")
+    result = json.loads(path.read_text())
+    assert [r["model"] for r in result["rows"]] == run.WHOLE + ["conv5x5"]
+    assert result["run"]["note"] == "first run. second run."
+    # the kept originals count x1 (not their measured x0.9); the new row its measured x1.6
+    assert result["models_geomean_pet_vs_tvm"] == pytest.approx(1.6 ** (1 / len(run.WHOLE)))
+    assert "second look" not in result["budget_held_equal"]
+
+
+def test_the_sweep_table_follows_the_graphs_measured_at_every_budget(tmp_path):
+    for trials, ratios in ((32, {"conv5x5": 1.3, "dilated_conv": 0.95}),
+                           (128, {"conv5x5": 1.6})):
+        rows = [_row(g, "optimized" if r > 1 else "original", r) for g, r in ratios.items()]
+        folder = tmp_path / f"sweep-{trials}"
+        folder.mkdir()
+        (folder / "llvm-quick.json").write_text(json.dumps({"rows": rows}))
+    text = sweep.render(sweep.collect(tmp_path), tmp_path)
+    result = json.loads((tmp_path / "sweep.json").read_text())
+    assert list(result["budgets"]) == ["32", "128"]
+    assert result["common_graphs"] == ["conv5x5"]
+    assert result["geomean"]["32"] == pytest.approx(1.3 ** 0.5)  # dilated_conv kept: x1
+    assert result["common_geomean"]["128"] == pytest.approx(1.6)
+    assert "| dilated_conv | 10.00 · ×1.000 (original kept) | not run |" in text
