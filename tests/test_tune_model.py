@@ -37,7 +37,7 @@ class StubToolchain(TVMToolchain):
         super().__init__("llvm", records_dir)
         self.tuned, self.trials, self.wholes = [], [], []
 
-    def tune(self, module, trials, *, seed):
+    def tune(self, module, trials, *, seed, progress=None):
         self.tuned.append(module)
         self.trials.append(trials)
         return TuneStats("k", self.records_dir, (), 0.0)
@@ -129,3 +129,25 @@ def test_the_toolchain_opens_the_records_once_until_tuning_adds_some(tmp_path, m
     assert toolchain.tune(module, 4, seed=0) == "tuned"
     toolchain.build(module)  # the tuning may have added records: opened again
     assert len(opened) == 2
+
+
+def test_mutants_tuned_before_are_topped_up_to_a_larger_budget(tmp_path):
+    """A rerun at a larger budget tunes the picks an earlier run tuned up to it, as it does the
+    original's kernels: both sides of the comparison at the same trials per task."""
+    program = dilated_chain(layers=1)
+
+    class TunedBefore(StubCost):
+        def screen(self, before, after):  # every mutant's kernels have records
+            return RewriteScreen(self.cost(before), 0.5, tuned_s=0.5 * self.cost(before))
+
+    class Toolchain(StubToolchain):
+        def cost_model(self):
+            return TunedBefore()
+
+    options = DriverOptions(trials=512, records_dir=str(tmp_path / "none"), promising=2)
+    toolchain = Toolchain(options.records_dir)
+    summary = tune_model(program, SearchConfig(rounds=1, time_limit=120), options, toolchain)
+    picks = [p for p in summary.plan.picks if p.subprogram != "combined"]
+    assert picks and all(p.tuned_before for p in picks)
+    # the original, then every pick, each asked for the run's trials per task
+    assert len(toolchain.tuned) >= 1 + len(picks) and set(toolchain.trials) == {512}
