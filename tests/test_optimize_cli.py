@@ -20,7 +20,7 @@ def optimized(tmp_path_factory):
     onnx.save(dilated_model(), model)
     out = root / "out"
     code = main(["optimize", str(model), "--target", "llvm", "--out", str(out), "--cost",
-                 "analytic", "--rounds", "1", "--records", str(root / "records")])
+                 "analytic", "--rounds", "1", "--records", str(root / "records"), "--trials", "0"])
     assert code == 0
     return model, out
 

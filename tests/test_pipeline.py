@@ -75,14 +75,26 @@ class DilationIsSlow:
         return RewriteScreen(self.cost(before), self.cost(after) / self.cost(before))
 
 
+@dataclasses.dataclass(frozen=True)
+class FakePlan:
+    """A records plan: ``untuned`` of ``tasks`` kernels have no record; its line shows what the
+    run was told to say."""
+    tasks: int
+    untuned: int = 0
+
+    def summary(self, trials=0, budget=None, *, by_default=False, default_cap=None):
+        return (f"records for fake: {self.tasks} kernels, {self.untuned} untuned; trials "
+                f"{trials}, by default {by_default}, cap {default_cap}")
+
+
 class FakeToolchain:
     """Every toolchain operation without TVM: a module is the Program itself, an executable runs
     on the NumPy interpreter, and timings (one scripted ratio per call) and tuning are noted."""
 
     target_name = "fake"
 
-    def __init__(self, ratios=(), records_dir="fake-records"):
-        self.records_dir = records_dir
+    def __init__(self, ratios=(), records_dir="fake-records", untuned=0):
+        self.records_dir, self.untuned = records_dir, untuned
         self.ratios, self.timed, self.tuned = list(ratios), [], []
 
     def with_lowering(self, lower):
@@ -94,8 +106,8 @@ class FakeToolchain:
     def kernel_records(self, module):
         return len(module.nodes), 0
 
-    def records_plan(self, module, trials, budget=None):
-        return f"records for fake: {len(module.nodes)} kernels, 0 from its own records"
+    def records_plan(self, module):
+        return FakePlan(len(module.nodes), self.untuned)
 
     def coverage(self, program, searched):
         return {}
@@ -103,7 +115,7 @@ class FakeToolchain:
     def build(self, module):
         return FakeExecutable(module)
 
-    def tune(self, module, trials, *, seed):
+    def tune(self, module, trials, *, seed, progress=None):
         self.tuned.append((trials, seed))
         return FakeTuned(tasks=1, new_trials=trials, wall_s=0.5)
 
@@ -155,6 +167,25 @@ def test_optimize_on_a_fake_toolchain_writes_every_report_key_and_artifact(tmp_p
     assert written["max_abs_err"] < 1e-4 and written["target"] == "fake"
     for name in ("optimized.so", "baseline.so", "optimized.onnx", "optimized.py"):
         assert (tmp_path / "out" / name).exists()
+
+
+@pytest.mark.parametrize("untuned, asked, tuned, said", [
+    (2, 0, 32, "trials 32, by default True, cap None"),  # a few untuned kernels: tuned
+    (9, 0, None, "trials 0, by default False, cap 8"),   # too many: said, not tuned
+    (0, 0, None, "trials 0, by default False, cap None"),  # all have records: nothing to tune
+    (2, 8, 8, "trials 8, by default False, cap None"),   # --trials asked: that, as asked
+])
+def test_kernels_without_records_are_tuned_by_default_up_to_a_cap(tmp_path, untuned, asked,
+                                                                   tuned, said):
+    pytest.importorskip("onnx")
+    toolchain = FakeToolchain(ratios=[1.3, 1.3], untuned=untuned)
+    options = DriverOptions(cost="analytic", timing_rounds=2, trials=asked, untuned_trials=32,
+                            untuned_cap=8, promising=0, second_look=False)
+    report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out", SearchConfig(rounds=1),
+                      options, toolchain=toolchain, cost=DilationIsSlow())
+    assert said in report.records_plan
+    assert [t for t, _ in toolchain.tuned] == ([] if tuned is None else [tuned])
+    assert report.to_json()["tuning"].get("trials_per_task") == tuned
 
 
 def test_a_close_call_with_a_budget_is_tuned_again_on_both_sides():

@@ -47,7 +47,7 @@ class ScriptedToolchain(TVMToolchain):
     def time(self, executables, inputs, *, rounds, number, repeat):
         return self.timer(executables, inputs, rounds=rounds, number=number, repeat=repeat)
 
-    def tune(self, module, trials, *, seed):
+    def tune(self, module, trials, *, seed, progress=None):
         return self.tuner(module, trials, seed=seed)
 
 

@@ -411,3 +411,6 @@ def test_records_plan_counts_own_borrowed_and_untuned_kernels(tmp_path):
     bare = records_plan(mod, "llvm -mcpu=haswell -num-cores=2", None)
     assert bare.untuned == bare.tasks and "--trials N" in bare.summary()
     assert "tuning 8 trials" in bare.summary(8)
+    assert f"by default since {bare.tasks} have no record anywhere" in bare.summary(
+        32, by_default=True)
+    assert "more than the 8 tuned by default" in bare.summary(default_cap=8)

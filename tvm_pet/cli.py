@@ -14,6 +14,9 @@
     the same tuning records and TVM's own graph rewrites on both sides, and writes
     ``report.json``, ``optimized.so``, ``baseline.so``, ``optimized.onnx`` (where tvm_pet can
     write it) and ``optimized.py`` into DIR. ``--time-limit`` covers the search and the timing.
+    It states its records plan first; kernels with no record anywhere (own or borrowed) are
+    tuned at 32 trials each unless ``--trials`` or ``--budget`` says otherwise (up to 8 of
+    them; with more, it says how to tune them).
 
 ``tvm-pet tune MODEL --target T --trials N``
     Tunes the model's kernels and those of its most promising mutants into ``tuning_logs/``.
@@ -40,6 +43,8 @@ from tvm_pet.errors import PetError
 
 EXAMPLES = ("figure1", "figure3", "figure3-partial", "weight-changed", "off-by-one-slice",
             "wrong-padding", "equivalent")
+#: ``optimize``'s trials per kernel where kernels have no record anywhere and none was asked.
+DEFAULT_UNTUNED_TRIALS = 32
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -102,7 +107,9 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 def _driver_options(args: argparse.Namespace):
     from tvm_pet.pipeline.options import DriverOptions, WholeBudget
     budget = getattr(args, "budget", None)
-    return DriverOptions(target=getattr(args, "target", "llvm"), trials=getattr(args, "trials", 0),
+    trials = getattr(args, "trials", 0)
+    return DriverOptions(target=getattr(args, "target", "llvm"), trials=trials or 0,
+                         untuned_trials=DEFAULT_UNTUNED_TRIALS if trials is None else 0,
                          budget=None if budget is None else WholeBudget.parse(budget),
                          records_dir=getattr(args, "records", None), rpc=getattr(args, "rpc", None),
                          cost=getattr(args, "cost", "measured"),
@@ -130,7 +137,7 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     if args.target != "cuda":
         raise PetError("--dry-run is for --target cuda (it builds for a GPU without running)")
     report = dry_run(args.model, args.out, _search_config(args), arch=args.arch,
-                     records_dir=args.records, trials=args.trials, progress=print)
+                     records_dir=args.records, trials=args.trials or 0, progress=print)
     failed = [v for v in report.variants if v.error]
     print(f"dry run for {report.arch}: {len(report.variants) - len(failed)} of "
           f"{len(report.variants)} builds compiled by nvcc ({report.distinct_binaries} distinct "
@@ -315,8 +322,10 @@ def _add_optimize_and_tune(sub) -> None:
         o.add_argument("model")
         o.add_argument("--target", default="llvm",
                        help="llvm (default: this CPU), e.g. 'llvm -mcpu=haswell', or cuda")
-        o.add_argument("--trials", type=int, default=0 if name == "optimize" else 64,
-                       help="MetaSchedule trials per task (optimize: 0 = use the records only)")
+        o.add_argument("--trials", type=int, default=None if name == "optimize" else 64,
+                       help="MetaSchedule trials per task (optimize: 0 = use the records only; "
+                            f"by default, {DEFAULT_UNTUNED_TRIALS} where kernels have no record "
+                            "anywhere, own or borrowed, if there are at most 8 of them)")
         o.add_argument("--budget", metavar="N|Nm",
                        help="tune the whole model within N trials in all, or N minutes (20m), "
                             "shared across its kernels by MetaSchedule's task scheduler; PET's "

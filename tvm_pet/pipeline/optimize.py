@@ -7,7 +7,8 @@ minutes per kernel at 64 trials):
    (:mod:`tvm_pet.pipeline.load`); every later stage lowers into that imported module;
 1. **Tune the original** and 2. **screen cheaply, tune the promising few**
    (:mod:`tvm_pet.pipeline.tune`, choices in :mod:`tvm_pet.pipeline.plan`; only with
-   ``trials > 0``);
+   ``trials > 0``, a ``budget``, or by default where a few kernels have no record anywhere:
+   :func:`records_plan`);
 3. **search with measured costs** (:mod:`tvm_pet.pipeline.search`);
 4. **confirm end to end** and 5. **look again at close calls** (:mod:`tvm_pet.pipeline.confirm`),
    within what ``time_limit`` leaves (``DriverOptions.confirm_budget``: the limit covers the
@@ -72,15 +73,20 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     program = loaded.program
     check_tensor_sizes(program)
     toolchain = _toolchain_for(loaded, options, toolchain)
-    plan = toolchain.records_plan(toolchain.lower(program), options.trials, options.budget)
+    options, plan = records_plan(toolchain, program, options)
     progress.note(plan)  # before anything slow: which kernels are tuned, and what happens
     mutants = MutantCache()  # one generator cache for the run: tune and search share it
-    if tuning is None:  # 1-2. tune the original and the promising mutants
+    tuned_here = tuning is None
+    if tuned_here:  # 1-2. tune the original and the promising mutants
         tuning = (tune_model(program, config, options, toolchain, mutants, progress.note)
                   if options.tunes else TuneSummary(str(toolchain.records_dir)))
+
+    def elapsed() -> float:  # the time limit does not cover tuning
+        return time.perf_counter() - start - (tuning.tuning_time_s if tuned_here else 0.0)
+
     # 3. search with the measured (or analytic) cost, within the time limit
     config = dataclasses.replace(config, time_limit=options.search_limit(
-        config.time_limit, time.perf_counter() - start))
+        config.time_limit, elapsed()))
     limit = "none" if config.time_limit is None else f"{config.time_limit:.0f} s"
     with progress.step(f"searching (time limit {limit}, cost: {options.cost})"):
         found = search(program, config, cost or cost_model(options, toolchain), mutants,
@@ -89,7 +95,7 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     # 4-5. time the candidates end to end, with a second look at close calls
     inputs = loaded.random_inputs(options.seed)
     confirmation = confirm(program, found.candidates, toolchain, options, list(inputs.values()),
-                           budget_s=options.confirm_budget(time.perf_counter() - start),
+                           budget_s=options.confirm_budget(elapsed()),
                            progress=progress)
     # the report, and the artifacts that were checked
     with progress.step("counting the kernels the records schedule"):
@@ -108,6 +114,21 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
     """:func:`optimize`, returning ``report.json`` as a dict (``stages``: its keyword
     arguments)."""
     return optimize(model, out_dir, config, options, **stages).to_json()
+
+
+def records_plan(toolchain: Toolchain, program: Program,
+                 options: DriverOptions) -> tuple[DriverOptions, str]:
+    """The records plan, stated before anything slow, and the options it leads to: where no
+    tuning was asked and some kernels have no record anywhere, they are tuned for this target
+    at ``options.untuned_trials`` per kernel, up to ``options.untuned_cap`` kernels
+    (:meth:`~tvm_pet.pipeline.options.DriverOptions.tuning_for`); with more, the line says how
+    to tune them."""
+    found = toolchain.records_plan(toolchain.lower(program))
+    chosen = options.tuning_for(found.untuned)
+    too_many = not chosen.tunes and options.untuned_trials > 0 and found.untuned > 0
+    return chosen, found.summary(chosen.trials, chosen.budget,
+                                 by_default=chosen.tunes and not options.tunes,
+                                 default_cap=options.untuned_cap if too_many else None)
 
 
 def load_model(model, options: DriverOptions = DriverOptions(),

@@ -65,6 +65,12 @@ class DriverOptions:
         budget: a tuning budget for the whole model instead of ``trials`` per task: the
             original's tasks share it (the TVM baseline's tuning); PET's mutant kernels are
             then tuned at the trials per task the original got, reported beside the budget.
+        untuned_trials: trials per task when no tuning is asked (``trials`` 0, no ``budget``)
+            and the records plan finds kernels with no record anywhere, own or borrowed (the
+            ``optimize`` command's default is 32; 0 leaves them untuned);
+            :meth:`tuning_for`.
+        untuned_cap: the most such kernels tuned by default (about a minute each at 32 trials
+            on 2 cores); with more, the run says so and leaves the budget to the user.
         records_dir: the tuning records folder (default ``tuning_logs/<target>``).
         rpc: ``"host:port:key"`` of an RPC tracker to measure on.
         cost: ``"measured"`` (TVM kernel times) or ``"analytic"``: the search's cost model.
@@ -92,6 +98,8 @@ class DriverOptions:
     target: str = "llvm"
     trials: int = 0
     budget: WholeBudget | None = None
+    untuned_trials: int = 0
+    untuned_cap: int = 8
     records_dir: str | None = None
     rpc: str | None = None
     cost: str = "measured"
@@ -136,6 +144,20 @@ class DriverOptions:
     def tunes(self) -> bool:
         """Whether the run tunes (``trials`` above 0, or a whole-model ``budget``)."""
         return self.trials > 0 or self.budget is not None
+
+    def tuning_for(self, untuned: int) -> "DriverOptions":
+        """These options for a model with ``untuned`` kernels that have no record anywhere:
+        ``untuned_trials`` per task when nothing was asked and there are at most
+        ``untuned_cap`` of them, else as they are.
+
+        >>> DriverOptions(untuned_trials=32).tuning_for(untuned=2).trials
+        32
+        >>> DriverOptions(untuned_trials=32).tuning_for(untuned=0).trials
+        0
+        """
+        if self.tunes or not self.untuned_trials or not 0 < untuned <= self.untuned_cap:
+            return self
+        return dataclasses.replace(self, trials=self.untuned_trials)
 
     def first_look_budget(self) -> Budget:
         """The tuning budget of the first look: ``trials`` per task with ``seed``."""

@@ -37,6 +37,23 @@ class Tuned(Protocol):
     records_per_task: float
 
 
+class RecordsPlan(Protocol):
+    """Where a module's kernels get their schedules
+    (:class:`tvm_pet.tune.records_plan.RecordsPlan`)."""
+
+    #: Distinct kernels (tuning tasks).
+    tasks: int
+    #: Kernels with no record anywhere, own or borrowed.
+    untuned: int
+
+    def summary(self, trials: int = 0, budget: Any = None, *, by_default: bool = False,
+                default_cap: int | None = None) -> str:
+        """The plan in one line, with what the run does: tune ``trials`` per kernel (chosen
+        ``by_default`` for untuned kernels), or within a whole-model ``budget``, or nothing
+        (more untuned kernels than the ``default_cap`` tuned by default)."""
+        ...
+
+
 class ScreeningCost(CostModel, Protocol):
     """A cost model that can screen a rewrite from its fusion region (the tune stage's screen)."""
 
@@ -67,10 +84,9 @@ class Toolchain(Protocol):
         """The program as a module the toolchain compiles."""
         ...
 
-    def records_plan(self, module: Any, trials: int, budget: Any = None) -> str:
-        """One line, before anything slow: which of ``module``'s kernels have records (the
-        target's own, borrowed from a compatible target, none) and what the run does (tune
-        ``trials`` per kernel, or within a whole-model ``budget``)."""
+    def records_plan(self, module: Any) -> RecordsPlan:
+        """Before anything slow: which of ``module``'s kernels have records (the target's own,
+        borrowed from a compatible target, none)."""
         ...
 
     def coverage(self, program: Program, searched: frozenset[str]) -> dict:
@@ -86,8 +102,10 @@ class Toolchain(Protocol):
         """Compile a module, with the tuned schedules where records exist."""
         ...
 
-    def tune(self, module: Any, trials: int, *, seed: int) -> Tuned:
-        """Tune the module's kernels up to ``trials`` records each, with ``seed``."""
+    def tune(self, module: Any, trials: int, *, seed: int,
+             progress: Callable[[str], None] | None = None) -> Tuned:
+        """Tune the module's kernels up to ``trials`` records each, with ``seed``; ``progress``
+        gets a line per task with an ETA."""
         ...
 
     def tune_whole(self, module: Any, budget: Any, *, seed: int,

@@ -117,12 +117,12 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                                      seed=options.seed, progress=progress)
         options = dataclasses.replace(options, trials=max(1, round(first.records_per_task)))
     else:
-        first = _tune(toolchain, program, options)
+        first = _tune(toolchain, program, options, progress)
     picks, tuned, stats, screened = _tune_promising(program, config, options, toolchain,
                                                     mutants, progress)
     combined = combination(program, tuned, toolchain.cost_model())
     if combined is not None:
-        stats.append(_tune(toolchain, combined, options))
+        stats.append(_tune(toolchain, combined, options, progress))
         picks.append(combined_pick(combined))
     return TuneSummary(records=str(toolchain.records_dir),
                        tuning_time_s=time.perf_counter() - start,
@@ -135,8 +135,10 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                        mutant_trials=sum(s.new_trials for s in stats))
 
 
-def _tune(toolchain: Toolchain, program: Program, options: DriverOptions) -> Tuned:
-    return toolchain.tune(toolchain.lower(program), options.trials, seed=options.seed)
+def _tune(toolchain: Toolchain, program: Program, options: DriverOptions,
+          progress: Callable[[str], None] | None = None) -> Tuned:
+    return toolchain.tune(toolchain.lower(program), options.trials, seed=options.seed,
+                          progress=progress)
 
 
 def _tune_promising(program: Program, config: SearchConfig, options: DriverOptions,
@@ -179,7 +181,7 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         whole = replace_subprogram(program, part, corrected)
         # tuned before too: topped up to this run's trials per task, as the original's kernels
         # are (the tuner measures nothing for a task that has them already)
-        stats.append(_tune(toolchain, whole, options))
+        stats.append(_tune(toolchain, whole, options, progress))
         tuned.append((part, whole, corrected))
     return picks, tuned, stats, screened
 

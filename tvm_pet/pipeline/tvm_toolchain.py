@@ -31,7 +31,7 @@ from tvm_pet.relax.frontends import ModuleLowering, import_model
 from tvm_pet.tune.compile import apply_records, build_with_records
 from tvm_pet.tune.measured_cost import MeasuredCost
 from tvm_pet.tune.records import costing_sources, default_records_dir
-from tvm_pet.tune.records_plan import records_plan
+from tvm_pet.tune.records_plan import RecordsPlan, records_plan
 from tvm_pet.tune.targets import resolve_target
 from tvm_pet.tune.timing import Timing, time_interleaved
 from tvm_pet.tune.tuner import TuneStats, tune, tune_budget, tune_minutes
@@ -97,9 +97,9 @@ class TVMToolchain:
         """The program as a Relax module (into the imported module, for a loaded model)."""
         return self._lower(program)
 
-    def records_plan(self, module: tvm.IRModule, trials: int, budget=None) -> str:
+    def records_plan(self, module: tvm.IRModule) -> RecordsPlan:
         """The records plan of ``module`` (:func:`~tvm_pet.tune.records_plan.records_plan`)."""
-        return records_plan(module, self.target, self.records_dir).summary(trials, budget)
+        return records_plan(module, self.target, self.records_dir)
 
     def coverage(self, program: Program, searched: frozenset[str]) -> dict:
         """Linear FLOPs searched over all, from the imported module (:mod:`tvm_pet.relax.coverage`);
@@ -129,10 +129,12 @@ class TVMToolchain:
             self._sources = costing_sources(self.records_dir, self.target)
         return self._sources
 
-    def tune(self, module: tvm.IRModule, trials: int, *, seed: int) -> TuneStats:
+    def tune(self, module: tvm.IRModule, trials: int, *, seed: int,
+             progress: Callable[[str], None] | None = None) -> TuneStats:
         """Tune every task of ``module`` up to ``trials`` records, into the records folder."""
         self._sources = None  # new records: open again when next asked
-        return tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc)
+        return tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc,
+                    progress=progress)
 
     def tune_whole(self, module: tvm.IRModule, budget, *, seed: int,
                    progress: Callable[[str], None] | None = None) -> TuneStats:

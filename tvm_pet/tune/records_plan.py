@@ -44,9 +44,17 @@ class RecordsPlan:
         """Kernels with no record anywhere: TVM's untuned loop nests."""
         return self.tasks - self.own - self.borrowed
 
-    def summary(self, trials: int = 0, budget=None) -> str:
-        """One line for the plan: what was found, and what the run will do about the rest
-        (``budget``: a whole-model budget, in words, tuned instead of ``trials`` per kernel)."""
+    def summary(self, trials: int = 0, budget=None, *, by_default: bool = False,
+                default_cap: int | None = None) -> str:
+        """One line for the plan: what was found, and what the run will do about the rest.
+
+        Args:
+            trials: trials per kernel tuned for this target first (0: none).
+            budget: a whole-model budget, in words, tuned instead of ``trials`` per kernel.
+            by_default: ``trials`` were chosen by default, because kernels have no record.
+            default_cap: the most untuned kernels tuned by default, when there were more (the
+                run keeps them untuned and says how to tune them).
+        """
         parts = [f"{self.own} from its own records"]
         if self.borrowed_from is not None:
             parts.append(f"{self.borrowed} borrowed from {self.borrowed_from}")
@@ -55,8 +63,16 @@ class RecordsPlan:
         if budget is not None:
             return line + (f"; tuning the whole model within {budget} for this target first "
                            f"(MetaSchedule's task scheduler shares it across the kernels)")
+        if trials > 0 and by_default:
+            return line + (f"; tuning {trials} trials per kernel for this target first, by "
+                           f"default since {self.untuned} have no record anywhere (about a "
+                           f"minute per kernel on 2 cores; --trials 0 keeps the records only)")
         if trials > 0:
             return line + f"; tuning {trials} trials per kernel for this target first"
+        if self.untuned and default_cap is not None:
+            return line + (f"; the untuned ones stay naive loops: more than the {default_cap} "
+                           f"tuned by default (give --trials 32, about a minute per kernel on "
+                           f"2 cores, or --budget 30m, to tune them for this target)")
         if self.untuned:
             return line + ("; the untuned ones stay naive loops (give --trials N, or run "
                            "tvm-pet tune, to tune them for this target)")
