@@ -53,3 +53,20 @@ def test_the_sweep_table_follows_the_graphs_measured_at_every_budget(tmp_path):
     assert result["geomean"]["32"] == pytest.approx(1.3 ** 0.5)  # dilated_conv kept: x1
     assert result["common_geomean"]["128"] == pytest.approx(1.6)
     assert "| dilated_conv | 10.00 · ×1.000 (original kept) | not run |" in text
+
+
+def test_a_sweep_budget_run_again_joins_the_rows_it_has(tmp_path, monkeypatch):
+    """A budget with rows already gets the new graphs merged in (run.py --update), not written
+    over; a budget without rows is written."""
+    calls = []
+    monkeypatch.setattr(sweep, "RESULTS", tmp_path)
+    monkeypatch.setattr(sweep.subprocess, "call", lambda cmd, cwd: calls.append(cmd) or 0)
+    assert sweep.run_budget(512, ["conv5x5"], tmp_path / "work", "llvm") == 0
+    out = tmp_path / "sweep-512"
+    assert calls[0][calls[0].index("--out") + 1] == str(out) and "--update" not in calls[0]
+    out.mkdir()
+    (out / "llvm-quick.json").write_text("{}")
+    sweep.run_budget(512, ["csrnet_backend"], tmp_path / "work", "llvm")
+    again = calls[1]
+    assert again[again.index("--update") + 1] == str(out / "llvm-quick.json")
+    assert again[again.index("--out") + 1] != str(out)
