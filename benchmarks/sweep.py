@@ -9,10 +9,9 @@ Each budget is one ``benchmarks/run.py --quick --trials N --second-look off`` ru
 ``benchmarks/results/sweep-<N>/``, on its own records folder ``<work>/<N>`` (outside the
 repository: records at 512 trials per task would not fit its size limit). A budget's folder
 starts as a copy of the next smaller budget's, so a task tuned to 128 trials goes on to 512
-rather than starting again; the smallest starts empty (the shipped records hold some tasks at 64
-trials, from second looks). PET's mutants that the smaller budget tuned are topped up only with
-the tune stage's top-up (214553c, reverted in the package since): run a larger budget with it,
-or from empty. The second look is off, so that every row of a column has exactly its budget.
+rather than starting again (the original's kernels and PET's tuned mutants alike; a kernel whose
+search ran out of candidates is not searched again); the smallest starts empty (the shipped
+records hold some tasks at 64 trials, from second looks). The second look is off, so that every row of a column has exactly its budget.
 Graphs run at a budget that has rows already join them (``run.py --update``). The render step
 collects every ``sweep-<N>/llvm-quick.json`` into ``sweep.json`` and ``sweep.md``: per graph and
 budget, what PET kept, TVM's time and PET / TVM (×1 where the original was kept), and the

@@ -131,10 +131,6 @@ def test_the_toolchain_opens_the_records_once_until_tuning_adds_some(tmp_path, m
     assert len(opened) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="topping up the mutants an earlier run tuned was reverted: "
-                   "a kernel with a small search space (reshape/transpose) never reaches the "
-                   "budget, so it was searched again on every rerun; it needs the tuner to "
-                   "record an exhausted search space first")
 def test_mutants_tuned_before_are_topped_up_to_a_larger_budget(tmp_path):
     """A rerun at a larger budget tunes the picks an earlier run tuned up to it, as it does the
     original's kernels: both sides of the comparison at the same trials per task."""

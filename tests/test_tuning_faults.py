@@ -507,3 +507,84 @@ def test_a_budget_is_spread_over_the_tasks_and_reused(tmp_path):
     assert stats.new_trials == 12 and count_records(tmp_path, TARGET) == 12
     assert lines and lines[-1].startswith("tuning 12/12 trials")
     assert tune_budget(mod, TARGET, 12, tmp_path).new_trials == 0
+
+
+# ------------------------------------------------------------------ exhausted search spaces
+
+class ShortSearch:
+    """Stand-ins for MetaSchedule's ``TuneContext`` and ``tune_tasks`` (a real context loads
+    MetaSchedule's tensor intrinsics): the search commits ``found`` records for its task, whatever
+    it was asked for, or raises ``error``; ``asked`` keeps the trials of each call."""
+
+    def __init__(self, found: int, error: Exception | None = None):
+        self.found, self.error, self.asked = found, error, []
+
+    @staticmethod
+    def context(**kwargs):
+        context = types.SimpleNamespace(mod=kwargs["mod"])
+        context.clone = lambda: context
+        return context
+
+    def tune_tasks(self, *, tasks, database, max_trials_global, **_kwargs):
+        self.asked.append(max_trials_global)
+        if self.error is not None:
+            raise self.error
+        (context,) = tasks
+        workload = database.commit_workload(context.mod)
+        args = ms.arg_info.ArgInfo.from_prim_func(context.mod["main"])
+        for r in range(self.found):
+            trace = tvm.s_tir.Schedule(context.mod).trace
+            database.commit_tuning_record(
+                ms.database.TuningRecord(trace, workload, [1e-3 * (r + 1)], TARGET, args))
+
+
+def tune_with(search: ShortSearch, monkeypatch, records_dir, trials: int):
+    """``tune`` one small task with ``search`` in place of MetaSchedule's."""
+    monkeypatch.setattr(tuner, "TuningSearch", functools.partial(
+        TuningSearch, new_context=search.context, tune_tasks=search.tune_tasks))
+    return tune(matmul_module(8, 8, 8), TARGET, trials=trials, records_dir=records_dir,
+                builder=object(), runner=object())
+
+
+def test_a_search_that_runs_out_of_candidates_is_not_searched_again(tmp_path, monkeypatch):
+    # a layout kernel's search space can hold one candidate: asked for 8, the search finds 1
+    search = ShortSearch(found=1)
+    stats = tune_with(search, monkeypatch, tmp_path, trials=8)
+    assert search.asked == [8] and stats.new_trials == 1
+    (task,) = extract_tasks(matmul_module(8, 8, 8), TARGET)
+    directory = db_dir(tmp_path, TARGET)
+    assert dbfile.exhausted(directory) == {str(task.shash): 1}
+    # again, and at a larger budget: the search is not run, nothing is measured
+    for trials in (8, 512):
+        stats = tune_with(search, monkeypatch, tmp_path, trials=trials)
+        assert search.asked == [8] and stats.new_trials == 0
+        assert [(t.records_before, t.new_trials) for t in stats.per_task] == [(1, 0)]
+    # a whole-model budget leaves it out of the search too
+    monkeypatch.setattr(tuner, "_make_runner", lambda *a: types.SimpleNamespace(
+        pool=types.SimpleNamespace(shutdown=lambda: None)))
+    monkeypatch.setattr(tuner, "_tune_together",
+                        lambda tasks, *a: pytest.fail(f"searched {[t.name for t in tasks]}"))
+    assert tune_budget(matmul_module(8, 8, 8), TARGET, 100, tmp_path).new_trials == 0
+
+
+@pytest.mark.parametrize("search", [ShortSearch(found=8), ShortSearch(found=0,
+                                                                     error=RuntimeError("boom"))],
+                         ids=["found its budget", "failed"])
+def test_a_search_that_found_its_budget_or_failed_is_not_marked_exhausted(tmp_path, monkeypatch,
+                                                                         search):
+    tune_with(search, monkeypatch, tmp_path, trials=8)
+    assert dbfile.exhausted(db_dir(tmp_path, TARGET)) == {}
+    tune_with(search, monkeypatch, tmp_path, trials=16)  # a larger budget searches it again
+    assert search.asked == [8, 16 - search.found]
+
+
+def test_a_damaged_exhausted_file_warns_and_searches_again(tmp_path):
+    directory = db_dir(tmp_path, TARGET)
+    directory.mkdir(parents=True)
+    dbfile.mark_exhausted(directory, "123", 4)
+    dbfile.mark_exhausted(directory, "123", 2)  # the most trials it had is kept
+    assert dbfile.exhausted(directory) == {"123": 4}
+    (directory / dbfile.EXHAUSTED_FILE).write_text("[1, ")
+    result, caught = corrupt_warnings(lambda: dbfile.exhausted(directory))
+    assert result == {} and len(caught) == 1
+    assert "search runs again at a larger budget" in str(caught[0].message)

@@ -10,7 +10,8 @@ toolchain.
   records) scaled by how the new kernels compare untuned
   (:attr:`~tvm_pet.cost.model.RewriteScreen.expected_saving_s`). Mutants whose kernels all
   have records already (an earlier run tuned them) take places first, ranked by what they
-  really save, tuned, so that a rerun tunes nothing new; the free places go to the best
+  really save, tuned, so that a rerun at the same budget tunes nothing new (a larger budget
+  tops them up to its trials per task, as it does the original's); the free places go to the best
   expected savings, each only if its new kernels take at most ``screen_ratio`` times as long
   untuned.
 - :func:`combination`: the tuned mutants that beat the original by themselves, applied together
@@ -68,8 +69,8 @@ class Pick:
             ones'); None for the combination.
         index: its :attr:`Screened.index` (-1 for the combination).
         expected_saving_ms: the screen's expected saving per run (None for the combination).
-        tuned_before: its kernels had records already (an earlier run tuned it): nothing to
-            tune now.
+        tuned_before: its kernels had records already (an earlier run tuned it): tuned again
+            only up to this run's trials per task (nothing, at the same budget).
         basis: what ``untuned_ratio`` compares (:attr:`RewriteScreen.basis`): the kernels'
             untuned times, or their FLOPs where they are too large to time untuned.
     """

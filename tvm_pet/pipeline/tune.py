@@ -179,10 +179,9 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         # the mutant in place in the whole model: TVM fuses its kernels with their neighbours,
         # and those fused kernels are what gets tuned and run
         whole = replace_subprogram(program, part, corrected)
-        # tuned before: not tuned again (at a larger budget its kernels stay at the trials it
-        # had; topping them up needs the tuner to know a small search space is exhausted)
-        if not pick.tuned_before:
-            stats.append(_tune(toolchain, whole, options, progress))
+        # tuned before too: topped up to this run's trials per task, as the original's kernels
+        # are (the tuner measures nothing for a task that has them, or whose search ran out)
+        stats.append(_tune(toolchain, whole, options, progress))
         tuned.append((part, whole, corrected))
     return picks, tuned, stats, screened
 

@@ -51,6 +51,9 @@ PENDING_DIR = "pending"
 BACKUP_SUFFIX = ".corrupt"
 #: ``{workload hash: records dropped by prune}``, so that a pruned task still counts its trials.
 PRUNED_FILE = "pruned_counts.json"
+#: ``{workload hash: trials it had}`` for tasks whose search ran out of new candidates (a small
+#: search space, such as a layout kernel's), so that a larger budget does not search them again.
+EXHAUSTED_FILE = "exhausted.json"
 
 
 class CorruptDatabaseWarning(UserWarning):
@@ -425,14 +428,33 @@ def prune(directory: str | Path, keep: int) -> int:
 
 def pruned_counts(directory: str | Path) -> dict[str, int]:
     """Return ``{workload hash: records dropped by prune}`` (empty when nothing was pruned)."""
-    path = Path(directory) / PRUNED_FILE
+    return _counts(Path(directory) / PRUNED_FILE, "pruned tasks count only their kept records")
+
+
+def mark_exhausted(directory: str | Path, shash: str, trials: int) -> None:
+    """Record that the search of workload ``shash`` ran out of new candidates at ``trials``."""
+    directory = Path(directory)
+    with dir_lock(directory):
+        marked = exhausted(directory)
+        marked[str(shash)] = max(trials, marked.get(str(shash), 0))
+        atomic_write_json(directory / EXHAUSTED_FILE, marked, indent=0, sort_keys=True)
+
+
+def exhausted(directory: str | Path) -> dict[str, int]:
+    """Return ``{workload hash: trials}`` of the tasks whose search ran out (``mark_exhausted``)."""
+    return _counts(Path(directory) / EXHAUSTED_FILE, "their search runs again at a larger budget")
+
+
+def _counts(path: Path, otherwise: str) -> dict[str, int]:
+    """A ``{workload hash: count}`` JSON sidecar; empty when it is missing, and when it is damaged
+    (with a warning that says what follows: ``otherwise``)."""
     try:
         return {str(k): int(v) for k, v in json.loads(path.read_text()).items()}
     except FileNotFoundError:
         return {}
     except (ValueError, TypeError, AttributeError) as err:
-        warnings.warn(f"{path} is damaged ({err}); pruned tasks count only their kept records",
-                      CorruptDatabaseWarning, stacklevel=2)
+        warnings.warn(f"{path} is damaged ({err}); {otherwise}", CorruptDatabaseWarning,
+                      stacklevel=3)
         return {}
 
 

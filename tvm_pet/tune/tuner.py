@@ -83,7 +83,10 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     """Tune every task of a module with MetaSchedule, topping each task up to ``trials`` records.
 
     A task with ``trials`` records already (failed candidates and pruned ones included) is
-    skipped, so a second call measures nothing. Records borrowed from a compatible target do not
+    skipped, so a second call measures nothing. So is a task whose search once stopped short of
+    its budget without an error or an interrupt: its search space is exhausted (a layout kernel
+    can have a single candidate), which ``dbfile.mark_exhausted`` records, so that a larger
+    budget does not search it again. Records borrowed from a compatible target do not
     count: tuning for the target itself measured 6-24 % faster than borrowed schedules
     (benchmarks/results/compatible_records_own.md), so a tuning budget is spent on the target's
     own records, which then take precedence. Failed candidates are recorded
@@ -113,13 +116,13 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     records.recover_pending(records_dir, target)
     database = records.open_database(records_dir, target)
     work_dir = records.db_dir(records_dir, target)
-    pruned = dbfile.pruned_counts(work_dir)
+    pruned, exhausted = dbfile.pruned_counts(work_dir), dbfile.exhausted(work_dir)
     own_runner, stats = None, []
     try:
         with _watch_interrupts() as interrupted:
             for task, task_seed in zip(tasks, ms.utils.fork_seed(seed, n=len(tasks))):
                 before = _trials_done(task, database, pruned)
-                done = _already_tuned(task, before, trials, database)
+                done = _already_tuned(task, before, trials, database, exhausted)
                 if done is not None:
                     stats.append(done)
                 else:
@@ -129,7 +132,7 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
                         runner = own_runner = _make_runner(rpc, timeout_s)
                     search = TuningSearch(target, builder, runner, task_seed, max_workers,
                                           trials_per_iter, interrupted)
-                    stats.append(_tune_task(task, trials - before, records_dir, work_dir, search))
+                    stats.append(_top_up(task, before, trials, records_dir, work_dir, search))
                 if progress is not None:
                     progress(_progress_line(stats, len(tasks), time.perf_counter() - start))
     finally:
@@ -148,8 +151,9 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
 
     The budget counts the records the module's tasks already have (their own, pruned ones
     included), so a second call with the same budget measures nothing (borrowed records do not
-    count, as in :func:`tune`). All tasks are tuned in one private database,
-    merged into the target's as a single task's would be (``records.pending_database``).
+    count, as in :func:`tune`); tasks whose search ran out before are left out. The tasks are
+    tuned in one private database, merged into the target's as a single task's would be
+    (``records.pending_database``).
 
     Args:
         mod: a Relax module.
@@ -169,21 +173,22 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
     target = resolve_target(target)
     records.recover_pending(records_dir, target)
     database = records.open_database(records_dir, target)
-    pruned = dbfile.pruned_counts(records.db_dir(records_dir, target))
+    work_dir = records.db_dir(records_dir, target)
+    pruned, exhausted = dbfile.pruned_counts(work_dir), dbfile.exhausted(work_dir)
     before = {task: _trials_done(task, database, pruned) for task in extract_tasks(mod, target)}
     remaining = budget - sum(before.values())
-    if before and remaining > 0:
+    searchable = [task for task in before if str(task.shash) not in exhausted]
+    if searchable and remaining > 0:
         runner = _make_runner(rpc, timeout_s)
         try:
             search = TuningSearch(target, make_builder(max_workers, timeout_s), runner, seed,
                                   max_workers, trials_per_iter, [])
-            _tune_together(list(before), remaining, records_dir, progress, search)
+            _tune_together(searchable, remaining, records_dir, progress, search)
         finally:  # its popen worker outlives the process otherwise
             runner.pool.shutdown()
     database = records.open_database(records_dir, target)
     stats = tuple(_task_stats(t, before[t], database, pruned) for t in before)
-    return TuneStats(target_dir(target), str(records.db_dir(records_dir, target)), stats,
-                     time.perf_counter() - start)
+    return TuneStats(target_dir(target), str(work_dir), stats, time.perf_counter() - start)
 
 
 def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
@@ -303,10 +308,11 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
 
 
-def _already_tuned(task: Task, before: int, trials: int, database) -> TaskStats | None:
-    """The statistics of a task that has its ``trials`` already (nothing measured), else
-    ``None``."""
-    if before < trials:
+def _already_tuned(task: Task, before: int, trials: int, database,
+                   exhausted: dict[str, int]) -> TaskStats | None:
+    """The statistics of a task that has its ``trials`` already, or whose search ran out of new
+    candidates before (``dbfile.exhausted``), with nothing measured; else ``None``."""
+    if before < trials and str(task.shash) not in exhausted:
         return None
     best = records.best_record(database, task.mod)
     return TaskStats(task.name, task.weight, before, 0, 0, 0.0,
@@ -338,6 +344,17 @@ class TuningSearch:
     interrupted: list
     new_context: Callable[..., ms.TuneContext] = ms.TuneContext
     tune_tasks: Callable[..., None] = ms.tune.tune_tasks
+
+
+def _top_up(task: Task, before: int, trials: int, records_dir, work_dir: Path,
+            search: TuningSearch) -> TaskStats:
+    """Tune a task with ``before`` trials up to ``trials``. A search that stops short without an
+    error (an interrupt raises instead) found no new candidate, and would find none at a larger
+    budget: its task is marked exhausted (``dbfile.mark_exhausted``)."""
+    stats = _tune_task(task, trials - before, records_dir, work_dir, search)
+    if stats.error is None and stats.new_trials < trials - before:
+        dbfile.mark_exhausted(work_dir, str(task.shash), before + stats.new_trials)
+    return stats
 
 
 def _tune_task(task: Task, todo: int, records_dir, work_dir: Path,
