@@ -52,7 +52,8 @@ BACKUP_SUFFIX = ".corrupt"
 #: ``{workload hash: records dropped by prune}``, so that a pruned task still counts its trials.
 PRUNED_FILE = "pruned_counts.json"
 #: ``{workload hash: trials it had}`` for tasks whose search ran out of new candidates (a small
-#: search space, such as a layout kernel's), so that a larger budget does not search them again.
+#: search space, such as a layout kernel's), so that a larger budget does not search them again
+#: (deleting the file has them searched again).
 EXHAUSTED_FILE = "exhausted.json"
 
 
