@@ -1,12 +1,15 @@
 """`tune_model`'s choice of what to tune, with the tuner and the measured cost stubbed by a
 toolchain that overrides TVM's: the original, the screened mutants, then their combination across
 layers (no MetaSchedule here)."""
+import types
+
 import numpy as np
 import pytest
 
 pytest.importorskip("tvm")
 
 from tests.dilated import PenaliseDilationAndLayouts, dilated_chain  # noqa: E402
+from tests.records import TARGET, task_mods, write_records  # noqa: E402
 from tvm_pet.cost.model import RewriteScreen  # noqa: E402
 from tvm_pet.ir import Op  # noqa: E402
 from tvm_pet.pipeline import DriverOptions, tune_model  # noqa: E402
@@ -15,6 +18,7 @@ from tvm_pet.pipeline.tvm_toolchain import TVMToolchain  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402
 from tvm_pet.pipeline.options import WholeBudget  # noqa: E402
 from tvm_pet.tune import TaskStats, TuneStats  # noqa: E402
+from tvm_pet.tune.records import db_dir  # noqa: E402
 from tvm_pet.verify.interpreter import evaluate  # noqa: E402
 
 
@@ -119,15 +123,28 @@ def test_the_toolchain_opens_the_records_once_until_tuning_adds_some(tmp_path, m
     opened, real = [], tvm_toolchain.costing_sources
     monkeypatch.setattr(tvm_toolchain, "costing_sources",
                         lambda *args: opened.append(args) or real(*args))
-    monkeypatch.setattr(tvm_toolchain, "tune", lambda *args, **kwargs: "tuned")
+    trials, databases = [3, 0], []
+
+    def tune(*args, database=None, **kwargs):  # measures 3 new trials, then none
+        databases.append(database)
+        return types.SimpleNamespace(new_trials=trials.pop())
+
+    monkeypatch.setattr(tvm_toolchain, "tune", tune)
+    write_records(db_dir(tmp_path / "records", TARGET), task_mods(1))  # records to open
     toolchain = TVMToolchain("llvm", str(tmp_path / "records"))
     module = toolchain.lower(dilated_chain(layers=1))
     toolchain.build(module)
     toolchain.kernel_records(module)
+    toolchain.records_plan(module)
     cost = toolchain.cost_model()
     assert len(opened) == 1 and cost._open() is toolchain._records()
-    assert toolchain.tune(module, 4, seed=0) == "tuned"
-    toolchain.build(module)  # the tuning may have added records: opened again
+    own = toolchain._records()[0].own
+    assert own is not None
+    assert toolchain.tune(module, 4, seed=0).new_trials == 0  # counted in the open records
+    toolchain.build(module)  # nothing added: still open
+    assert len(opened) == 1 and databases == [own]
+    assert toolchain.tune(module, 4, seed=0).new_trials == 3
+    toolchain.build(module)  # records added: opened again
     assert len(opened) == 2
 
 

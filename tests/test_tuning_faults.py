@@ -588,3 +588,14 @@ def test_a_damaged_exhausted_file_warns_and_searches_again(tmp_path):
     result, caught = corrupt_warnings(lambda: dbfile.exhausted(directory))
     assert result == {} and len(caught) == 1
     assert "search runs again at a larger budget" in str(caught[0].message)
+
+
+def test_tune_counts_trials_in_a_database_the_caller_opened(tmp_path, monkeypatch):
+    mod = matmul_module(8, 8, 8)
+    directory = db_dir(tmp_path, TARGET)
+    write_records(directory, [t.mod for t in extract_tasks(mod, TARGET)], per_task=3)
+    database = open_database(tmp_path, TARGET)
+    monkeypatch.setattr(tuner.records, "open_database",
+                        lambda *a, **k: pytest.fail("opened the records again"))
+    stats = tune(mod, TARGET, trials=3, records_dir=tmp_path, database=database)
+    assert stats.new_trials == 0 and [t.records_before for t in stats.per_task] == [3]

@@ -99,7 +99,7 @@ class TVMToolchain:
 
     def records_plan(self, module: tvm.IRModule) -> RecordsPlan:
         """The records plan of ``module`` (:func:`~tvm_pet.tune.records_plan.records_plan`)."""
-        return records_plan(module, self.target, self.records_dir)
+        return records_plan(module, self.target, self.records_dir, self._records()[0])
 
     def coverage(self, program: Program, searched: frozenset[str]) -> dict:
         """Linear FLOPs searched over all, from the imported module (:mod:`tvm_pet.relax.coverage`);
@@ -131,10 +131,19 @@ class TVMToolchain:
 
     def tune(self, module: tvm.IRModule, trials: int, *, seed: int,
              progress: Callable[[str], None] | None = None) -> TuneStats:
-        """Tune every task of ``module`` up to ``trials`` records, into the records folder."""
-        self._sources = None  # new records: open again when next asked
-        return tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc,
-                    progress=progress)
+        """Tune every task of ``module`` up to ``trials`` records, into the records folder.
+
+        The tuner counts the tasks' trials in the records this toolchain opens for costing and
+        builds (opening a large database takes half a minute, and a rerun tunes nothing); when
+        it adds records, they are opened again when next asked."""
+        sources = self._records()
+        self._sources = None  # new records, or an interrupt: open again when next asked
+        opened = sources[0]
+        stats = tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc,
+                     progress=progress, database=None if opened is None else opened.own)
+        if not stats.new_trials:
+            self._sources = sources
+        return stats
 
     def tune_whole(self, module: tvm.IRModule, budget, *, seed: int,
                    progress: Callable[[str], None] | None = None) -> TuneStats:

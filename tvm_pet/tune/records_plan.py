@@ -82,21 +82,23 @@ class RecordsPlan:
         return {**asdict(self), "untuned": self.untuned}
 
 
-def records_plan(mod: tvm.IRModule, target=None,
-                 records_dir: str | Path | None = None) -> RecordsPlan:
+def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None,
+                 opened: records.OpenRecords | None = None) -> RecordsPlan:
     """Look up every task of ``mod`` in the target's records, own then borrowed.
 
     Args:
         mod: a Relax module.
         target: a target or spec.
         records_dir: the records root or the target's directory (``None``: no records).
+        opened: those records as the caller opened them (``records.costing_sources``); opened
+            here when None.
     """
     target = resolve_target(target)
     tasks = extract_tasks(mod, target)
     if records_dir is None:
         return RecordsPlan(target_dir(target), "", None, len(tasks), 0, 0)
     sources = records.record_sources(records_dir, target)
-    opened = sources.open()
+    opened = sources.open() if opened is None else opened
     found = [lent for record, lent in map(opened.best, (t.mod for t in tasks))
              if record is not None]  # per task with a record: whether it is borrowed
     return RecordsPlan(target_dir(target), str(sources.own),

@@ -79,19 +79,17 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
          max_workers: int = 2, timeout_s: float = 60.0, rpc: str | None = None,
          trials_per_iter: int = 64, builder: ms.builder.Builder | None = None,
          runner: ms.runner.Runner | None = None,
-         progress: Callable[[str], None] | None = None) -> TuneStats:
+         progress: Callable[[str], None] | None = None,
+         database: ms.database.Database | None = None) -> TuneStats:
     """Tune every task of a module with MetaSchedule, topping each task up to ``trials`` records.
 
-    A task with ``trials`` records already (failed candidates and pruned ones included) is
-    skipped, so a second call measures nothing. So is a task whose search once stopped short of
-    its budget without an error or an interrupt: its search space is exhausted (a layout kernel
-    can have a single candidate), which ``dbfile.mark_exhausted`` records, so that a larger
-    budget does not search it again. Records borrowed from a compatible target do not
-    count: tuning for the target itself measured 6-24 % faster than borrowed schedules
-    (benchmarks/results/compatible_records_own.md), so a tuning budget is spent on the target's
-    own records, which then take precedence. Failed candidates are recorded
-    as failures and the search goes on (evolutionary, XGBoost cost model, ``fast_build``). An
-    interrupted run keeps its records (module docstring: faults).
+    A task with ``trials`` records already (failed and pruned ones included) is skipped, so a
+    second call measures nothing; so is one whose search space was exhausted (``_top_up``).
+    Records borrowed from a compatible target do not count: tuning for the target itself
+    measured 6-24 % faster than borrowed schedules (benchmarks/results/compatible_records_own.md),
+    so a budget is spent on the target's own records, which then take precedence. Failed
+    candidates are recorded as failures and the search goes on (evolutionary, XGBoost cost
+    model, ``fast_build``). An interrupted run keeps its records (module docstring: faults).
 
     Args:
         mod, target: a Relax module; a target or spec.
@@ -105,6 +103,9 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
         builder, runner: MetaSchedule's, instead of ``make_builder(max_workers, timeout_s)`` and
             the local or RPC runner (the caller shuts a runner it passes down).
         progress: called with one line per task (done/total, time so far, ETA).
+        database: the target's own database, opened by the caller (a large one takes half a
+            minute to load); opened here when None, or when a killed run's records were
+            recovered.
 
     Returns: ``TuneStats``; ``new_trials`` counts the candidates measured by this call.
     """
@@ -113,8 +114,8 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     start = time.perf_counter()
     target = resolve_target(target)
     tasks = extract_tasks(mod, target)
-    records.recover_pending(records_dir, target)
-    database = records.open_database(records_dir, target)
+    if records.recover_pending(records_dir, target) or database is None:
+        database = records.open_database(records_dir, target)
     work_dir = records.db_dir(records_dir, target)
     pruned, exhausted = dbfile.pruned_counts(work_dir), dbfile.exhausted(work_dir)
     own_runner, stats = None, []
@@ -123,16 +124,15 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
             for task, task_seed in zip(tasks, ms.utils.fork_seed(seed, n=len(tasks))):
                 before = _trials_done(task, database, pruned)
                 done = _already_tuned(task, before, trials, database, exhausted)
-                if done is not None:
-                    stats.append(done)
-                else:
+                if done is None:
                     if builder is None:
                         builder = make_builder(max_workers=max_workers, timeout_s=timeout_s)
                     if runner is None:
                         runner = own_runner = _make_runner(rpc, timeout_s)
                     search = TuningSearch(target, builder, runner, task_seed, max_workers,
                                           trials_per_iter, interrupted)
-                    stats.append(_top_up(task, before, trials, records_dir, work_dir, search))
+                    done = _top_up(task, before, trials, records_dir, work_dir, search)
+                stats.append(done)
                 if progress is not None:
                     progress(_progress_line(stats, len(tasks), time.perf_counter() - start))
     finally:
@@ -348,9 +348,11 @@ class TuningSearch:
 
 def _top_up(task: Task, before: int, trials: int, records_dir, work_dir: Path,
             search: TuningSearch) -> TaskStats:
-    """Tune a task with ``before`` trials up to ``trials``. A search that stops short without an
-    error (an interrupt raises instead) found no new candidate, and would find none at a larger
-    budget: its task is marked exhausted (``dbfile.mark_exhausted``)."""
+    """Tune a task with ``before`` trials up to ``trials``.
+
+    A search that stops short of that without an error (an interrupt raises instead) found no
+    new candidate, and would find none at a larger budget: a layout kernel can have a single
+    one. Its task is marked exhausted (``dbfile.mark_exhausted``), and not searched again."""
     stats = _tune_task(task, trials - before, records_dir, work_dir, search)
     if stats.error is None and stats.new_trials < trials - before:
         dbfile.mark_exhausted(work_dir, str(task.shash), before + stats.new_trials)
