@@ -374,6 +374,17 @@ def test_export_opaque_kind_missing_from_opset():
     assert_close(run_ort(export_model(program, opset=20), feeds), evaluate(program, feeds))
 
 
+def test_export_names_a_relax_operator_without_an_onnx_form_as_such():
+    # a max pool with ceil_mode (torchvision's squeezenet1_1) stays opaque under its Relax name
+    b = ProgramBuilder()
+    x = b.input("x", (1, 2, 5, 5))
+    (y,) = b.opaque("relax.nn.max_pool2d", [x], [(1, 2, 3, 3)])
+    with pytest.raises(UnsupportedOperator,
+                       match="no ONNX operator for the Relax operator 'relax.nn.max_pool2d'") as e:
+        export_model(b.build([y]), opset=17)
+    assert "higher opset" not in str(e.value)
+
+
 # ---------------------------------------------------------------------------------- errors
 def test_corrupt_file_is_model_error(tmp_path):
     path = tmp_path / "bad.onnx"

@@ -211,6 +211,9 @@ def _opaque(ex: _Exporter, node: Node) -> None:
     domain, version = params.pop(ONNX_DOMAIN, ("", ex.opset))
     if domain:
         ex.domains[domain] = version
+    elif kind.startswith("relax."):  # lifted from a Relax module in a form no ONNX kind maps
+        raise UnsupportedOperator(f"cannot export `{node.describe()}`: tvm_pet writes no ONNX "
+                                  f"operator for the Relax operator {kind!r} in this form")
     elif not onnx.defs.has(kind, ex.opset):
         raise UnsupportedOperator(f"cannot export `{node.describe()}`: ONNX opset {ex.opset} has "
                                   f"no operator {kind!r}; export with a higher opset or replace it")
