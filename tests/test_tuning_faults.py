@@ -550,7 +550,7 @@ def test_a_search_that_runs_out_of_candidates_is_not_searched_again(tmp_path, mo
     # a layout kernel's search space can hold one candidate: asked for 8, the search finds 1
     search = ShortSearch(found=1)
     stats = tune_with(search, monkeypatch, tmp_path, trials=8)
-    assert search.asked == [8] and stats.new_trials == 1
+    assert search.asked == [8] and stats.new_trials == 1 and stats.per_task[0].exhausted
     (task,) = extract_tasks(matmul_module(8, 8, 8), TARGET)
     directory = db_dir(tmp_path, TARGET)
     assert dbfile.exhausted(directory) == {str(task.shash): 1}
@@ -558,7 +558,10 @@ def test_a_search_that_runs_out_of_candidates_is_not_searched_again(tmp_path, mo
     for trials in (8, 512):
         stats = tune_with(search, monkeypatch, tmp_path, trials=trials)
         assert search.asked == [8] and stats.new_trials == 0
-        assert [(t.records_before, t.new_trials) for t in stats.per_task] == [(1, 0)]
+        assert [(t.records_before, t.new_trials, t.exhausted) for t in stats.per_task] == [
+            (1, 0, True)]
+    assert tuner._progress_line(list(stats.per_task), 1, 0.0).endswith(
+        "already tuned, search space exhausted at 1 trial) 0s")
     # a whole-model budget leaves it out of the search too
     monkeypatch.setattr(tuner, "_make_runner", lambda *a: types.SimpleNamespace(
         pool=types.SimpleNamespace(shutdown=lambda: None)))
@@ -572,8 +575,8 @@ def test_a_search_that_runs_out_of_candidates_is_not_searched_again(tmp_path, mo
                          ids=["found its budget", "failed"])
 def test_a_search_that_found_its_budget_or_failed_is_not_marked_exhausted(tmp_path, monkeypatch,
                                                                          search):
-    tune_with(search, monkeypatch, tmp_path, trials=8)
-    assert dbfile.exhausted(db_dir(tmp_path, TARGET)) == {}
+    stats = tune_with(search, monkeypatch, tmp_path, trials=8)
+    assert dbfile.exhausted(db_dir(tmp_path, TARGET)) == {} and not stats.per_task[0].exhausted
     tune_with(search, monkeypatch, tmp_path, trials=16)  # a larger budget searches it again
     assert search.asked == [8, 16 - search.found]
 

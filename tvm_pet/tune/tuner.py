@@ -37,7 +37,8 @@ from tvm_pet.tune.targets import resolve_target, target_dir
 
 @dataclass(frozen=True, slots=True)
 class TaskStats:
-    """What ``tune`` did for one task. ``error`` is set when MetaSchedule gave up on the task."""
+    """What ``tune`` did for one task. ``error`` is set when MetaSchedule gave up on the task;
+    ``exhausted`` when its search ran out of new candidates short of the budget (now or before)."""
     name: str
     weight: int
     records_before: int
@@ -46,6 +47,7 @@ class TaskStats:
     wall_s: float
     best_s: float | None
     error: str | None = None
+    exhausted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +294,9 @@ def _progress_line(stats: list[TaskStats], total: int, elapsed: float) -> str:
     tasks left take as long as the tuned ones so far."""
     last, tuned = stats[-1], [s for s in stats if s.new_trials]
     what = f"{last.new_trials} new trials" if last.new_trials else "already tuned"
+    if last.exhausted:
+        count = last.records_before + last.new_trials
+        what += f", search space exhausted at {count} trial{'' if count == 1 else 's'}"
     line = f"tuning task {len(stats)}/{total} ({last.name}: {what}) {_clock(elapsed)}"
     if tuned and len(stats) < total:
         line += f", ETA {_clock(sum(s.wall_s for s in tuned) / len(tuned) * (total - len(stats)))}"
@@ -316,7 +321,7 @@ def _already_tuned(task: Task, before: int, trials: int, database,
         return None
     best = records.best_record(database, task.mod)
     return TaskStats(task.name, task.weight, before, 0, 0, 0.0,
-                     records.mean_run_secs(best) if best else None)
+                     records.mean_run_secs(best) if best else None, exhausted=before < trials)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +361,7 @@ def _top_up(task: Task, before: int, trials: int, records_dir, work_dir: Path,
     stats = _tune_task(task, trials - before, records_dir, work_dir, search)
     if stats.error is None and stats.new_trials < trials - before:
         dbfile.mark_exhausted(work_dir, str(task.shash), before + stats.new_trials)
+        return dataclasses.replace(stats, exhausted=True)
     return stats
 
 
