@@ -12,7 +12,8 @@ pytest.importorskip("tvm")
 
 from tests.dilated import PenaliseDilation, dilated_model  # noqa: E402
 from tvm_pet.pipeline import DriverOptions, TuneSummary, optimize_model  # noqa: E402
-from tvm_pet.pipeline.confirm import ALPHA, MIN_GAIN, decide  # noqa: E402
+from tvm_pet.pipeline.confirm import (ALPHA, MIN_GAIN, decide, fewest_samples,  # noqa: E402
+                                      plan_timing)
 from tvm_pet.pipeline.tvm_toolchain import TVMToolchain  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402
 from tvm_pet.tune import Timing, TuneStats  # noqa: E402
@@ -85,6 +86,20 @@ def test_decide_names_close_calls():
 
 def _samples(values):
     return Timing(sorted(values)[len(values) // 2], min(values), max(values), tuple(values))
+
+
+def test_a_look_asked_for_too_few_samples_times_enough_to_keep_a_clear_win():
+    # the benchmarks' whole models asked 5 rounds of one sample, with 3 candidates sharing
+    # ALPHA: 5 against 5 cannot reach p < ALPHA / 3, so a x1.2 win could never be kept
+    alpha = ALPHA / 3
+    base, opt = [1.20 + 0.01 * k for k in range(8)], [1.00 + 0.01 * k for k in range(8)]
+    five = decide({"baseline": _samples(base[:5]), "optimized": _samples(opt[:5])}, alpha)
+    assert five.ratio > 1.15 and five.p_value > alpha and not five.keep
+    plan = plan_timing(0.07, 600.0, rounds=5, number=1, repeat=1, fewest=fewest_samples(alpha))
+    assert plan.samples == 6
+    look = decide({"baseline": _samples(base[:plan.samples]),
+                   "optimized": _samples(opt[:plan.samples])}, alpha)
+    assert look.keep and look.p_value < alpha
 
 
 def test_decide_wants_the_samples_told_apart_not_just_the_medians():

@@ -20,8 +20,8 @@ Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
 2 cores), and a look is rounds x samples x calls of each module. One call of the baseline is
 timed first, and every look is planned (:func:`plan_timing`) to fit its share of the
 confirmation's budget (``budget_s``: what ``--time-limit`` leaves after the search): fewer calls
-per sample, then fewer rounds, never fewer than :data:`MIN_SAMPLES` samples per module (below that the rank test cannot keep
-anything). A runner-up is not timed, and a second look not taken, when the time left cannot pay
+per sample, then fewer rounds, never fewer than :func:`fewest_samples` per module, an asked
+plan included (below that the rank test cannot keep anything). A runner-up is not timed, and a second look not taken, when the time left cannot pay
 for a useful look; the confirmation says so (``skipped``, ``notes``).
 
 Every look is a :class:`Look`; the stage returns a :class:`Confirmation`.
@@ -53,6 +53,19 @@ ALPHA = 0.01
 MIN_SAMPLES = 6
 
 
+def fewest_samples(alpha: float) -> int:
+    """Fewest samples per module (at least :data:`MIN_SAMPLES`) at which the one-sided rank test
+    can reach p < ``alpha``: n against n, its smallest p is 1 / C(2n, n).
+
+    >>> fewest_samples(0.01 / 3), fewest_samples(0.01 / 20)
+    (6, 7)
+    """
+    n = MIN_SAMPLES
+    while 1 / math.comb(2 * n, n) >= alpha:
+        n += 1
+    return n
+
+
 @dataclasses.dataclass(frozen=True)
 class TimingPlan:
     """How one look times each module: ``rounds`` interleaved rounds of ``repeat`` samples, each
@@ -74,13 +87,17 @@ class TimingPlan:
 
 
 def plan_timing(call_s: float, budget_s: float, rounds: int, number: int,
-                repeat: int) -> TimingPlan:
+                repeat: int, fewest: int = MIN_SAMPLES) -> TimingPlan:
     """The largest timing of two modules, up to the asked one, that fits ``budget_s``.
 
     The rule: keep the asked plan when it fits; else fewer calls per sample (down to one); else
-    fewer rounds, never fewer than :data:`MIN_SAMPLES` samples per module. So a look on slow
+    fewer rounds. Never fewer than ``fewest`` samples per module (:func:`fewest_samples`), the
+    asked plan included: below that the rank test cannot keep anything. So a look on slow
     untuned kernels is bounded by ``budget_s``, or by the smallest useful look when even that
     is more.
+
+    >>> plan_timing(1e-3, 60.0, 5, 1, 1)  # 5 samples are too few: 6 rounds
+    TimingPlan(rounds=6, number=1, repeat=1)
 
     >>> plan_timing(1e-3, 60.0, 5, 3, 3)
     TimingPlan(rounds=5, number=3, repeat=3)
@@ -89,6 +106,8 @@ def plan_timing(call_s: float, budget_s: float, rounds: int, number: int,
     >>> plan_timing(2.0, 1.0, 5, 3, 3)
     TimingPlan(rounds=2, number=1, repeat=3)
     """
+    least_rounds = math.ceil(fewest / repeat)
+    rounds = max(rounds, least_rounds)
     asked = TimingPlan(rounds, number, repeat)
     if call_s <= 0 or asked.seconds(call_s) <= budget_s:
         return asked
@@ -96,8 +115,7 @@ def plan_timing(call_s: float, budget_s: float, rounds: int, number: int,
     fewer_calls = TimingPlan(rounds, max(1, math.floor((calls / rounds - 1) / repeat)), repeat)
     if fewer_calls.seconds(call_s) <= budget_s:
         return fewer_calls
-    fewest = math.ceil(MIN_SAMPLES / repeat)
-    return TimingPlan(max(fewest, min(rounds, math.floor(calls / (repeat + 1)))), 1, repeat)
+    return TimingPlan(max(least_rounds, min(rounds, math.floor(calls / (repeat + 1)))), 1, repeat)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,7 +302,8 @@ class _Bench:
     def plan(self, call_s: float, rounds: int, share: int) -> TimingPlan:
         """The timing of a look asked for ``rounds``, on ``1 / share`` of the time left."""
         return plan_timing(call_s, self.left() / max(1, share), rounds,
-                           self.options.timing_number, self.options.timing_repeat)
+                           self.options.timing_number, self.options.timing_repeat,
+                           fewest_samples(self.alpha))
 
     def look(self, baseline: Baseline, optimized: Any, plan: TimingPlan, what: str,
              candidate: int | None, budget: Budget, tuned: Sequence = ()
@@ -380,9 +399,10 @@ def _timed(confirmation: Confirmation, start: float, budget_s: float | None) -> 
 
 def _cannot_pay(bench: _Bench, call_s: float, candidates_left: int) -> bool:
     """True when the time left cannot pay for the smallest useful look of the next candidate
-    (its build check and :data:`MIN_SAMPLES` samples of both modules)."""
+    (its build check and :func:`fewest_samples` samples of both modules)."""
     repeat = bench.options.timing_repeat
-    smallest = TimingPlan(math.ceil(MIN_SAMPLES / repeat), 1, repeat).seconds(call_s) + call_s
+    fewest = fewest_samples(bench.alpha)
+    smallest = TimingPlan(math.ceil(fewest / repeat), 1, repeat).seconds(call_s) + call_s
     return bench.left() / candidates_left < smallest
 
 
