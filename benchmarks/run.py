@@ -382,12 +382,15 @@ def main() -> int:
     batches = [int(b) for b in args.batch.split(",")]
     run = {"target": args.target, "quick": args.quick, "trials": args.trials,
            "rounds": args.rounds, "number": args.number, "records": args.records}
+    # with --update the rows join the run of record at the end; the files written after each row
+    # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
+    out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)
     rows = []
     for name in names:
         for batch in batches:
             row = _run_child(name, batch, args)
             rows.append(row)
-            path = write_results(rows, run, pathlib.Path(args.out))  # kept if a later one fails
+            path = write_results(rows, run, out)  # kept if a later one fails
             if "error" in row:
                 print(f"{name} b={batch}: FAILED {row['error']}", flush=True)
             else:

@@ -70,3 +70,20 @@ def test_a_sweep_budget_run_again_joins_the_rows_it_has(tmp_path, monkeypatch):
     again = calls[1]
     assert again[again.index("--update") + 1] == str(out / "llvm-quick.json")
     assert again[again.index("--out") + 1] != str(out)
+
+
+def test_an_update_run_keeps_the_rows_of_record_it_does_not_run_again(tmp_path, monkeypatch):
+    """``run.py --models A --update llvm.json`` replaces A's row and keeps the others: the files
+    written after each row go to a scratch folder, not over the run of record."""
+    record = json.loads((run.ROOT / "benchmarks" / "results" / "llvm.json").read_text())
+    earlier = tmp_path / "llvm.json"
+    earlier.write_text(json.dumps(record))
+    first = record["rows"][0]
+    monkeypatch.setattr(run, "_run_child", lambda name, batch, args: dict(first, wall_s=-1.0))
+    monkeypatch.setattr("sys.argv", ["run.py", "--models", first["model"], "--update",
+                                     str(earlier), "--out", str(tmp_path), "--note", "again"])
+    assert run.main() == 0
+    merged = json.loads(earlier.read_text())
+    assert [r["model"] for r in merged["rows"]] == [r["model"] for r in record["rows"]]
+    assert merged["rows"][0]["wall_s"] == -1.0 and merged["rows"][1:] == record["rows"][1:]
+    assert merged["run"]["note"].endswith("again")
