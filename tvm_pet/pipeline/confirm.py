@@ -21,8 +21,9 @@ Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
 timed first, and every look is planned (:func:`plan_timing`) to fit its share of the
 confirmation's budget (``budget_s``: what ``--time-limit`` leaves after the search): fewer calls
 per sample, then fewer rounds, never fewer than :func:`fewest_samples` per module, an asked
-plan included (below that the rank test cannot keep anything). A runner-up is not timed, and a second look not taken, when the time left cannot pay
-for a useful look; the confirmation says so (``skipped``, ``notes``).
+plan included (below that the rank test cannot keep anything). A runner-up is not timed, and a
+second look not taken, when the time left cannot pay for a useful look; the confirmation says
+so (``skipped``, ``notes``).
 
 Every look is a :class:`Look`; the stage returns a :class:`Confirmation`.
 """
@@ -98,7 +99,6 @@ def plan_timing(call_s: float, budget_s: float, rounds: int, number: int,
 
     >>> plan_timing(1e-3, 60.0, 5, 1, 1)  # 5 samples are too few: 6 rounds
     TimingPlan(rounds=6, number=1, repeat=1)
-
     >>> plan_timing(1e-3, 60.0, 5, 3, 3)
     TimingPlan(rounds=5, number=3, repeat=3)
     >>> plan_timing(2.0, 60.0, 5, 3, 3)
