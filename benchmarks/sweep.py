@@ -11,8 +11,9 @@ repository: records at 512 trials per task would not fit its size limit). A budg
 starts as a copy of the next smaller budget's, so a task tuned to 128 trials goes on to 512
 rather than starting again (the original's kernels and PET's tuned mutants alike; a kernel whose
 search ran out of candidates is not searched again); the smallest starts empty (the shipped
-records hold some tasks at 64 trials, from second looks). The second look is off, so that every row of a column has exactly its budget.
-Graphs run at a budget that has rows already join them (``run.py --update``). The render step
+records hold some tasks at 64 trials, from second looks). The second look is off, so that every
+row of a column has exactly its budget. Graphs run at a budget that has rows already join them
+(``run.py --update``, which writes its per-row files to a scratch folder). The render step
 collects every ``sweep-<N>/llvm-quick.json`` into ``sweep.json`` and ``sweep.md``: per graph and
 budget, what PET kept, TVM's time and PET / TVM (×1 where the original was kept), and the
 geo-mean over the graphs each budget measured.
@@ -26,7 +27,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -52,14 +52,13 @@ def run_budget(trials: int, models: list[str], work: pathlib.Path, target: str) 
     cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--models",
            ",".join(models), "--target", target, "--trials", str(trials), "--records",
            str(folder), "--second-look", "off"]
-    with tempfile.TemporaryDirectory() as scratch:
-        if (out / "llvm-quick.json").exists():  # rows of other graphs at this budget: kept
-            cmd += ["--out", scratch, "--update", str(out / "llvm-quick.json"), "--note",
-                    f"{', '.join(models)} run again or added."]
-        else:
-            cmd += ["--out", str(out)]
-        print(" ".join(cmd), flush=True)
-        return subprocess.call(cmd, cwd=ROOT)
+    if (out / "llvm-quick.json").exists():  # rows of other graphs at this budget: kept
+        cmd += ["--update", str(out / "llvm-quick.json"), "--note",
+                f"{', '.join(models)} run again or added."]
+    else:
+        cmd += ["--out", str(out)]
+    print(" ".join(cmd), flush=True)
+    return subprocess.call(cmd, cwd=ROOT)
 
 
 def collect(results: pathlib.Path = RESULTS) -> dict:
