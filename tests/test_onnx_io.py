@@ -375,7 +375,7 @@ def test_export_opaque_kind_missing_from_opset():
 
 
 def test_export_names_a_relax_operator_without_an_onnx_form_as_such():
-    # a max pool with ceil_mode (torchvision's squeezenet1_1) stays opaque under its Relax name
+    # a max pool whose ceil_mode makes a window of padding only stays under its Relax name
     b = ProgramBuilder()
     x = b.input("x", (1, 2, 5, 5))
     (y,) = b.opaque("relax.nn.max_pool2d", [x], [(1, 2, 3, 3)])

@@ -31,6 +31,7 @@ from tvm_pet import example_pairs  # noqa: E402
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator  # noqa: E402
 from tvm_pet.ir import Op, ProgramBuilder, check_program  # noqa: E402
 from tvm_pet.models import build_model  # noqa: E402
+from tvm_pet.ops.float_eval import OPAQUE_FLOAT  # noqa: E402
 from tvm_pet.relax import from_relax, program_to_module, to_relax  # noqa: E402
 from tvm_pet.relax.adapter import LOWER_RULES, OPAQUE_LOWERING  # noqa: E402
 from tvm_pet.verify.corrector import correct  # noqa: E402
@@ -238,14 +239,11 @@ def p_fill():
     return b.build([b.add(x, b.fill((2, 3), 1 / 3))])
 
 
-def p_opaque(kind, params=None, shape=(2, 3, 6, 6), extra=()):
+def p_opaque(kind, params=None, shape=(2, 3, 6, 6), extra=(), out=None):
     def make():
         b, (x,) = _b(shape)
         ins = [x] + [b.weight(f"p{k}", rand(s, 7 + k)) for k, s in enumerate(extra)]
-        out_shape = None
-        if kind == "MaxPool":
-            out_shape = [(2, 3, 3, 4)]
-        (y,) = b.opaque(kind, ins, out_shape, params or {})
+        (y,) = b.opaque(kind, ins, None if out is None else [out], params or {})
         return b.build([y])
     return make
 
@@ -267,7 +265,11 @@ OP_CASES = {
     "exp": p_opaque("Exp"), "erf": p_opaque("Erf"), "gelu": p_opaque("Gelu"),
     "identity": p_opaque("Identity"), "softmax": p_opaque("Softmax", {"axis": 1}),
     "maxpool": p_opaque("MaxPool", {"kernel_shape": (3, 2), "strides": (2, 2),
-                                    "pads": (1, 1, 0, 1)}),
+                                    "pads": (1, 1, 0, 1)}, out=(2, 3, 3, 4)),
+    # ceil_mode (torchvision's squeezenet1_1): one more window on each axis than without it
+    "maxpool_ceil": p_opaque("MaxPool", {"kernel_shape": (3, 3), "strides": (2, 2),
+                                         "pads": (1, 0, 1, 0), "ceil_mode": 1},
+                             out=(2, 3, 4, 3)),
     "layernorm": p_opaque("LayerNormalization", {"axis": 2, "epsilon": 1e-5},
                           extra=((6, 6), (6, 6))),
 }
@@ -285,6 +287,23 @@ def test_every_op_has_a_lowering_rule():
 def test_opaque_kinds_the_importer_makes_lower():
     assert {"Relu", "Sigmoid", "Tanh", "Softmax", "Erf", "Exp", "Gelu", "MaxPool",
             "LayerNormalization"} <= set(OPAQUE_LOWERING)
+
+
+def test_ceil_mode_max_pool_with_a_window_of_padding_only_stays_as_tvm_has_it():
+    # 4 wide, kernel 1, stride 2: ceil_mode's third window starts past the input. TVM computes
+    # it (the lowest float); PyTorch and ONNX drop it. tvm_pet neither evaluates nor lifts it
+    params = {"kernel_shape": (1,), "strides": (2,), "ceil_mode": 1}
+    with pytest.raises(UnsupportedOperator, match="padding only"):
+        OPAQUE_FLOAT["MaxPool"](params, [rand((1, 2, 4), 1)])
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 2, 4), F32))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(rnn.max_pool1d(x, pool_size=1, strides=2, ceil_mode=True))
+        bb.emit_func_output(y)
+    lifted = from_relax(bb.finalize()["main"])
+    (node,) = [n for n in lifted.program.nodes if n.op is Op.OPAQUE]
+    assert node.attrs["kind"] == "relax.nn.max_pool1d"
 
 
 def test_unknown_opaque_kind_without_expression_names_it():

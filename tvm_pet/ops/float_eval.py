@@ -97,16 +97,46 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
+def maxpool_ceil_pads(params: Attrs, spatial: Sequence[int]) -> tuple[int, ...]:
+    """The padding that ONNX MaxPool's ``ceil_mode`` adds at the end of each spatial axis (all
+    zero without it): the last window may run past the input and its padding.
+
+    TVM keeps a window that starts past the input and its begin padding (it reads only padding,
+    and TVM gives it the lowest float); PyTorch and ONNX drop it. Where ceil_mode would make one,
+    the three disagree, so tvm_pet leaves that pool alone (UnsupportedOperator).
+
+    >>> maxpool_ceil_pads({"kernel_shape": (3,), "strides": (2,), "ceil_mode": 1}, (110,))
+    (1,)
+    """
+    kernel = tuple(params["kernel_shape"])
+    n = len(kernel)
+    pads, strides = params.get("pads", (0,) * 2 * n), params.get("strides", (1,) * n)
+    if any(params.get(k, d) != d for k, d in [("dilations", (1,) * n), ("auto_pad", "NOTSET"),
+                                             ("storage_order", 0)]):
+        raise UnsupportedOperator(f"MaxPool with attributes {dict(params)}: tvm_pet runs "
+                                  f"MaxPool without dilations, auto_pad or storage_order only")
+    if not params.get("ceil_mode", 0):
+        return (0,) * n
+    extra = []
+    for i, size in enumerate(spatial):
+        span = size + pads[i] + pads[n + i] - kernel[i]
+        last = -(-span // strides[i]) * strides[i]  # where ceil_mode's last window starts
+        if last >= size + pads[i]:
+            raise UnsupportedOperator(f"MaxPool with attributes {dict(params)} on spatial size "
+                                      f"{tuple(spatial)}: ceil_mode makes a window of padding "
+                                      f"only, which TVM and ONNX compute differently")
+        extra.append(last - span)
+    return tuple(extra)
+
+
 def _maxpool(params, args: Arrays) -> np.ndarray:
-    """ONNX MaxPool (no dilation, no ceil mode) on [N, C, *spatial]; padding reads as -inf."""
+    """ONNX MaxPool (no dilation) on [N, C, *spatial]; padding reads as -inf; ``ceil_mode`` as
+    :func:`maxpool_ceil_pads` allows."""
     x, kernel = args[0], tuple(params["kernel_shape"])
     n = len(kernel)
-    if any(params.get(k, d) != d for k, d in [("ceil_mode", 0), ("dilations", (1,) * n),
-                                             ("auto_pad", "NOTSET"), ("storage_order", 0)]):
-        raise UnsupportedOperator(f"MaxPool with attributes {dict(params)}: tvm_pet evaluates "
-                                  f"MaxPool without ceil_mode, dilations or auto_pad only")
+    extra = maxpool_ceil_pads(params, x.shape[2:])
     pads, strides = params.get("pads", (0,) * 2 * n), params.get("strides", (1,) * n)
-    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[n + i]) for i in range(n)],
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[n + i] + extra[i]) for i in range(n)],
                 constant_values=-np.inf)
     win = sliding_window_view(xp, kernel, axis=tuple(range(2, 2 + n)))
     win = win[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)]

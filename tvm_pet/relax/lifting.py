@@ -28,6 +28,7 @@ from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperat
 from tvm_pet.ir.builder import ProgramBuilder
 from tvm_pet.ir.node import Node, Shape
 from tvm_pet.ir.ops import Op
+from tvm_pet.ops.float_eval import maxpool_ceil_pads
 from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding, Tree, flatten, unflatten
 from tvm_pet.relax.relax_types import (F32, begins_ends, call_kind, const_ints, float32_or_void, ints,
                                        is_f32, leaf_types, static_shape, template, type_tree)
@@ -644,10 +645,18 @@ LIFT_RULES: dict[str, LiftRule] = {
 def _maxpool_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
     a, nsp = call.attrs, len(shapes[0]) - 2
     pads = begins_ends(a.padding, nsp)
-    if (str(a.layout) != _CONV_LAYOUTS.get(nsp, (None,))[0] or bool(a.ceil_mode) or pads is None
+    if (str(a.layout) != _CONV_LAYOUTS.get(nsp, (None,))[0] or pads is None
             or any(d != 1 for d in ints(a.dilation)) or str(a.out_layout) not in ("", a.layout)):
         return None
-    return {"kernel_shape": ints(a.pool_size), "strides": ints(a.strides), "pads": pads}
+    params = {"kernel_shape": ints(a.pool_size), "strides": ints(a.strides), "pads": pads}
+    if not bool(a.ceil_mode):
+        return params
+    params["ceil_mode"] = 1  # torchvision's squeezenet1_1 and GoogLeNet pool so
+    try:
+        maxpool_ceil_pads(params, shapes[0][2:])
+    except UnsupportedOperator:  # a window of padding only: stays under its Relax name
+        return None
+    return params
 
 
 def _layernorm_params(call: relax.Call, shapes: list[Shape]) -> dict | None:

@@ -15,6 +15,7 @@ from tvm.relax.op import nn as rnn
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator
 from tvm_pet.ir.node import Node, Program, Shape
 from tvm_pet.ir.ops import Op
+from tvm_pet.ops.float_eval import maxpool_ceil_pads
 from tvm_pet.relax.lifted_function import Lifted, Tree, flatten, substitute, unflatten
 from tvm_pet.relax.relax_types import F32, static_shape
 
@@ -296,13 +297,11 @@ LOWER_RULES: dict[Op, LowerRule] = {
 def _maxpool_lower(params: Mapping, args: list, shapes: list[Shape]) -> relax.Expr:
     nsp = len(shapes[0]) - 2
     ones = (1,) * nsp
-    if any(params.get(k, d) != d for k, d in [("ceil_mode", 0), ("dilations", ones),
-                                             ("auto_pad", "NOTSET"), ("storage_order", 0)]):
-        raise UnsupportedOperator(f"MaxPool with attributes {dict(params)}: tvm_pet lowers MaxPool "
-                                  f"without ceil_mode, dilations or auto_pad only")
+    maxpool_ceil_pads(params, shapes[0][2:])  # refuses what TVM computes otherwise than ONNX
     pool = (rnn.max_pool1d, rnn.max_pool2d, rnn.max_pool3d)[nsp - 1]
     return pool(args[0], pool_size=params["kernel_shape"], strides=params.get("strides", ones),
-                padding=params.get("pads", (0,) * 2 * nsp), dilation=ones)
+                padding=params.get("pads", (0,) * 2 * nsp), dilation=ones,
+                ceil_mode=bool(params.get("ceil_mode", 0)))
 
 
 def _layernorm_lower(params: Mapping, args: list, shapes: list[Shape]) -> relax.Expr:
