@@ -81,9 +81,10 @@ def _child(args) -> dict:
                        or (args.second_look == "auto" and args.one not in WHOLE))
         options = DriverOptions(target=args.target, trials=args.trials, records_dir=args.records,
                                 second_look=second_look,
-                                timing_rounds=args.decision_rounds,
-                                timing_number=1 if args.slow_call else 3,
-                                timing_repeat=1 if args.slow_call else 3)
+                                # the decision times as `tvm-pet optimize` does (3 samples of
+                                # 3 calls a round), slow models included: fewer samples made
+                                # a whole model's look weaker than a user's own run
+                                timing_rounds=args.decision_rounds)
         report = optimize_model(path, pathlib.Path(tmp) / "out", config, options)
         on_cpu = args.target.split()[0] == "llvm"
         device = tvm.cpu() if on_cpu else tvm.cuda(0)
@@ -113,7 +114,7 @@ def _child(args) -> dict:
         "kept": report["kept"], "decision_rule": report["decision_rule"],
         "candidate_speedup_in_decision": report["measured_speedup_of_candidate"],
         "decision_looks": [{k: look.get(k) for k in ("what", "ratio", "p_value", "noise", "rounds",
-                                                 "trials_per_task", "kept")}
+                                                 "repeat", "number", "trials_per_task", "kept")}
                            for look in report["looks"]],
         "times_ms": times,
         "speedup_pet_vs_tvm": times["tvm"]["median"] / times["pet"]["median"],
@@ -166,7 +167,7 @@ def _run_child(name: str, batch: int, args) -> dict:
            "--target", args.target, "--trials", str(args.trials),
            "--rounds", str(args.rounds), "--number", str(1 if slow else args.number),
            "--decision-rounds", str(args.decision_rounds), "--search-limit",
-           str(args.search_limit)] + (["--slow-call"] if slow else [])
+           str(args.search_limit)]
     cmd += ["--records", args.records] if args.records else []
     cmd += ["--second-look", args.second_look]
     start = time.perf_counter()
@@ -203,6 +204,9 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
         "timing": f"{run['rounds']} interleaved rounds of tvm, pet, onnxruntime, the order "
                   f"rotating every round; each sample the mean of {run['number']} calls (1 for "
                   f"the slow models); wall-clock timer",
+        "decision": (f"optimize's own keep-or-not timing: {run['decision_rounds']} rounds of 3 "
+                     f"samples of 3 calls a side, as `tvm-pet optimize` times"
+                     if run.get("decision_rounds") else None),
         # a model whose original was kept runs the same binary on both sides: ×1 by definition
         "table3_geomean_pet_vs_tvm": geomean(kept) if table3 else None,
         "table3_geomean_measured_ratios": (geomean([r["speedup_pet_vs_tvm"] for r in table3])
@@ -265,6 +269,7 @@ def markdown(rows: list[dict], result: dict) -> str:
     geo = result["table3_geomean_pet_vs_tvm"]
     lines += ["", f"Target {result['target']}; budget held equal: {result['budget_held_equal']}; "
               f"{result['timing']}. Times are median [min–max]."]
+    lines += [f"Kept or not: {result['decision']}."] if result.get("decision") else []
     reported = [r for r in rows if "error" not in r and r.get("records_plan")]
     lines += ["", "What each row's kernels stood on (measured, not assumed):"] if reported else []
     for r in reported:
@@ -368,7 +373,6 @@ def main() -> int:
     parser.add_argument("--note", help="with --update: what differed in this run, appended to "
                                        "the JSON's run note")
     parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--slow-call", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(_child(args)), flush=True)
@@ -381,7 +385,8 @@ def main() -> int:
     names = args.models.split(",") if args.models else (QUICK if args.quick else PAPER)
     batches = [int(b) for b in args.batch.split(",")]
     run = {"target": args.target, "quick": args.quick, "trials": args.trials,
-           "rounds": args.rounds, "number": args.number, "records": args.records}
+           "rounds": args.rounds, "number": args.number, "records": args.records,
+           "decision_rounds": args.decision_rounds}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)
