@@ -8,6 +8,11 @@ can run: the modules of the TVM side import ``tvm`` at the top, so they are not 
 After the run, one line says how many of the tests were doctests, so that the CI log shows it.
 """
 import importlib.util
+import os
+
+# the README's test command runs two pytest workers on this project's 2-core machines: one TVM
+# thread each (tvm_pet would otherwise give each worker every core: tvm_pet.tune.threads)
+os.environ.setdefault("TVM_NUM_THREADS", "1")
 
 collect_ignore_glob: list[str] = []
 if importlib.util.find_spec("tvm") is None:  # the TVM side; the engine imports without TVM

@@ -33,6 +33,7 @@ from tvm_pet.tune.measured_cost import MeasuredCost
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.records_plan import RecordsPlan, records_plan
 from tvm_pet.tune.targets import resolve_target
+from tvm_pet.tune.threads import size_thread_pool
 from tvm_pet.tune.timing import Timing, time_interleaved
 from tvm_pet.tune.tuner import TuneStats, tune, tune_budget, tune_minutes
 
@@ -68,6 +69,8 @@ class TVMToolchain:
     def __init__(self, target="llvm", records_dir: str | None = None, rpc: str | None = None,
                  *, run_here: bool = True):
         self.target = resolve_target(target)
+        if self.target.kind.name == "llvm":
+            size_thread_pool()  # every physical core, before the first kernel runs or is tuned
         self.records_dir = str(records_dir or default_records_dir(self.target))
         self.rpc = rpc
         self._device = device_for(self.target) if run_here else None

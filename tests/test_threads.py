@@ -1,0 +1,35 @@
+"""TVM's CPU thread pool is sized to the physical cores (``tvm_pet.tune.threads``): TVM's own
+default is half the logical CPUs on x86-64, which on a machine with one thread per core leaves
+half the cores idle."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("tvm")
+
+from tvm_pet.tune.threads import physical_cores  # noqa: E402
+
+PROBE = ("import tvm; from tvm_pet.pipeline import tvm_toolchain; tvm_toolchain('llvm'); "
+         "print(tvm.get_global_func('runtime.NumThreads')())")
+
+
+def threads_in_child(**env: str) -> int:
+    base = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", PROBE], env=base | env, capture_output=True,
+                         text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_llvm_toolchain_runs_tvm_on_every_physical_core():
+    cores = physical_cores()
+    if cores is None:
+        pytest.skip("this machine's CPU topology cannot be read")
+    assert threads_in_child() == cores
+
+
+def test_a_thread_count_the_user_set_is_kept():
+    assert threads_in_child(TVM_NUM_THREADS="1") == 1
