@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -213,7 +214,9 @@ def _print_trust(report) -> None:
     print(f"  {report.kernels_line()}")
     c = report.confirmation
     budget = "unbounded" if c.budget_s is None else f"{c.budget_s:.0f} s"
+    threads = os.environ.get("TVM_NUM_THREADS")  # tvm_pet.tune.threads, or the user's
     print(f"  timing: one call {c.baseline.call_s:.3g} s, {c.seconds:.1f} s of {budget}"
+          + (f", TVM on {threads} thread(s)" if threads else "")
           + "".join(f"; {n}" for n in c.notes))
     if _onnx_missing(report):
         print(f"  optimized.onnx {report.optimized_onnx}")
