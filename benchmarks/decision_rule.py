@@ -6,9 +6,10 @@ does it keep a real candidate?
     python benchmarks/decision_rule.py --models resnet18 --reps 30 --name decision_rule_resnet18
 
 For each model (built from code, seeded, loaded as ``optimize`` loads it: TVM's frontend and
-rewrites) PET's search runs with the measured cost and the shipped records. Then, ``--reps`` times, optimize's confirmation timing (the TVM toolchain's
-``time``, :func:`tvm_pet.tune.timing.time_interleaved`, with ``DriverOptions``' rounds, number
-and repeat) is taken twice:
+rewrites) PET's search runs with the measured cost and the shipped records. Then, ``--reps``
+times, optimize's confirmation timing (the TVM toolchain's ``time``,
+:func:`tvm_pet.tune.timing.time_interleaved`, with ``DriverOptions``' rounds, number and repeat)
+is taken twice:
 
 - **A/A**: the baseline against a second, separate build of the baseline. Any "keep" here is a
   false one: the rule's false-positive rate on this machine.
@@ -50,7 +51,7 @@ def measure_model(name: str, reps: int) -> dict:
 
     from tvm_pet.models import build_model
     from tvm_pet.pipeline import DriverOptions, tvm_toolchain
-    from tvm_pet.pipeline.confirm import ALPHA, MIN_GAIN, decide
+    from tvm_pet.pipeline.confirm import ALPHA, decide
     from tvm_pet.pipeline.load import load
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.search.optimizer import optimize
@@ -82,8 +83,7 @@ def measure_model(name: str, reps: int) -> dict:
             trials[kind].append({"ratio": look.ratio, "p_value": look.p_value,
                                  "noise": look.noise, "keep_rank_rule": look.keep,
                                  # a whole model's level: 3 candidates share ALPHA
-                                 "keep_rank_rule_3": (look.ratio > 1 + MIN_GAIN
-                                                      and look.p_value < ALPHA / 3),
+                                 "keep_rank_rule_3": decide(t, ALPHA / 3).keep,
                                  "keep_iqr_rule": iqr_rule(t)})
     return {"model": name, "candidate": [" -> ".join(a.mutant_ops) for a in result.applied],
             "reps": reps, **trials}
