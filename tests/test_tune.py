@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax.op import nn as rnn
 
@@ -29,6 +30,7 @@ from tvm_pet.tune import (
     apply_records,
     build_with_records,
     count_records,
+    dbfile,
     extract_tasks,
     kernel_times,
     open_database,
@@ -260,6 +262,38 @@ def test_kernel_times_measures_untuned_once_then_caches(tmp_path):
     memory = UntunedTimes()
     memory.put(resolve_target("llvm"), first[0].shash, 1.5)
     assert kernel_times(mod, None, None, cache=memory, measure_untuned=fail)[0].seconds == 1.5
+
+
+def test_kernel_times_times_a_tuned_kernel_here_with_its_schedule(tmp_path):
+    """A kernel with a record costs its schedule timed in this process (the record's own time
+    was measured by the tuner's runner, maybe on another thread count), cached per schedule and
+    thread count."""
+    shipped = SHIPPED_RECORDS_DIR / "llvm-skylake-avx512-c2"
+    if not (shipped / "database_workload.json").exists():
+        pytest.skip("no shipped llvm-skylake-avx512-c2 records in this checkout")
+    target = resolve_target("llvm -mcpu=skylake-avx512 -num-cores=2")
+    mod = program_to_module(import_model(build_model("conv5x5")))
+    tasks = extract_tasks(mod, target)
+    own = tmp_path / target_dir(target)
+    own.mkdir()
+    assert dbfile.seed(dbfile.read_tables(shipped), [str(t.shash) for t in tasks], own) > 0
+    measured = []
+
+    def measure(task_mod, _target, repeat):
+        measured.append(task_mod)
+        return 1.25e-3
+
+    times = kernel_times(mod, target, tmp_path, measure_untuned=measure)
+    assert [k.source for k in times] == ["tuned"] * len(tasks)
+    assert [k.seconds for k in times] == [1.25e-3] * len(tasks)  # not the record's run_secs
+    # what was timed is the record's schedule, not the task's naive loop nest
+    assert not any(tvm_ffi.structural_equal(m, t.mod) for m, t in zip(measured, tasks))
+
+    def fail(*_args, **_kwargs):
+        raise AssertionError("measured again instead of reading the cache")
+
+    assert kernel_times(mod, target, tmp_path, measure_untuned=fail) == times
+    assert UntunedTimes.key(target, 7).endswith(f"/7@{os.environ['TVM_NUM_THREADS']}t")
 
 
 def test_rpc_spec_is_checked():

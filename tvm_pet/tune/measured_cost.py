@@ -6,8 +6,9 @@ that the engine (``tvm_pet.cost``, ``tvm_pet.search``) never imports TVM.
 The whole program is costed, in the form the final build sees: it becomes a Relax module
 (:func:`tvm_pet.relax.adapter.program_to_module`), is legalized and fused
 (:func:`tvm_pet.tune.compile.prepare`), and each fused kernel is timed
-(:func:`tvm_pet.tune.kernels.kernel_times`): the best tuning record's time when
-``tuning_logs/<target>/`` has one, else a measured untuned time (cached per kernel).
+(:func:`tvm_pet.tune.kernels.kernel_times`), here and on TVM's thread pool as it is: built with
+the best tuning record's schedule when ``tuning_logs/<target>/`` has one, else untuned (each
+cached per kernel, schedule and thread count).
 Costing a subprogram on its own would be wrong here: TVM fuses a mutant's last kernel with the
 non-linear operator after it (conv + bias + ReLU is one kernel), so a standalone subprogram's
 kernels are not the ones the model runs, and their tuning records do not apply.

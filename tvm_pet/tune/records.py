@@ -6,7 +6,7 @@ Layout::
       llvm-skylake-avx512-c2/         target_dir(target) = default_records_dir(target)
         database_workload.json        one line per task: [structural hash, task IRModule]
         database_tuning_record.json   one line per measured candidate: [workload index, record]
-        untuned_times.json            measured times of untuned kernels (kernels.kernel_times)
+        untuned_times.json            kernel times measured here (kernels.kernel_times)
         logs/                         MetaSchedule's per-task logs
         pending/<pid>-<id>/           private database of a task being tuned (or of a killed run)
         database_*.json.corrupt       the original of a damaged file, kept when it was repaired
@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -334,9 +335,18 @@ def mean_run_secs(record: ms.database.TuningRecord) -> float | None:
     return None if mean >= 1e9 else mean  # MetaSchedule records failures as 1e10 s
 
 
+def _num_threads() -> str:
+    """The size of TVM's CPU pool as the environment sets it (``TVM_NUM_THREADS``, else
+    ``OMP_NUM_THREADS``; tvm_pet's toolchain sets the first, see ``tune.threads``), ``"default"``
+    when neither is set. Not asked of TVM: starting its pool with one thread pins this thread to
+    one core, and ``targets.available_cores`` would count one."""
+    return os.environ.get("TVM_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "default"
+
+
 class UntunedTimes:
-    """A cache of kernel times measured here, keyed by (target key, task structural hash): untuned
-    kernels, and kernels scheduled from borrowed records (``<hash>@<borrowed directory>``).
+    """A cache of kernel times measured here, keyed by (target key, task structural hash, TVM's
+    thread count): untuned kernels, and kernels scheduled from records
+    (``<hash>@tuned:<record's time>``, ``<hash>@<borrowed directory>:<record's time>``).
 
     With a ``path`` it is also a JSON file, so later processes reuse it; without one it lives as
     long as the object. Each ``put`` re-reads the file under its directory's exclusive lock, adds
@@ -370,8 +380,11 @@ class UntunedTimes:
 
     @staticmethod
     def key(target: tvm.target.Target, shash: int | str) -> str:
-        """Return the cache key of a task: ``<target_dir(target)>/<structural hash>``."""
-        return f"{target_dir(target)}/{shash}"
+        """Return the cache key of a task: ``<target_dir(target)>/<structural hash>@<n>t``, where
+        n is the size of TVM's CPU thread pool (:func:`_num_threads`): a kernel timed on one core
+        is not timed on two (a CPU kernel's time, and which of two kernels is faster, depend on
+        it)."""
+        return f"{target_dir(target)}/{shash}@{_num_threads()}t"
 
     def get(self, target: tvm.target.Target, shash: int | str) -> float | None:
         """Return the cached time in seconds, or ``None`` when the task was never measured."""
