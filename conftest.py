@@ -13,6 +13,9 @@ import os
 # the README's test command runs two pytest workers on this project's 2-core machines: one TVM
 # thread each (tvm_pet would otherwise give each worker every core: tvm_pet.tune.threads)
 os.environ.setdefault("TVM_NUM_THREADS", "1")
+# and unpinned: TVM binds the thread that starts a one-thread pool to CPU 0, so both workers (and
+# every LLVM compile, onnxruntime run and search in them) would share one core of the two
+os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 collect_ignore_glob: list[str] = []
 if importlib.util.find_spec("tvm") is None:  # the TVM side; the engine imports without TVM

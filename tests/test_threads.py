@@ -33,3 +33,17 @@ def test_the_llvm_toolchain_runs_tvm_on_every_physical_core():
 
 def test_a_thread_count_the_user_set_is_kept():
     assert threads_in_child(TVM_NUM_THREADS="1") == 1
+
+
+def test_the_test_run_leaves_each_worker_on_every_cpu():
+    """The test settings (root conftest.py) give each pytest worker a one-thread TVM pool; TVM
+    binds the thread that starts such a pool to CPU 0 unless ``TVM_BIND_THREADS=0``, and then
+    both workers would share one core."""
+    probe = ("import os, tvm; before = os.sched_getaffinity(0); "
+             "tvm.get_global_func('runtime.NumThreads')(); "
+             "print(before == os.sched_getaffinity(0))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    assert env["TVM_NUM_THREADS"] == "1" and env["TVM_BIND_THREADS"] == "0"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip().splitlines()[-1] == "True"
