@@ -49,6 +49,8 @@ TABLE3 = ["conv5x5", "dilated_conv", "two_1x1_convs", "three_matmuls"]
 #: --quick: the graphs the shipped records cover, at batch 1 (the README's table).
 QUICK = TABLE3 + ["csrnet_backend"]
 CONTENDERS = ("tvm", "pet", "onnxruntime")
+#: Seconds of untimed interleaved rounds before the timed ones (``time_interleaved``).
+SETTLE_S = 2.0
 #: Models whose untuned TVM run takes seconds: timed with one call per sample.
 SLOW = {"resnet3d_18", "inception_v3", "csrnet", "bert_encoder", "resnet18"}
 #: The trial budget per task of the records shipped in tuning_logs/ for the QUICK graphs.
@@ -135,13 +137,21 @@ def _child(args) -> dict:
     }
 
 
-def time_interleaved(calls: dict, rounds: int, number: int) -> dict[str, list[float]]:
+def time_interleaved(calls: dict, rounds: int, number: int,
+                     settle_s: float = SETTLE_S) -> dict[str, list[float]]:
     """Time callables interleaved, rotating the order every round (A B C, B C A, C A B, ...):
-    ``rounds`` samples each, each the mean of ``number`` calls (seconds). Every callable runs
-    once untimed first. The rotation spreads over all contenders whatever the one before leaves
-    behind (busy threads, a cold cache), which otherwise makes identical binaries differ."""
-    for call in calls.values():
-        call()
+    ``rounds`` samples each, each the mean of ``number`` calls (seconds). Untimed rounds come
+    first, for at least ``settle_s`` seconds (one round at least): right after the optimize step
+    every contender ran up to ×2.5 slow for a second or two (BERT: TVM 35 ms then 14 ms), which
+    made the first rounds' samples noise. The rotation spreads over all contenders whatever the
+    one before leaves behind (busy threads, a cold cache), which otherwise makes identical
+    binaries differ."""
+    start = time.perf_counter()
+    while True:
+        for call in calls.values():
+            call()
+        if time.perf_counter() - start >= settle_s:
+            break
     samples: dict[str, list[float]] = {k: [] for k in calls}
     names = list(calls)
     for r in range(rounds):
@@ -202,8 +212,8 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
         "machine": _machine(run["target"]),
         "budget_held_equal": budget_words(run, ok),
         "timing": f"{run['rounds']} interleaved rounds of tvm, pet, onnxruntime, the order "
-                  f"rotating every round; each sample the mean of {run['number']} calls (1 for "
-                  f"the slow models); wall-clock timer",
+                  f"rotating every round, after {SETTLE_S:.0f} s of untimed rounds; each sample "
+                  f"the mean of {run['number']} calls (1 for the slow models); wall-clock timer",
         "decision": (f"optimize's own keep-or-not timing: {run['decision_rounds']} rounds of 3 "
                      f"samples of 3 calls a side, as `tvm-pet optimize` times"
                      if run.get("decision_rounds") else None),
