@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -53,6 +52,7 @@ from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
 from tvm_pet.tune import dbfile
 from tvm_pet.tune.dbfile import CorruptDatabaseWarning
 from tvm_pet.tune.targets import compatible_dirs, target_dir
+from tvm_pet.tune.threads import pool_setting
 
 #: How MetaSchedule compares a task with the database's workloads (see the module docstring).
 MODULE_EQUALITY = "structural"
@@ -335,14 +335,6 @@ def mean_run_secs(record: ms.database.TuningRecord) -> float | None:
     return None if mean >= 1e9 else mean  # MetaSchedule records failures as 1e10 s
 
 
-def _num_threads() -> str:
-    """The size of TVM's CPU pool as the environment sets it (``TVM_NUM_THREADS``, else
-    ``OMP_NUM_THREADS``; tvm_pet's toolchain sets the first, see ``tune.threads``), ``"default"``
-    when neither is set. Not asked of TVM: starting its pool with one thread pins this thread to
-    one core, and ``targets.available_cores`` would count one."""
-    return os.environ.get("TVM_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "default"
-
-
 class UntunedTimes:
     """A cache of kernel times measured here, keyed by (target key, task structural hash, TVM's
     thread count): untuned kernels, and kernels scheduled from records
@@ -381,10 +373,10 @@ class UntunedTimes:
     @staticmethod
     def key(target: tvm.target.Target, shash: int | str) -> str:
         """Return the cache key of a task: ``<target_dir(target)>/<structural hash>@<n>t``, where
-        n is the size of TVM's CPU thread pool (:func:`_num_threads`): a kernel timed on one core
-        is not timed on two (a CPU kernel's time, and which of two kernels is faster, depend on
-        it)."""
-        return f"{target_dir(target)}/{shash}@{_num_threads()}t"
+        n is the size of TVM's CPU thread pool (``tune.threads.pool_setting``, ``default`` when
+        unset): a kernel timed on one core is not timed on two (a CPU kernel's time, and which of
+        two kernels is faster, depend on it)."""
+        return f"{target_dir(target)}/{shash}@{pool_setting() or 'default'}t"
 
     def get(self, target: tvm.target.Target, shash: int | str) -> float | None:
         """Return the cached time in seconds, or ``None`` when the task was never measured."""

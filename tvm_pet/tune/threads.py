@@ -45,6 +45,19 @@ def physical_cores(cpus: Iterable[int] | None = None,
     return len(cores) or None
 
 
+def pool_setting(environ: dict | None = None) -> str | None:
+    """The size of TVM's CPU pool as the environment sets it, read as TVM reads it
+    (``TVM_NUM_THREADS``, else ``OMP_NUM_THREADS``); None when neither is set (TVM's default).
+    Read from the environment, not asked of TVM: starting a pool of one thread binds the thread
+    that starts it to one core.
+
+    >>> pool_setting({"OMP_NUM_THREADS": "4"}), pool_setting({}) is None
+    ('4', True)
+    """
+    environ = os.environ if environ is None else environ
+    return next((environ[name] for name in USER_SETTINGS if environ.get(name)), None)
+
+
 def size_thread_pool(environ: dict | None = None, cores: int | None = None) -> int | None:
     """Set ``TVM_NUM_THREADS`` to the physical cores (``cores``, default :func:`physical_cores`)
     unless the user set it or ``OMP_NUM_THREADS``; return the threads set, or None where it was
