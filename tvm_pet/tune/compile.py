@@ -108,7 +108,10 @@ def apply_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None
     """Return the prepared module with the records' schedules applied, and how many applied.
 
     The target's own records come first; a kernel they lack takes a compatible target's schedule
-    where one exists (``records.record_sources``), compiled for this target.
+    where one exists (``records.record_sources``), compiled for this target. Each kernel takes
+    its fastest record that computes what the kernel does (:mod:`tvm_pet.tune.record_check`:
+    checked once per record on an llvm target, the verdict cached); a kernel none of whose
+    records agree is built untuned.
 
     Args:
         mod: a Relax module.
@@ -126,9 +129,25 @@ def apply_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None
     if opened is None:
         return prepared, 0
     before = _scheduled_count(prepared)
-    with target, opened.for_apply(), tvm.transform.PassContext(opt_level=3):
+    database = checked_database(prepared, target, opened)
+    with target, database, tvm.transform.PassContext(opt_level=3):
         applied = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(prepared)
     return applied, _scheduled_count(applied) - before
+
+
+def checked_database(mod: tvm.IRModule, target, opened: records.OpenRecords
+                     ) -> ms.database.Database:
+    """A database holding, for each task of ``mod``, its fastest record (own, then borrowed) that
+    computes what the task's kernel does; tasks with no such record are left out (untuned)."""
+    database = ms.database.MemoryDatabase(module_equality=records.MODULE_EQUALITY)
+    for task in extract_tasks(mod, target):
+        for record, _ in opened.ranked(task.mod):
+            if opened.checks.agrees(task.mod, task.shash, record, target):
+                workload = database.commit_workload(task.mod)
+                database.commit_tuning_record(ms.database.TuningRecord(
+                    record.trace, workload, record.run_secs, target, record.args_info))
+                break
+    return database
 
 
 def build_with_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None, *,

@@ -7,6 +7,7 @@ Layout::
         database_workload.json        one line per task: [structural hash, task IRModule]
         database_tuning_record.json   one line per measured candidate: [workload index, record]
         untuned_times.json            kernel times measured here (kernels.kernel_times)
+        record_checks.json            which records compute what their kernel does (record_check)
         logs/                         MetaSchedule's per-task logs
         pending/<pid>-<id>/           private database of a task being tuned (or of a killed run)
         database_*.json.corrupt       the original of a damaged file, kept when it was repaired
@@ -51,6 +52,7 @@ from tvm_pet.errors import PetError
 from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
 from tvm_pet.tune import dbfile
 from tvm_pet.tune.dbfile import CorruptDatabaseWarning
+from tvm_pet.tune.record_check import CHECKS_FILE, RecordChecks
 from tvm_pet.tune.targets import compatible_dirs, target_dir
 from tvm_pet.tune.threads import pool_setting
 
@@ -61,6 +63,8 @@ WORKLOAD_FILE = dbfile.WORKLOAD_FILE
 RECORD_FILE = dbfile.RECORD_FILE
 #: The file of measured untuned kernel times (``UntunedTimes``) inside a target's directory.
 UNTUNED_FILE = "untuned_times.json"
+#: The most records of a task looked at for one that computes what its kernel does.
+RANKED_RECORDS = 16
 #: The default records root, relative to the working directory.
 DEFAULT_RECORDS_DIR = "tuning_logs"
 
@@ -252,19 +256,23 @@ class RecordSources:
     def open(self) -> "OpenRecords":
         """Open the databases that exist (loading the JSON takes seconds for big ones)."""
         own = _open_dir(self.own) if _count_lines(self.own / RECORD_FILE) else None
+        checks = RecordChecks(self.own / CHECKS_FILE)
         if self.borrowed is None:
-            return OpenRecords(own)
-        return OpenRecords(own, _open_dir(self.borrowed), self.borrowed.name)
+            return OpenRecords(own, checks=checks)
+        return OpenRecords(own, _open_dir(self.borrowed), self.borrowed.name, checks)
 
 
 @dataclasses.dataclass(frozen=True)
 class OpenRecords:
     """The opened databases of ``RecordSources``: the target's own, then the borrowed one (and
-    the target key of the borrowed directory)."""
+    the target key of the borrowed directory), and the verdicts of the records checked against
+    their kernels (:mod:`tvm_pet.tune.record_check`): a record known to compute something else is
+    never a task's best."""
 
     own: ms.database.Database | None
     borrowed: ms.database.Database | None = None
     borrowed_key: str | None = None  # the borrowed directory's target key
+    checks: RecordChecks = dataclasses.field(default_factory=RecordChecks)
 
     @classmethod
     def of(cls, records: "OpenRecords | ms.database.Database | None") -> "OpenRecords":
@@ -283,12 +291,29 @@ class OpenRecords:
         return self.own if self.own is not None else self.borrowed
 
     def best(self, task_mod: tvm.IRModule) -> tuple[ms.database.TuningRecord | None, bool]:
-        """Return the task's fastest valid record, and whether it is borrowed."""
-        for database, borrowed in ((self.own, False), (self.borrowed, True)):
-            record = best_record(database, task_mod) if database is not None else None
-            if record is not None:
+        """Return the task's fastest valid record not known to be wrong, and whether it is
+        borrowed."""
+        if not self.checks.any_wrong():
+            for database, borrowed in ((self.own, False), (self.borrowed, True)):
+                record = best_record(database, task_mod) if database is not None else None
+                if record is not None:
+                    return record, borrowed
+            return None, False
+        shash = tvm_ffi.structural_hash(task_mod)
+        for record, borrowed in self.ranked(task_mod):
+            if not self.checks.known_wrong(shash, record):
                 return record, borrowed
         return None, False
+
+    def ranked(self, task_mod: tvm.IRModule
+               ) -> Iterator[tuple[ms.database.TuningRecord, bool]]:
+        """The task's valid records, fastest first: the target's own, then the borrowed ones
+        (each with whether it is borrowed)."""
+        for database, borrowed in ((self.own, False), (self.borrowed, True)):
+            if database is not None and database.has_workload(task_mod):
+                workload = database.commit_workload(task_mod)  # the existing one; writes nothing
+                for record in database.get_top_k(workload, RANKED_RECORDS):
+                    yield record, borrowed
 
 
 def record_sources(records_dir: str | Path, target: tvm.target.Target) -> RecordSources:

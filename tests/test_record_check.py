@@ -1,0 +1,108 @@
+"""Records checked against their kernels (tvm_pet.tune.record_check): a MetaSchedule record whose
+schedule computes something else is never applied.
+
+``tests/data/wrong_record`` is a real one: the fastest record this project shipped for CSRNet's
+``fused_conv2d8_add3_relu3_pad`` (conv, bias, ReLU and a pad epilogue, [1,512,28,28] ->
+[1,512,30,30]), tuned by MetaSchedule here. Its schedule leaves the output's two padded rows and
+columns unwritten.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm.s_tir import meta_schedule as ms
+
+from tests.records import TARGET, matmul_module, write_records
+from tvm_pet.tune import build_with_records, extract_tasks
+from tvm_pet.tune.compile import apply_records
+from tvm_pet.tune.record_check import CHECKS_FILE, RecordChecks, record_key, schedule_agrees
+from tvm_pet.tune.records import OpenRecords, db_dir
+
+WRONG = pathlib.Path(__file__).parent / "data" / "wrong_record"
+
+
+def _only_record(directory: pathlib.Path):
+    db = ms.database.JSONDatabase(work_dir=str(directory), module_equality="structural")
+    (record,) = db.get_all_tuning_records()
+    return db, record
+
+
+def test_a_shipped_record_that_leaves_padding_unwritten_is_found_wrong_and_skipped(tmp_path):
+    db, record = _only_record(WRONG)
+    task = record.workload.mod
+    shash = tvm_ffi.structural_hash(task)
+    opened = OpenRecords(db, checks=RecordChecks(tmp_path / CHECKS_FILE))
+    assert opened.best(task)[0] is not None  # unchecked, it is the task's best
+
+    assert not opened.checks.agrees(task, shash, record, TARGET)
+    assert opened.checks.wrong() == [record_key(shash, record)]
+    assert opened.best(task) == (None, False)  # its only record is wrong: the kernel is untuned
+    saved = json.loads((tmp_path / CHECKS_FILE).read_text())  # and later processes know it
+    assert saved == {record_key(shash, record): False}
+    assert RecordChecks(tmp_path / CHECKS_FILE).known_wrong(shash, record)
+
+
+def test_the_wrong_record_differs_where_its_output_is_padded():
+    from tvm_pet.tune.kernels import _scheduled, random_args
+
+    _, record = _only_record(WRONG)
+    task = record.workload.mod
+    outputs = []
+    for mod in (task, _scheduled(task, record)):
+        args = random_args(task, tvm.cpu(), 0)
+        tvm.tirx.build(mod, target=TARGET)["main"](*args)
+        outputs.append(args[-1].numpy())  # [1, 512, 30, 30]: rows and columns 28, 29 are pad
+    untuned, scheduled = outputs
+    inner = (slice(None), slice(None), slice(0, 28), slice(0, 28))
+    np.testing.assert_allclose(scheduled[inner], untuned[inner], rtol=1e-4, atol=1e-3)
+    assert np.all(untuned[..., 28:] == 0) and np.abs(scheduled[..., 28:]).max() > 1
+
+
+def test_a_schedule_that_changes_nothing_agrees_and_one_computing_else_does_not():
+    task = extract_tasks(matmul_module(8, 8, 8), TARGET)[0].mod
+    schedule = tvm.s_tir.Schedule(task)
+    block = schedule.get_sblock("matmul")
+    outer, inner = schedule.split(schedule.get_loops(block)[0], [None, 4])
+    schedule.reorder(inner, outer)
+    assert schedule_agrees(task, schedule.mod, TARGET)
+    relu = extract_tasks(_relu_after_matmul(), TARGET)[0].mod  # same arguments, another result
+    assert not schedule_agrees(task, relu, TARGET)
+
+
+def _relu_after_matmul():
+    from tvm import relax
+    rng = np.random.default_rng(8 * 1000 + 8 * 10 + 8)  # matmul_module's weight for (8, 8, 8)
+    weight = rng.standard_normal((8, 8)).astype("float32")
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((8, 8), "float32"))
+    with bb.function("main", [a]):
+        with bb.dataflow():
+            out = bb.emit(relax.op.nn.relu(relax.op.matmul(a, relax.const(weight))))
+            out = bb.emit_output(out)
+        bb.emit_func_output(out)
+    return bb.finalize()
+
+
+@pytest.mark.parametrize("verdict", [None, True, False])
+def test_apply_takes_a_record_that_agrees_and_leaves_a_wrong_one(tmp_path, verdict):
+    mod = matmul_module(8, 8, 8)
+    task = extract_tasks(mod, TARGET)[0]
+    write_records(db_dir(tmp_path, TARGET), [task.mod], per_task=1, valid=True)
+    _, record = _only_record(db_dir(tmp_path, TARGET))
+    checks = db_dir(tmp_path, TARGET) / CHECKS_FILE
+    if verdict is not None:  # as an earlier process found it
+        checks.write_text(json.dumps({record_key(task.shash, record): verdict}))
+    _, applied = apply_records(mod, TARGET, tmp_path)
+    assert applied == (0 if verdict is False else 1)
+    assert json.loads(checks.read_text()) == {record_key(task.shash, record): verdict is not False}
+    x = np.random.default_rng(1).standard_normal((8, 8)).astype("float32")
+    executable = build_with_records(mod, TARGET, tmp_path)
+    vm = tvm.relax.VirtualMachine(executable, tvm.cpu())
+    weight = np.random.default_rng(8 * 1000 + 8 * 10 + 8).standard_normal((8, 8))
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(),
+                               x @ weight.astype("float32"), rtol=1e-5, atol=1e-5)

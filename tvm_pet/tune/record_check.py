@@ -1,0 +1,152 @@
+"""Records checked against their kernels: a schedule that computes something else is never applied.
+
+MetaSchedule measures what its candidates cost, never what they compute. A tuned schedule can be
+wrong: on this machine every record of CSRNet's ``fused_conv2d8_add3_relu3_pad`` (a conv, bias and
+ReLU with a pad fused in as the epilogue, [1,512,28,28] -> [1,512,30,30]) left the two padded rows
+and columns of its output unwritten, so the model read whatever memory held there (up to 4.0 off
+on random data, 1.57 off end to end). Tuning cannot catch that, and the end-to-end output check
+catches it only when the memory happens not to hold zeros.
+
+So before a record's schedule is applied, it is run once on random inputs beside the kernel as
+it is (the naive loop nest, the kernel's meaning) and compared output for output; the output
+buffers start as random values, so an element a schedule does not write is caught. The verdict is
+cached per task and schedule (``record_checks.json`` in the target's records directory), so each
+record is checked once per machine. A wrong record is skipped: the task's next record is taken
+(and checked), and when no record agrees the kernel is built untuned.
+
+Where it runs: :func:`tvm_pet.tune.compile.apply_records` checks the record each kernel would take;
+:class:`tvm_pet.tune.records.OpenRecords` skips the records known to be wrong everywhere else
+(costing, the records plan).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
+from tvm_pet.tune import dbfile
+from tvm_pet.tune.dbfile import CorruptDatabaseWarning
+
+#: The file of record verdicts inside a target's records directory.
+CHECKS_FILE = "record_checks.json"
+
+
+def record_key(shash: int | str, record: ms.database.TuningRecord) -> str:
+    """The verdict key of one record: its task's structural hash and a digest of its schedule's
+    trace (the same schedule of the same task has one key, whatever database holds it)."""
+    digest = hashlib.sha1(str(record.trace).encode()).hexdigest()[:16]
+    return f"{shash}:{digest}"
+
+
+def outputs_agree(reference: np.ndarray, other: np.ndarray) -> bool:
+    """True when ``other`` equals ``reference`` up to float32 rounding (relative to the larger of
+    1 and the reference's largest magnitude); NaN where the reference has NaN counts as equal.
+
+    >>> outputs_agree(np.array([100.0, 1.0]), np.array([100.001, 1.0]))
+    True
+    >>> outputs_agree(np.array([0.0, 1.0]), np.array([0.58, 1.0]))
+    False
+    """
+    if reference.shape != other.shape:
+        return False
+    if reference.dtype.kind not in "fc":
+        return bool(np.array_equal(reference, other))
+    finite = np.abs(reference[np.isfinite(reference)])
+    scale = max(1.0, float(finite.max())) if finite.size else 1.0
+    return bool(np.allclose(reference, other, rtol=1e-4, atol=1e-4 * scale, equal_nan=True))
+
+
+def schedule_agrees(task_mod: tvm.IRModule, scheduled: tvm.IRModule, target, *,
+                    seed: int = 0) -> bool:
+    """Run a task's kernel as it is and as ``scheduled`` on the same random arguments (outputs
+    included, so that an unwritten element differs) and compare every argument after the call.
+
+    Args:
+        task_mod: the task (MetaSchedule's ``main`` PrimFunc module), unscheduled.
+        scheduled: the same task with a record's schedule applied.
+        target: the llvm target both are built for.
+        seed: the random arguments' seed.
+
+    Returns:
+        True when every argument agrees after both calls.
+    """
+    from tvm_pet.tune.kernels import random_args  # kernels imports records, which imports us
+
+    device = tvm.cpu()
+    results = []
+    for mod in (task_mod, scheduled):
+        built = tvm.tirx.build(mod, target=target)  # layout-rewrite blocks kept: same arguments
+        args = random_args(task_mod, device, seed)
+        built["main"](*args)
+        results.append([a.numpy() for a in args])
+    return all(outputs_agree(a, b) for a, b in zip(*results))
+
+
+class RecordChecks:
+    """Verdicts on records, ``record_key -> agrees``: in memory, and in a JSON file when ``path``
+    is given (merged under the directory's lock, replaced atomically, as ``UntunedTimes`` is; a
+    damaged file is set aside with a ``CorruptDatabaseWarning`` and its records checked again).
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._verdicts: dict[str, bool] = self._read() if self.path is not None else {}
+
+    def _read(self) -> dict[str, bool]:
+        assert self.path is not None
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        try:
+            return {str(k): bool(v) for k, v in json.loads(text).items()}
+        except (ValueError, TypeError, AttributeError) as err:
+            backup = self.path.with_name(self.path.name + dbfile.BACKUP_SUFFIX)
+            atomic_write(backup, text)
+            self.path.unlink(missing_ok=True)
+            warnings.warn(f"record checks {self.path} are damaged ({err}); moved to {backup}, "
+                          f"the records will be checked again", CorruptDatabaseWarning,
+                          stacklevel=3)
+            return {}
+
+    def known_wrong(self, shash: int | str, record: ms.database.TuningRecord) -> bool:
+        """True when the record was checked and computes something else than its kernel."""
+        return self._verdicts.get(record_key(shash, record)) is False
+
+    def agrees(self, task_mod: tvm.IRModule, shash: int | str,
+               record: ms.database.TuningRecord, target) -> bool:
+        """The record's verdict: from the cache, else checked now (:func:`schedule_agrees`) and
+        cached. Only llvm kernels run here; on another target a record is taken unchecked."""
+        key = record_key(shash, record)
+        if key in self._verdicts:
+            return self._verdicts[key]
+        if target.kind.name != "llvm":
+            return True
+        from tvm_pet.tune.kernels import _scheduled
+
+        verdict = schedule_agrees(task_mod, _scheduled(task_mod, record), target)
+        self._put(key, verdict)
+        return verdict
+
+    def any_wrong(self) -> bool:
+        """True when some record was found wrong."""
+        return False in self._verdicts.values()
+
+    def wrong(self) -> list[str]:
+        """The keys of the records found wrong."""
+        return sorted(k for k, v in self._verdicts.items() if not v)
+
+    def _put(self, key: str, verdict: bool) -> None:
+        self._verdicts[key] = verdict
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with dir_lock(self.path.parent):
+            self._verdicts = {**self._read(), **self._verdicts}
+            atomic_write_json(self.path, self._verdicts, indent=0, sort_keys=True)
