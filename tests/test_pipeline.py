@@ -188,6 +188,32 @@ def test_kernels_without_records_are_tuned_by_default_up_to_a_cap(tmp_path, untu
     assert report.to_json()["tuning"].get("trials_per_task") == tuned
 
 
+def test_a_candidate_that_computes_something_else_is_refused_and_the_next_one_timed():
+    program = dilated_chain(layers=1)
+    wrong = Candidate(dilated_chain(layers=2), 0.0, [])  # as a faulty build would compute
+    toolchain = FakeToolchain(ratios=[1.3])
+    confirmation = confirm(program, [wrong, Candidate(program, 0.0, [])], toolchain,
+                           DriverOptions(timing_rounds=2, second_look=False), _inputs(program))
+    refused, timed = confirmation.looks
+    assert refused.refused.startswith("candidate 0's compiled module differs from the original's")
+    assert refused.rounds == 0 and not refused.decision.keep and refused.to_json()["ratio"] is None
+    assert timed.what == "runner-up 1" and timed.candidate == 1 and toolchain.timed == [2]
+    assert confirmation.keep and confirmation.chosen is not wrong
+    assert any("candidate 0 refused" in note for note in confirmation.notes)
+
+
+def test_when_every_candidate_is_refused_the_original_is_kept_and_timed_alone():
+    program = dilated_chain(layers=1)
+    toolchain = FakeToolchain(ratios=[1.0])
+    confirmation = confirm(program, [Candidate(dilated_chain(layers=2), 0.0, [])], toolchain,
+                           DriverOptions(timing_rounds=2, second_look=False), _inputs(program))
+    refused, alone = confirmation.looks
+    assert refused.refused is not None and alone.candidate is None and not confirmation.keep
+    assert "every candidate was refused" in confirmation.rule
+    assert confirmation.final is confirmation.baseline.executable
+    assert set(confirmation.timings) == {"baseline", "optimized"}
+
+
 def test_a_close_call_with_a_budget_is_tuned_again_on_both_sides():
     program = dilated_chain(layers=1)
     toolchain = FakeToolchain(ratios=[1.03, 1.3])

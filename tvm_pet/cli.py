@@ -159,6 +159,9 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     print(f"  candidate {report.candidate_time_s * 1e3:9.3f} ms  "
           f"(x{report.measured_speedup_of_candidate:.3f})")
     for look in report.confirmation.looks[:-1]:  # the decisions before the last one, below
+        if look.refused is not None:
+            print(f"  {look.what}: candidate {look.candidate} refused, not timed: {look.refused}")
+            continue
         print(f"  {look.what}: x{look.decision.ratio:.3f} (rank test p = "
               f"{look.decision.p_value:.2g}), kept the {look.decision.kept}")
     print(f"  speedup   x{report.speedup:.3f}   rule: {report.confirmation.rule}")

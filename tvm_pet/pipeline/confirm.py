@@ -8,7 +8,9 @@ Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
    the rank test's threshold divided among them), since kernel times summed do not always
    predict the whole module. The optimized module is kept only when it is faster beyond the
    noise (:func:`decide`: at least 5 % by the medians, and told apart from the baseline by a
-   rank test at p < 0.01); otherwise the original is kept, and the report says so.
+   rank test at p < 0.01); otherwise the original is kept, and the report says so. A candidate
+   whose compiled module computes something else than the original (:func:`check_outputs`) is
+   refused untimed, and the next one is looked at; its look says why (``refused``).
 5. **Look again at close calls.** When the optimized module measures faster but not surely so,
    the decision is close: with a tuning budget, both modules are tuned again with a second seed
    and twice the trials per task (equal budgets: MetaSchedule keeps the best record of both
@@ -199,6 +201,8 @@ class Look:
         number: calls averaged into one sample.
         repeat: samples per module per round.
         seconds: wall time of the timing.
+        refused: why the candidate was not timed: its compiled module computes something else
+            than the original (None for a timed look).
     """
 
     what: str
@@ -211,14 +215,19 @@ class Look:
     number: int = 1
     repeat: int = 1
     seconds: float = 0.0
+    refused: str | None = None
 
     def to_json(self) -> dict:
-        """The look as ``report.json`` lists it (``looks``)."""
+        """The look as ``report.json`` lists it (``looks``); a refused one has no figures."""
         out = {"what": self.what, "candidate": self.candidate,
                "trials_per_task": self.budget.trials_per_task, "seed": self.budget.seed}
         if self.new_trials is not None:
             out |= {"new_trials": self.new_trials, "tuning_time_s": self.tuning_time_s}
         d = self.decision
+        if self.refused is not None:
+            return out | {"rounds": 0, "number": 0, "repeat": 0, "timing_s": 0.0, "ratio": None,
+                          "p_value": None, "noise": None, "close": False, "kept": d.kept,
+                          "rule": d.rule, "refused": self.refused}
         return out | {"rounds": self.rounds, "number": self.number, "repeat": self.repeat,
                       "timing_s": self.seconds, "ratio": d.ratio, "p_value": d.p_value,
                       "noise": d.noise, "close": d.close, "kept": d.kept, "rule": d.rule}
@@ -374,20 +383,32 @@ def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolch
             return _timed(Confirmation(tuple(looks), trial.timings, None, trial.baseline,
                                        trial.optimized, len(candidates) - index, tuple(notes)),
                           start, budget_s)
-        trial = _first_look(index, candidate, baseline, bench, len(candidates) - index)
-        looks.append(trial.look)
+        first = _first_look(index, candidate, baseline, bench, len(candidates) - index)
+        looks.append(first.look)
+        if first.look.refused is not None:
+            notes.append(first.look.decision.rule)
+            continue  # the next candidate, or the original
+        trial = first
         if trial.look.decision.close and options.second_look:
             second = _second_look(index, trial, bench, len(candidates) - index)
             if second is None:
                 notes.append(f"candidate {index}: a close call, but the time left pays for no "
                              f"more samples than the first look: no second look")
             else:
+                looks.append(second.look)
+                baseline = second.baseline  # later candidates meet this baseline, with its budget
+                if second.look.refused is not None:
+                    notes.append(second.look.decision.rule)
+                    continue
                 trial = second
-                looks.append(trial.look)
-                baseline = trial.baseline  # later candidates meet this baseline, with its budget
         if trial.look.decision.keep:
             return _timed(Confirmation(tuple(looks), trial.timings, candidate, trial.baseline,
                                        trial.optimized, notes=tuple(notes)), start, budget_s)
+    if trial is None:  # every candidate was refused: the original is kept, timed alone
+        alone = _nothing_to_confirm(baseline, bench, "every candidate was refused (its compiled "
+                                    "module computes something else): the original is kept")
+        return _timed(dataclasses.replace(alone, looks=(*looks, *alone.looks),
+                                          notes=tuple(notes)), start, budget_s)
     return _timed(Confirmation(tuple(looks), trial.timings, None, trial.baseline,
                                trial.optimized, notes=tuple(notes)), start, budget_s)
 
@@ -421,14 +442,15 @@ def _build_baseline(program: Program, toolchain: Toolchain, inputs: tuple[np.nda
     return Baseline(module, executable, outputs, budget, call_s)
 
 
-def _nothing_to_confirm(baseline: Baseline, bench: _Bench) -> Confirmation:
-    """The search applied no mutant: the original is timed against itself and kept (any
-    measured difference is noise)."""
+def _nothing_to_confirm(baseline: Baseline, bench: _Bench,
+                        rule: str = "the search applied no mutant: the original is kept"
+                        ) -> Confirmation:
+    """No candidate to time (the search applied no mutant, or every candidate was refused): the
+    original is timed against itself and kept (any measured difference is noise)."""
     plan = bench.plan(baseline.call_s, bench.options.timing_rounds, 1)
     look, timings = bench.look(baseline, baseline.executable, plan, "first look", None,
                                baseline.budget)
-    decision = dataclasses.replace(look.decision, keep=False, close=False,
-                                   rule="the search applied no mutant: the original is kept")
+    decision = dataclasses.replace(look.decision, keep=False, close=False, rule=rule)
     return Confirmation((dataclasses.replace(look, decision=decision),), timings, None, baseline,
                         baseline.executable)
 
@@ -446,8 +468,11 @@ def _first_look(index: int, candidate: Candidate, baseline: Baseline, bench: _Be
             tuned = [toolchain.tune(module, baseline.budget.trials_per_task,
                                     seed=baseline.budget.seed)]
         optimized = toolchain.build(module)
-    check_outputs(baseline.outputs, toolchain.run(optimized, bench.inputs), index)
     what = "first look" if index == 0 else f"runner-up {index}"
+    refused = _refusal(baseline.outputs, toolchain.run(optimized, bench.inputs), index, what,
+                       baseline.budget, tuned)
+    if refused is not None:
+        return _Trial(refused, {}, module, baseline, optimized)
     plan = bench.plan(baseline.call_s, options.timing_rounds, share)
     look, timings = bench.look(baseline, optimized, plan, what, index, baseline.budget, tuned)
     return _Trial(look, timings, module, baseline, optimized)
@@ -476,18 +501,40 @@ def _second_look(index: int, trial: _Trial, bench: _Bench, share: int) -> _Trial
     baseline = Baseline(trial.baseline.module, base_ex,
                         tuple(toolchain.run(base_ex, bench.inputs)), budget,
                         trial.baseline.call_s)
+    what = "second look: both sides tuned again with a second seed"
+    refused = _refusal(baseline.outputs, toolchain.run(optimized, bench.inputs), index, what,
+                       budget, tuned)
+    if refused is not None:
+        return _Trial(refused, {}, trial.module, baseline, optimized)
     plan = bench.plan(baseline.call_s, 2 * options.timing_rounds, share)
-    look, timings = bench.look(baseline, optimized, plan,
-                               "second look: both sides tuned again with a second seed", index,
-                               budget, tuned)
+    look, timings = bench.look(baseline, optimized, plan, what, index, budget, tuned)
     return _Trial(look, timings, trial.module, baseline, optimized)
+
+
+def _refusal(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray], index: int,
+             what: str, budget: Budget, tuned: Sequence = ()) -> Look | None:
+    """The look that refuses candidate ``index`` when its compiled module computes something else
+    than the original (``check_outputs``); None when it agrees. Nothing is timed."""
+    try:
+        check_outputs(reference, outputs, index)
+    except PetError as err:
+        reason = str(err)
+    else:
+        return None
+    decision = Decision(False, math.nan, math.nan, math.nan, False,
+                        f"candidate {index} refused, not timed: {reason}")
+    tuning = ({"new_trials": sum(s.new_trials for s in tuned),
+               "tuning_time_s": sum(s.wall_s for s in tuned)} if tuned else {})
+    return Look(what, index, budget, 0, decision, **tuning, number=0, repeat=0, refused=reason)
 
 
 def check_outputs(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
                   index: int) -> None:
     """Refuse a candidate whose compiled module computes something else than the original.
 
-    The verifier proved the rewrite; this guards the lowering and the compiler's build.
+    The verifier proved the rewrite, and the records were checked against their kernels
+    (:mod:`tvm_pet.tune.record_check`); this guards the lowering and the compiler's build. The
+    confirm stage then goes on to the next candidate, or keeps the original.
 
     Args:
         reference: the original's outputs.
@@ -500,5 +547,6 @@ def check_outputs(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
     for a, b in zip(reference, outputs):
         scale = max(1.0, float(np.abs(a).max()))
         if not np.allclose(a, b, rtol=1e-4, atol=1e-4 * scale):
-            raise PetError(f"internal error: candidate {index}'s compiled module differs from the "
-                           f"original's by {float(np.abs(a - b).max()):.3g}; please report it")
+            raise PetError(f"candidate {index}'s compiled module differs from the original's by "
+                           f"{float(np.abs(a - b).max()):.3g} (a compiler fault: please report "
+                           f"it)")
