@@ -1,0 +1,83 @@
+"""Check every workload's records against its kernel, and optionally drop the wrong ones.
+
+    python scripts/check_records.py                       # the shipped records of this CPU
+    python scripts/check_records.py --drop                # and remove the wrong records
+
+For each workload of the target's records directory, its records are checked fastest first
+(:mod:`tvm_pet.tune.record_check`: the schedule and the kernel as it is run on the same random
+arguments) until one agrees; every record found wrong is listed. The verdicts are cached in the
+directory's ``record_checks.json`` (a later ``tvm-pet optimize`` does not check them again). With
+``--drop`` the wrong records are removed from the database files (the rest are kept as they
+are). A kernel that takes seconds untuned takes seconds to check.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--records", default=str(ROOT / "tuning_logs"))
+    parser.add_argument("--drop", action="store_true", help="remove the wrong records")
+    args = parser.parse_args()
+
+    import tvm_ffi
+
+    from tvm_pet.tune import records, resolve_target
+    from tvm_pet.tune.record_check import CHECKS_FILE, RecordChecks, record_key
+
+    target = resolve_target(args.target)
+    work_dir = records.db_dir(args.records, target)
+    database = records.open_database(work_dir, target, create=False)
+    checks = RecordChecks(work_dir / CHECKS_FILE)
+    workloads = {}  # structural hash -> workload
+    for record in database.get_all_tuning_records():
+        workloads.setdefault(int(tvm_ffi.structural_hash(record.workload.mod)), record.workload)
+    wrong, start = [], time.perf_counter()
+    for n, (shash, workload) in enumerate(workloads.items(), 1):
+        for record in database.get_top_k(workload, records.RANKED_RECORDS):
+            if checks.agrees(workload.mod, shash, record, target):
+                break
+            wrong.append((str(shash), [float(s) for s in record.run_secs]))
+            print(f"  wrong: {record_key(shash, record)} "
+                  f"({records.mean_run_secs(record) * 1e3:.3g} ms)", flush=True)
+        print(f"[{n}/{len(workloads)}] {time.perf_counter() - start:.0f} s", flush=True)
+    print(json.dumps({"workloads": len(workloads), "wrong": wrong}))
+    if args.drop and wrong:
+        print(f"dropped {drop(work_dir, wrong)} records")
+    return 0
+
+
+def drop(work_dir: pathlib.Path, wrong: list[tuple[str, list[float]]]) -> int:
+    """Remove the records ``(workload hash, measured seconds)`` from the database files; they
+    count as pruned (``dbfile.PRUNED_FILE``: their trials were spent, tuning does not redo them)."""
+    from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
+    from tvm_pet.tune import dbfile
+
+    with dir_lock(work_dir):
+        tables = dbfile.repair(work_dir)
+        before = len(tables.records)
+        kept = [(idx, text) for idx, text in tables.records
+                if (tables.shashes[idx], json.loads(text)[1]) not in wrong]
+        counts = dbfile.pruned_counts(work_dir)
+        kept_set = set(kept)
+        for idx, text in tables.records:
+            if (idx, text) not in kept_set:
+                shash = tables.shashes[idx]
+                counts[shash] = counts.get(shash, 0) + 1
+        atomic_write_json(work_dir / dbfile.PRUNED_FILE, counts, indent=0, sort_keys=True)
+        tables.records = kept
+        atomic_write(work_dir / dbfile.RECORD_FILE, tables.record_text())
+    return before - len(kept)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
