@@ -116,7 +116,8 @@ def _child(args) -> dict:
         "kept": report["kept"], "decision_rule": report["decision_rule"],
         "candidate_speedup_in_decision": report["measured_speedup_of_candidate"],
         "decision_looks": [{k: look.get(k) for k in ("what", "ratio", "p_value", "noise", "rounds",
-                                                 "repeat", "number", "trials_per_task", "kept")}
+                                                 "repeat", "number", "trials_per_task", "kept",
+                                                 "refused")}
                            for look in report["looks"]],
         "times_ms": times,
         "speedup_pet_vs_tvm": times["tvm"]["median"] / times["pet"]["median"],
@@ -306,6 +307,8 @@ def kept(row: dict) -> str:
         what = look["what"]
         tag = ("2nd " if what.startswith("second look") else
                f"r{what.split()[-1]} " if what.startswith("runner-up") else "")
+        if look["ratio"] is None:  # refused untimed: its build computed something else
+            return f"{tag}refused"
         return f"{tag}×{look['ratio']:.2f}"
     return f"{row['kept']} (looks: {', '.join(label(k) for k in looks)})"
 

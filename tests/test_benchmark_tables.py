@@ -87,3 +87,10 @@ def test_an_update_run_keeps_the_rows_of_record_it_does_not_run_again(tmp_path, 
     assert [r["model"] for r in merged["rows"]] == [r["model"] for r in record["rows"]]
     assert merged["rows"][0]["wall_s"] == -1.0 and merged["rows"][1:] == record["rows"][1:]
     assert merged["run"]["note"].endswith("again")
+
+
+def test_the_kept_cell_names_a_refused_candidate_and_the_ratios_of_the_timed_ones():
+    row = _row("csrnet", "optimized", 1.2)
+    row["decision_looks"] = [{"what": "first look", "ratio": None, "refused": "differs by 1.57"},
+                             {"what": "runner-up 1", "ratio": 1.21}]
+    assert run.kept(row) == "optimized (looks: refused, r1 ×1.21)"
