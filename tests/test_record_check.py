@@ -74,6 +74,19 @@ def test_a_schedule_that_changes_nothing_agrees_and_one_computing_else_does_not(
     assert not schedule_agrees(task, relu, TARGET)
 
 
+def test_a_schedule_that_does_not_run_on_the_kernels_arguments_is_wrong_not_an_error():
+    from tvm import relax
+    task = extract_tasks(matmul_module(8, 8, 8), TARGET)[0].mod  # a, W, out
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((8, 8), "float32"))
+    with bb.function("main", [a]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.relu(a)))
+        bb.emit_func_output(out)
+    two_arguments = extract_tasks(bb.finalize(), TARGET)[0].mod  # a, out
+    assert not schedule_agrees(task, two_arguments, TARGET)
+
+
 def _relu_after_matmul():
     from tvm import relax
     rng = np.random.default_rng(8 * 1000 + 8 * 10 + 8)  # matmul_module's weight for (8, 8, 8)

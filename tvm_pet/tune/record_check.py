@@ -74,18 +74,29 @@ def schedule_agrees(task_mod: tvm.IRModule, scheduled: tvm.IRModule, target, *,
         seed: the random arguments' seed.
 
     Returns:
-        True when every argument agrees after both calls.
+        True when every argument agrees after both calls; False when the scheduled kernel does
+        not build or run.
+
+    Raises:
+        RuntimeError, ValueError, TypeError: TVM's errors, when the kernel as it is does not
+            build or run (then nothing can be checked).
     """
+    reference = _run(task_mod, task_mod, target, seed)
+    try:
+        outputs = _run(scheduled, task_mod, target, seed)
+    except (RuntimeError, ValueError, TypeError):  # TVM's errors are these builtins
+        return False
+    return all(outputs_agree(a, b) for a, b in zip(reference, outputs))
+
+
+def _run(mod: tvm.IRModule, task_mod: tvm.IRModule, target, seed: int) -> list[np.ndarray]:
+    """Every argument of ``mod``'s ``main`` after one call on the task's random arguments."""
     from tvm_pet.tune.kernels import random_args  # kernels imports records, which imports us
 
-    device = tvm.cpu()
-    results = []
-    for mod in (task_mod, scheduled):
-        built = tvm.tirx.build(mod, target=target)  # layout-rewrite blocks kept: same arguments
-        args = random_args(task_mod, device, seed)
-        built["main"](*args)
-        results.append([a.numpy() for a in args])
-    return all(outputs_agree(a, b) for a, b in zip(*results))
+    built = tvm.tirx.build(mod, target=target)  # layout-rewrite blocks kept: same arguments
+    args = random_args(task_mod, tvm.cpu(), seed)
+    built["main"](*args)
+    return [a.numpy() for a in args]
 
 
 class RecordChecks:
@@ -130,7 +141,12 @@ class RecordChecks:
             return True
         from tvm_pet.tune.kernels import _scheduled
 
-        verdict = schedule_agrees(task_mod, _scheduled(task_mod, record), target)
+        try:
+            scheduled = _scheduled(task_mod, record)
+        except (RuntimeError, ValueError, TypeError):  # its trace does not replay on the task
+            verdict = False
+        else:
+            verdict = schedule_agrees(task_mod, scheduled, target)
         self._put(key, verdict)
         return verdict
 
