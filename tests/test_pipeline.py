@@ -165,6 +165,11 @@ def test_optimize_on_a_fake_toolchain_writes_every_report_key_and_artifact(tmp_p
     assert all(LOOK_KEYS <= set(look) for look in written["looks"])
     assert written["kept"] == "optimized" and written["applied"] and toolchain.timed == [2]
     assert written["max_abs_err"] < 1e-4 and written["target"] == "fake"
+    # the fake schedules no kernel from records: the kept module's kernels are said untuned too
+    kernels = written["kernels"]
+    assert kernels["kept_total"] == len(report.confirmation.chosen.program.nodes)
+    assert kernels["kept_tuned"] == 0 and kernels["untuned_decision"]
+    assert f"the kept module's: 0 of {kernels['kept_total']} had a record" in kernels["summary"]
     for name in ("optimized.so", "baseline.so", "optimized.onnx", "optimized.py"):
         assert (tmp_path / "out" / name).exists()
 

@@ -99,14 +99,23 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
                            progress=progress)
     # the report, and the artifacts that were checked
     with progress.step("counting the kernels the records schedule"):
-        kernels = toolchain.kernel_records(confirmation.baseline.module)
+        kernels = _kernel_counts(toolchain, confirmation)
     searched = frozenset(s.subprogram for s in found.result.subsets)
-    report = make_report(loaded, toolchain, tuning, found, confirmation, inputs,
-                         kernels=kernels, total_time_s=time.perf_counter() - start,
+    report = make_report(loaded, toolchain, tuning, found, confirmation, inputs, **kernels,
+                         total_time_s=time.perf_counter() - start,
                          records_plan=plan, flops_coverage=toolchain.coverage(program, searched))
     final = confirmation.chosen.program if confirmation.keep else program
     with progress.step("writing the artifacts"):
         return write_artifacts(out, report, final, toolchain, list(inputs.values()))
+
+
+def _kernel_counts(toolchain: Toolchain, confirmation) -> dict:
+    """``kernels`` and ``kept_kernels`` of the report: (kernels, kernels the records schedule) of
+    the original as built, and of the kept candidate (None when the original is kept)."""
+    kept = confirmation.chosen
+    return {"kernels": toolchain.kernel_records(confirmation.baseline.module),
+            "kept_kernels": (toolchain.kernel_records(toolchain.lower(kept.program))
+                             if kept is not None else None)}
 
 
 def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),

@@ -54,6 +54,8 @@ class Report:
             without onnxruntime, or for a model that is not ONNX).
         loaded: the model as loaded (source, frontend, rewrites, inputs).
         kernels: ``(kernels, kernels scheduled from the records)`` of the baseline as built.
+        kept_kernels: the same of the kept candidate's module (None when the original is kept):
+            a kernel whose every record computes something else is built untuned.
         optimized_onnx: the path of ``optimized.onnx``, or why it was not written (set by
             :func:`write_artifacts`).
         total_time_s: the run's wall time up to the report.
@@ -71,6 +73,7 @@ class Report:
     max_abs_err_vs_onnxruntime: float | None
     loaded: LoadedModel | None = None
     kernels: tuple[int, int] | None = None
+    kept_kernels: tuple[int, int] | None = None
     optimized_onnx: str | None = None
     total_time_s: float | None = None
     records_plan: str | None = None
@@ -78,17 +81,23 @@ class Report:
 
     @property
     def untuned(self) -> bool:
-        """Whether the decision was made on (partly) untuned kernels."""
-        return self.kernels is not None and self.kernels[1] < self.kernels[0]
+        """Whether the decision was made on (partly) untuned kernels, the original's or the
+        kept candidate's."""
+        return any(k is not None and k[1] < k[0] for k in (self.kernels, self.kept_kernels))
 
     def kernels_line(self) -> str:
-        """The baseline's kernels and records, in words."""
+        """The baseline's kernels and records (and the kept candidate's, when some of its
+        kernels are untuned), in words."""
         if self.kernels is None:
             return "kernels: not counted"
         total, tuned = self.kernels
-        if tuned < total:
-            return f"decided on untuned kernels ({tuned} of {total} had records)"
-        return f"decided on tuned kernels (all {total} had records)"
+        line = (f"decided on untuned kernels ({tuned} of {total} had records)" if tuned < total
+                else f"decided on tuned kernels (all {total} had records)")
+        if self.kept_kernels is not None and self.kept_kernels[1] < self.kept_kernels[0]:
+            kept_total, kept_tuned = self.kept_kernels
+            line += (f"; the kept module's: {kept_tuned} of {kept_total} had a record that "
+                     f"computes what its kernel does")
+        return line
 
     @property
     def kept(self) -> str:
@@ -161,6 +170,8 @@ class Report:
         loaded = self.loaded
         kernels = None if self.kernels is None else {
             "total": self.kernels[0], "tuned": self.kernels[1], "untuned_decision": self.untuned,
+            "kept_total": None if self.kept_kernels is None else self.kept_kernels[0],
+            "kept_tuned": None if self.kept_kernels is None else self.kept_kernels[1],
             "summary": self.kernels_line()}
         return {
             "source": loaded.to_json() if loaded else None,
