@@ -119,3 +119,13 @@ def test_apply_takes_a_record_that_agrees_and_leaves_a_wrong_one(tmp_path, verdi
     weight = np.random.default_rng(8 * 1000 + 8 * 10 + 8).standard_normal((8, 8))
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(),
                                x @ weight.astype("float32"), rtol=1e-5, atol=1e-5)
+
+
+def test_damaged_record_checks_are_set_aside_with_a_warning_and_checked_again(tmp_path):
+    from tvm_pet.tune.dbfile import CorruptDatabaseWarning
+    path = tmp_path / CHECKS_FILE
+    path.write_text('{"1:abc": tru')  # a write cut short
+    with pytest.warns(CorruptDatabaseWarning, match="record checks"):
+        checks = RecordChecks(path)
+    assert not checks.any_wrong() and not path.exists()
+    assert (tmp_path / (CHECKS_FILE + ".corrupt")).read_text() == '{"1:abc": tru'

@@ -516,3 +516,53 @@ def recover(directory: str | Path) -> int:
         except FileNotFoundError:  # removed by another process recovering at the same time
             continue
     return added
+
+
+class SidecarCache:
+    """A ``{key: value}`` JSON file beside the records that concurrent processes share, or a
+    dict in memory without a ``path`` (``UntunedTimes``, ``RecordChecks``).
+
+    Each :meth:`_store` re-reads the file under its directory's exclusive lock, adds the entry
+    and replaces the file atomically, so concurrent processes lose no entry. A damaged file is
+    set aside as ``<file>.corrupt`` with a ``CorruptDatabaseWarning`` naming it (``WHAT``) and
+    saying what follows (``AFTER``); its entries are then made again.
+    """
+
+    WHAT = "cache"
+    AFTER = "its entries will be made again"
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._entries: dict = self._read() if self.path is not None else {}
+
+    @staticmethod
+    def _value(raw):
+        """One stored value as the cache holds it (a subclass converts: ``float``, ``bool``)."""
+        return raw
+
+    def _read(self) -> dict:
+        """The entries in the file, ``{}`` when it is missing or damaged (then backed up)."""
+        assert self.path is not None
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        try:
+            return {str(k): self._value(v) for k, v in json.loads(text).items()}
+        except (ValueError, TypeError, AttributeError) as err:
+            backup = self.path.with_name(self.path.name + BACKUP_SUFFIX)
+            atomic_write(backup, text)
+            self.path.unlink(missing_ok=True)
+            warnings.warn(f"{self.WHAT} {self.path} is damaged ({err}); moved to {backup}, "
+                          f"{self.AFTER}", CorruptDatabaseWarning, stacklevel=4)
+            return {}
+
+    def _store(self, key: str, value) -> None:
+        """Cache an entry, and merge it into the file when the cache has one."""
+        self._entries[key] = value
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with dir_lock(self.path.parent):
+            self._entries = {**self._read(), **self._entries}
+            atomic_write_json(self.path, self._entries, indent=0, sort_keys=True)

@@ -21,17 +21,12 @@ Where it runs: :func:`tvm_pet.tune.compile.apply_records` checks the record each
 from __future__ import annotations
 
 import hashlib
-import json
-import warnings
-from pathlib import Path
 
 import numpy as np
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
 from tvm_pet.tune import dbfile
-from tvm_pet.tune.dbfile import CorruptDatabaseWarning
 
 #: The file of record verdicts inside a target's records directory.
 CHECKS_FILE = "record_checks.json"
@@ -99,44 +94,28 @@ def _run(mod: tvm.IRModule, task_mod: tvm.IRModule, target, seed: int) -> list[n
     return [a.numpy() for a in args]
 
 
-class RecordChecks:
+class RecordChecks(dbfile.SidecarCache):
     """Verdicts on records, ``record_key -> agrees``: in memory, and in a JSON file when ``path``
-    is given (merged under the directory's lock, replaced atomically, as ``UntunedTimes`` is; a
-    damaged file is set aside with a ``CorruptDatabaseWarning`` and its records checked again).
+    is given, shared by concurrent processes; a damaged file is set aside with a
+    ``CorruptDatabaseWarning`` and its records checked again
+    (:class:`tvm_pet.tune.dbfile.SidecarCache`).
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path is not None else None
-        self._verdicts: dict[str, bool] = self._read() if self.path is not None else {}
-
-    def _read(self) -> dict[str, bool]:
-        assert self.path is not None
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return {}
-        try:
-            return {str(k): bool(v) for k, v in json.loads(text).items()}
-        except (ValueError, TypeError, AttributeError) as err:
-            backup = self.path.with_name(self.path.name + dbfile.BACKUP_SUFFIX)
-            atomic_write(backup, text)
-            self.path.unlink(missing_ok=True)
-            warnings.warn(f"record checks {self.path} are damaged ({err}); moved to {backup}, "
-                          f"the records will be checked again", CorruptDatabaseWarning,
-                          stacklevel=3)
-            return {}
+    WHAT = "record checks"
+    AFTER = "the records will be checked again"
+    _value = staticmethod(bool)
 
     def known_wrong(self, shash: int | str, record: ms.database.TuningRecord) -> bool:
         """True when the record was checked and computes something else than its kernel."""
-        return self._verdicts.get(record_key(shash, record)) is False
+        return self._entries.get(record_key(shash, record)) is False
 
     def agrees(self, task_mod: tvm.IRModule, shash: int | str,
                record: ms.database.TuningRecord, target) -> bool:
         """The record's verdict: from the cache, else checked now (:func:`schedule_agrees`) and
         cached. Only llvm kernels run here; on another target a record is taken unchecked."""
         key = record_key(shash, record)
-        if key in self._verdicts:
-            return self._verdicts[key]
+        if key in self._entries:
+            return self._entries[key]
         if target.kind.name != "llvm":
             return True
         from tvm_pet.tune.kernels import _scheduled
@@ -147,22 +126,13 @@ class RecordChecks:
             verdict = False
         else:
             verdict = schedule_agrees(task_mod, scheduled, target)
-        self._put(key, verdict)
+        self._store(key, verdict)
         return verdict
 
     def any_wrong(self) -> bool:
         """True when some record was found wrong."""
-        return False in self._verdicts.values()
+        return False in self._entries.values()
 
     def wrong(self) -> list[str]:
         """The keys of the records found wrong."""
-        return sorted(k for k, v in self._verdicts.items() if not v)
-
-    def _put(self, key: str, verdict: bool) -> None:
-        self._verdicts[key] = verdict
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with dir_lock(self.path.parent):
-            self._verdicts = {**self._read(), **self._verdicts}
-            atomic_write_json(self.path, self._verdicts, indent=0, sort_keys=True)
+        return sorted(k for k, v in self._entries.items() if not v)

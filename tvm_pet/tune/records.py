@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import warnings
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -49,9 +47,8 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.errors import PetError
-from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
+from tvm_pet.io import dir_lock
 from tvm_pet.tune import dbfile
-from tvm_pet.tune.dbfile import CorruptDatabaseWarning
 from tvm_pet.tune.record_check import CHECKS_FILE, RecordChecks
 from tvm_pet.tune.targets import compatible_dirs, target_dir
 from tvm_pet.tune.threads import pool_setting
@@ -360,40 +357,20 @@ def mean_run_secs(record: ms.database.TuningRecord) -> float | None:
     return None if mean >= 1e9 else mean  # MetaSchedule records failures as 1e10 s
 
 
-class UntunedTimes:
+class UntunedTimes(dbfile.SidecarCache):
     """A cache of kernel times measured here, keyed by (target key, task structural hash, TVM's
     thread count): untuned kernels, and kernels scheduled from records
     (``<hash>@tuned:<record's time>``, ``<hash>@<borrowed directory>:<record's time>``).
 
     With a ``path`` it is also a JSON file, so later processes reuse it; without one it lives as
-    long as the object. Each ``put`` re-reads the file under its directory's exclusive lock, adds
-    the new time and replaces the file atomically, so concurrent processes lose no entry. A damaged
-    file is set aside as ``<file>.corrupt`` with a ``CorruptDatabaseWarning`` (its times are
-    measured again).
+    long as the object. Concurrent processes lose no entry, and a damaged file is set aside as
+    ``<file>.corrupt`` with a ``CorruptDatabaseWarning`` (its times are measured again):
+    :class:`tvm_pet.tune.dbfile.SidecarCache`.
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path is not None else None
-        self._times: dict[str, float] = self._read() if self.path is not None else {}
-
-    def _read(self) -> dict[str, float]:
-        """Return the times in the file, ``{}`` when it is missing or damaged (then backed up)."""
-        assert self.path is not None
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return {}
-        try:
-            stored = json.loads(text)
-            return {str(k): float(v) for k, v in stored.items()}
-        except (ValueError, TypeError, AttributeError) as err:
-            backup = self.path.with_name(self.path.name + dbfile.BACKUP_SUFFIX)
-            atomic_write(backup, text)
-            self.path.unlink(missing_ok=True)
-            warnings.warn(f"untuned-time cache {self.path} is damaged ({err}); moved to "
-                          f"{backup}, its kernels will be measured again", CorruptDatabaseWarning,
-                          stacklevel=3)
-            return {}
+    WHAT = "untuned-time cache"
+    AFTER = "its kernels will be measured again"
+    _value = staticmethod(float)
 
     @staticmethod
     def key(target: tvm.target.Target, shash: int | str) -> str:
@@ -405,14 +382,8 @@ class UntunedTimes:
 
     def get(self, target: tvm.target.Target, shash: int | str) -> float | None:
         """Return the cached time in seconds, or ``None`` when the task was never measured."""
-        return self._times.get(self.key(target, shash))
+        return self._entries.get(self.key(target, shash))
 
     def put(self, target: tvm.target.Target, shash: int | str, seconds: float) -> None:
         """Cache a measured time, and merge it into the file when the cache has one."""
-        self._times[self.key(target, shash)] = seconds
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with dir_lock(self.path.parent):
-            self._times = {**self._read(), **self._times}
-            atomic_write_json(self.path, self._times, indent=0, sort_keys=True)
+        self._store(self.key(target, shash), seconds)
