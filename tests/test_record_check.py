@@ -129,3 +129,25 @@ def test_damaged_record_checks_are_set_aside_with_a_warning_and_checked_again(tm
         checks = RecordChecks(path)
     assert not checks.any_wrong() and not path.exists()
     assert (tmp_path / (CHECKS_FILE + ".corrupt")).read_text() == '{"1:abc": tru'
+
+
+def test_costing_times_a_kernel_whose_only_record_is_wrong_as_untuned(tmp_path):
+    """A wrong schedule is often the fastest (it skips work): the search must not cost it."""
+    from tvm_pet.tune.compile import Task
+    from tvm_pet.tune.kernels import task_times
+    from tvm_pet.tune.records import UntunedTimes
+
+    db, record = _only_record(WRONG)
+    task = Task("fused_conv2d8_add3_relu3_pad", 1, record.workload.mod,
+                tvm_ffi.structural_hash(record.workload.mod))
+    timed = []
+
+    def measure(task_mod, _target, repeat):
+        timed.append(task_mod)
+        return 2.0
+
+    opened = OpenRecords(db, checks=RecordChecks(tmp_path / CHECKS_FILE))
+    (time,) = task_times([task], TARGET, cache=UntunedTimes(), database=opened,
+                         measure_untuned=measure)
+    assert time.source == "untuned" and time.seconds == 2.0
+    assert tvm_ffi.structural_equal(timed[0], task.mod)  # the naive loop nest, not the schedule

@@ -141,12 +141,11 @@ def checked_database(mod: tvm.IRModule, target, opened: records.OpenRecords
     computes what the task's kernel does; tasks with no such record are left out (untuned)."""
     database = ms.database.MemoryDatabase(module_equality=records.MODULE_EQUALITY)
     for task in extract_tasks(mod, target):
-        for record, _ in opened.ranked(task.mod):
-            if opened.checks.agrees(task.mod, task.shash, record, target):
-                workload = database.commit_workload(task.mod)
-                database.commit_tuning_record(ms.database.TuningRecord(
-                    record.trace, workload, record.run_secs, target, record.args_info))
-                break
+        record, _ = opened.checked_best(task.mod, task.shash, target)
+        if record is not None:
+            workload = database.commit_workload(task.mod)
+            database.commit_tuning_record(ms.database.TuningRecord(
+                record.trace, workload, record.run_secs, target, record.args_info))
     return database
 
 

@@ -1,7 +1,8 @@
 """Kernel costing: the time of each fused kernel of a Relax module, tuned or untuned.
 
-A kernel with a tuning record is built with the best record's schedule and timed here, in this
-process, on TVM's thread pool as it is now: the time a record holds was measured by the tuner's
+A kernel with a tuning record is built with its best record's schedule that computes what the
+kernel does (:mod:`tvm_pet.tune.record_check`: a wrong schedule is often the fastest, since it
+skips work) and timed here, in this process, on TVM's thread pool as it is now: the time a record holds was measured by the tuner's
 runner, one candidate at a time beside the builder's compiling, possibly with another thread
 count, and for a borrowed record (:class:`tvm_pet.tune.records.RecordSources`) on another CPU.
 Those times do not even rank two kernels as a model runs them here: on BERT's feed-forward kernels,
@@ -88,7 +89,7 @@ def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = N
     opened = records.OpenRecords.of(database)
     times = []
     for task in tasks:
-        record, borrowed = opened.best(task.mod)
+        record, borrowed = opened.checked_best(task.mod, task.shash, target)
         tuned_s = records.mean_run_secs(record) if record is not None else None
         source = "untuned" if tuned_s is None else "borrowed" if borrowed else "tuned"
         # the record's own time names its schedule: a better record found later is timed anew

@@ -302,6 +302,15 @@ class OpenRecords:
                 return record, borrowed
         return None, False
 
+    def checked_best(self, task_mod: tvm.IRModule, shash: int, target: tvm.target.Target
+                     ) -> tuple[ms.database.TuningRecord | None, bool]:
+        """Return the task's fastest record that computes what its kernel does (records not yet
+        checked are checked now: :meth:`RecordChecks.agrees`), and whether it is borrowed."""
+        for record, borrowed in self.ranked(task_mod):
+            if self.checks.agrees(task_mod, shash, record, target):
+                return record, borrowed
+        return None, False
+
     def ranked(self, task_mod: tvm.IRModule
                ) -> Iterator[tuple[ms.database.TuningRecord, bool]]:
         """The task's valid records, fastest first: the target's own, then the borrowed ones
