@@ -151,3 +151,33 @@ def test_costing_times_a_kernel_whose_only_record_is_wrong_as_untuned(tmp_path):
                          measure_untuned=measure)
     assert time.source == "untuned" and time.seconds == 2.0
     assert tvm_ffi.structural_equal(timed[0], task.mod)  # the naive loop nest, not the schedule
+
+
+def test_a_borrowing_target_reads_the_lenders_verdicts_and_keeps_its_own_first(tmp_path):
+    lender, own = tmp_path / "lender.json", tmp_path / "own" / CHECKS_FILE
+    lender.write_text(json.dumps({"1:aa": False, "2:bb": True}))
+    own.parent.mkdir()
+    own.write_text(json.dumps({"2:bb": False}))
+    checks = RecordChecks(own, also=[lender, tmp_path / "missing.json"])
+    assert checks.wrong() == ["1:aa", "2:bb"]  # the lender's verdict on 1, its own on 2
+    assert json.loads(lender.read_text()) == {"1:aa": False, "2:bb": True}  # only read
+
+
+def test_the_shipped_records_verdicts_ship_and_none_of_their_best_records_is_wrong():
+    from tvm_pet.tune.records import SHIPPED_RECORDS_DIR, open_database
+    shipped = SHIPPED_RECORDS_DIR / "llvm-skylake-avx512-c2"
+    if not (shipped / "database_workload.json").exists():
+        pytest.skip("no shipped llvm-skylake-avx512-c2 records in this checkout")
+    checks = RecordChecks(shipped / CHECKS_FILE)
+    database = open_database(shipped, TARGET, create=False)
+    seen, unchecked, wrong = set(), 0, []
+    for record in database.get_all_tuning_records():
+        shash = tvm_ffi.structural_hash(record.workload.mod)
+        if shash in seen:
+            continue
+        seen.add(shash)
+        (best,) = database.get_top_k(record.workload, 1)
+        verdict = checks.verdict(shash, best)
+        unchecked += verdict is None
+        wrong += [record_key(shash, best)] if verdict is False else []
+    assert not wrong and unchecked == 0, (wrong, unchecked)

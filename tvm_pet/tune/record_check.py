@@ -11,8 +11,10 @@ So before a record's schedule is applied, it is run once on random inputs beside
 it is (the naive loop nest, the kernel's meaning) and compared output for output; the output
 buffers start as random values, so an element a schedule does not write is caught. The verdict is
 cached per task and schedule (``record_checks.json`` in the target's records directory), so each
-record is checked once per machine. A wrong record is skipped: the task's next record is taken
-(and checked), and when no record agrees the kernel is built untuned.
+record is checked once. The shipped records' verdicts ship with them, and a target that borrows a
+compatible target's records reads that target's verdicts too (a schedule computes the same values
+whatever CPU level LLVM compiles it for). A wrong record is skipped: the task's next record is
+taken (and checked), and when no record agrees the kernel is built untuned.
 
 Where it runs: :func:`tvm_pet.tune.compile.apply_records` checks the record each kernel would take;
 :class:`tvm_pet.tune.records.OpenRecords` skips the records known to be wrong everywhere else
@@ -21,6 +23,8 @@ Where it runs: :func:`tvm_pet.tune.compile.apply_records` checks the record each
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import tvm
@@ -105,9 +109,21 @@ class RecordChecks(dbfile.SidecarCache):
     AFTER = "the records will be checked again"
     _value = staticmethod(bool)
 
+    def __init__(self, path: str | Path | None = None, also: Sequence[str | Path] = ()) -> None:
+        """``also``: other verdict files read first (a borrowed directory's: a schedule that
+        computes the right values does so whatever CPU level LLVM compiles it for)."""
+        super().__init__(path)
+        for other in also:
+            if Path(other).exists():
+                self._entries = {**RecordChecks(other)._entries, **self._entries}
+
+    def verdict(self, shash: int | str, record: ms.database.TuningRecord) -> bool | None:
+        """Whether the record computes what its kernel does; None when it was never checked."""
+        return self._entries.get(record_key(shash, record))
+
     def known_wrong(self, shash: int | str, record: ms.database.TuningRecord) -> bool:
         """True when the record was checked and computes something else than its kernel."""
-        return self._entries.get(record_key(shash, record)) is False
+        return self.verdict(shash, record) is False
 
     def agrees(self, task_mod: tvm.IRModule, shash: int | str,
                record: ms.database.TuningRecord, target) -> bool:

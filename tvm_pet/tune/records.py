@@ -253,7 +253,8 @@ class RecordSources:
     def open(self) -> "OpenRecords":
         """Open the databases that exist (loading the JSON takes seconds for big ones)."""
         own = _open_dir(self.own) if _count_lines(self.own / RECORD_FILE) else None
-        checks = RecordChecks(self.own / CHECKS_FILE)
+        checks = RecordChecks(self.own / CHECKS_FILE,
+                              also=() if self.borrowed is None else [self.borrowed / CHECKS_FILE])
         if self.borrowed is None:
             return OpenRecords(own, checks=checks)
         return OpenRecords(own, _open_dir(self.borrowed), self.borrowed.name, checks)
