@@ -2,12 +2,13 @@
 
 A kernel with a tuning record is built with its best record's schedule that computes what the
 kernel does (:mod:`tvm_pet.tune.record_check`: a wrong schedule is often the fastest, since it
-skips work) and timed here, in this process, on TVM's thread pool as it is now: the time a record holds was measured by the tuner's
-runner, one candidate at a time beside the builder's compiling, possibly with another thread
-count, and for a borrowed record (:class:`tvm_pet.tune.records.RecordSources`) on another CPU.
-Those times do not even rank two kernels as a model runs them here: on BERT's feed-forward kernels,
-the records said 17.0 against 10.1 ms and the kernels run 6.6 against 8.0 ms in the model. Any
-other kernel is built as it is (the naive loop nest) and timed. Times measured here are cached per
+skips work) and timed here, in this process, on TVM's thread pool as it is now: the time a
+record holds was measured by the tuner's runner, one candidate at a time beside the builder's
+compiling, possibly with another thread count, and for a borrowed record
+(:class:`tvm_pet.tune.records.RecordSources`) on another CPU. Those times do not even rank two
+kernels as a model runs them here: on BERT's feed-forward kernels, the records said 17.0 against
+10.1 ms and the kernels run 6.6 against 8.0 ms in the model. Any other kernel is built as it is
+(the naive loop nest) and timed. Times measured here are cached per
 target, structural hash, schedule and thread count (:class:`tvm_pet.tune.records.UntunedTimes`),
 so each is measured once. The measured cost model (:mod:`tvm_pet.tune.measured_cost`) sums them.
 """
