@@ -328,9 +328,8 @@ class _Bench:
                                            "optimized": optimized}, self.inputs,
                                           rounds=plan.rounds, number=plan.number,
                                           repeat=plan.repeat)
-        tuning = ({"new_trials": sum(s.new_trials for s in tuned),
-                   "tuning_time_s": sum(s.wall_s for s in tuned)} if tuned else {})
-        return Look(what, candidate, budget, plan.rounds, decide(timings, self.alpha), **tuning,
+        return Look(what, candidate, budget, plan.rounds, decide(timings, self.alpha),
+                    **_tuning_of(tuned),
                     number=plan.number, repeat=plan.repeat,
                     seconds=time.perf_counter() - start), timings
 
@@ -523,9 +522,17 @@ def _refusal(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray], ind
         return None
     decision = Decision(False, math.nan, math.nan, math.nan, False,
                         f"candidate {index} refused, not timed: {reason}")
-    tuning = ({"new_trials": sum(s.new_trials for s in tuned),
-               "tuning_time_s": sum(s.wall_s for s in tuned)} if tuned else {})
-    return Look(what, index, budget, 0, decision, **tuning, number=0, repeat=0, refused=reason)
+    return Look(what, index, budget, 0, decision, **_tuning_of(tuned), number=0, repeat=0,
+                refused=reason)
+
+
+def _tuning_of(tuned: Sequence) -> dict:
+    """A look's ``new_trials`` and ``tuning_time_s`` from what was tuned for it (none: no keys,
+    the look tuned nothing)."""
+    if not tuned:
+        return {}
+    return {"new_trials": sum(s.new_trials for s in tuned),
+            "tuning_time_s": sum(s.wall_s for s in tuned)}
 
 
 def check_outputs(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
