@@ -52,31 +52,11 @@ def main() -> int:
         print(f"[{n}/{len(workloads)}] {time.perf_counter() - start:.0f} s", flush=True)
     print(json.dumps({"workloads": len(workloads), "wrong": wrong}))
     if args.drop and wrong:
-        print(f"dropped {drop(work_dir, wrong)} records")
+        from tvm_pet.tune import dbfile
+        dropped = dbfile.drop_records(
+            work_dir, lambda shash, text: (shash, json.loads(text)[1]) in wrong)
+        print(f"dropped {dropped} records")
     return 0
-
-
-def drop(work_dir: pathlib.Path, wrong: list[tuple[str, list[float]]]) -> int:
-    """Remove the records ``(workload hash, measured seconds)`` from the database files; they
-    count as pruned (``dbfile.PRUNED_FILE``: their trials were spent, tuning does not redo them)."""
-    from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
-    from tvm_pet.tune import dbfile
-
-    with dir_lock(work_dir):
-        tables = dbfile.repair(work_dir)
-        before = len(tables.records)
-        kept = [(idx, text) for idx, text in tables.records
-                if (tables.shashes[idx], json.loads(text)[1]) not in wrong]
-        counts = dbfile.pruned_counts(work_dir)
-        kept_set = set(kept)
-        for idx, text in tables.records:
-            if (idx, text) not in kept_set:
-                shash = tables.shashes[idx]
-                counts[shash] = counts.get(shash, 0) + 1
-        atomic_write_json(work_dir / dbfile.PRUNED_FILE, counts, indent=0, sort_keys=True)
-        tables.records = kept
-        atomic_write(work_dir / dbfile.RECORD_FILE, tables.record_text())
-    return before - len(kept)
 
 
 if __name__ == "__main__":

@@ -464,6 +464,21 @@ def test_prune_keeps_the_fastest_records_and_counts_the_dropped_ones(shared, mod
         dbfile.prune(shared, keep=0)
 
 
+
+def test_drop_records_removes_the_chosen_ones_and_counts_them_as_pruned(shared, mods):
+    tables = dbfile.read_tables(shared)
+    by_task: dict = {}
+    for idx, text in tables.records:
+        by_task.setdefault(tables.shashes[idx], []).append(text)
+    slowest = {(shash, max(texts, key=lambda text: json.loads(text)[1])) for shash, texts in
+               by_task.items()}
+    assert len(slowest) == 2
+    assert dbfile.drop_records(shared, lambda shash, text: (shash, text) in slowest) == 2
+    assert times_by_task(open_database(shared.parent, TARGET), mods) == [T0[:2], T1[:2]]
+    assert sorted(dbfile.pruned_counts(shared).values()) == [1, 1]
+    assert dbfile.drop_records(shared, lambda shash, text: False) == 0
+
+
 # ------------------------------------------------------------------------ whole-model budgets
 
 def test_a_budget_already_spent_measures_nothing(tmp_path):

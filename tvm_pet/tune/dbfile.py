@@ -29,6 +29,7 @@ Readers take the directory's shared lock, so they never see one file old and the
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -38,7 +39,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from tvm_pet.io import atomic_write, atomic_write_json, dir_lock
 
@@ -404,23 +405,48 @@ def prune(directory: str | Path, keep: int) -> int:
     """
     if keep < 1:
         raise ValueError(f"keep={keep}: a pruned workload keeps at least its best record")
-    directory = Path(directory)
-    with dir_lock(directory):
-        tables = repair(directory)
+
+    def fastest(tables: Tables) -> list[tuple[int, str]]:
         by_workload: dict[int, list[str]] = {}
         for idx, text in tables.records:
             by_workload.setdefault(idx, []).append(text)
         kept = {idx: set(sorted(texts, key=_mean_secs)[:keep])
                 for idx, texts in by_workload.items()}
-        records = [(idx, text) for idx, text in tables.records if text in kept[idx]]
+        return [(idx, text) for idx, text in tables.records if text in kept[idx]]
+
+    return _keep_records(Path(directory), fastest)
+
+
+def drop_records(directory: str | Path, wrong: Callable[[str | None, str], bool]) -> int:
+    """Drop the records for which ``wrong(workload hash, record JSON text)`` holds (e.g. those
+    whose schedule computes something else: ``scripts/check_records.py``). They count as pruned
+    (``PRUNED_FILE``): their trials were spent, and tuning does not redo them.
+
+    Returns:
+        The number of records dropped.
+    """
+    return _keep_records(Path(directory), lambda tables: [
+        (idx, text) for idx, text in tables.records if not wrong(tables.shashes[idx], text)])
+
+
+def _keep_records(directory: Path, keep: Callable[[Tables], list[tuple[int, str]]]) -> int:
+    """Under the directory's exclusive lock, keep the records ``keep(tables)`` returns (in file
+    order) and drop the others, adding the dropped ones per workload to ``PRUNED_FILE`` (written
+    first: a crash between the two writes over-counts, never re-tunes); returns how many."""
+    with dir_lock(directory):
+        tables = repair(directory)
+        records = keep(tables)
         dropped = len(tables.records) - len(records)
         if not dropped:
             return 0
         counts = pruned_counts(directory)
-        for idx, texts in by_workload.items():
-            if len(texts) > len(kept[idx]):
+        left = collections.Counter(records)
+        for idx, text in tables.records:
+            if left[(idx, text)]:
+                left[(idx, text)] -= 1
+            else:
                 shash = tables.shashes[idx]
-                counts[shash] = counts.get(shash, 0) + len(texts) - len(kept[idx])
+                counts[shash] = counts.get(shash, 0) + 1
         atomic_write_json(directory / PRUNED_FILE, counts, indent=0, sort_keys=True)
         tables.records = records
         atomic_write(directory / RECORD_FILE, tables.record_text())
