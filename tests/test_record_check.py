@@ -20,7 +20,8 @@ from tvm.s_tir import meta_schedule as ms
 from tests.records import TARGET, matmul_module, write_records
 from tvm_pet.tune import build_with_records, extract_tasks
 from tvm_pet.tune.compile import apply_records
-from tvm_pet.tune.record_check import CHECKS_FILE, RecordChecks, record_key, schedule_agrees
+from tvm_pet.tune.record_check import (CHECKS_FILE, RecordChecks, random_args, record_key,
+                                       schedule_agrees, scheduled)
 from tvm_pet.tune.records import OpenRecords, db_dir
 
 WRONG = pathlib.Path(__file__).parent / "data" / "wrong_record"
@@ -48,19 +49,18 @@ def test_a_shipped_record_that_leaves_padding_unwritten_is_found_wrong_and_skipp
 
 
 def test_the_wrong_record_differs_where_its_output_is_padded():
-    from tvm_pet.tune.kernels import _scheduled, random_args
 
     _, record = _only_record(WRONG)
     task = record.workload.mod
     outputs = []
-    for mod in (task, _scheduled(task, record)):
+    for mod in (task, scheduled(task, record)):
         args = random_args(task, tvm.cpu(), 0)
         tvm.tirx.build(mod, target=TARGET)["main"](*args)
         outputs.append(args[-1].numpy())  # [1, 512, 30, 30]: rows and columns 28, 29 are pad
-    untuned, scheduled = outputs
+    untuned, tuned = outputs
     inner = (slice(None), slice(None), slice(0, 28), slice(0, 28))
-    np.testing.assert_allclose(scheduled[inner], untuned[inner], rtol=1e-4, atol=1e-3)
-    assert np.all(untuned[..., 28:] == 0) and np.abs(scheduled[..., 28:]).max() > 1
+    np.testing.assert_allclose(tuned[inner], untuned[inner], rtol=1e-4, atol=1e-3)
+    assert np.all(untuned[..., 28:] == 0) and np.abs(tuned[..., 28:]).max() > 1
 
 
 def test_a_schedule_that_changes_nothing_agrees_and_one_computing_else_does_not():
@@ -127,7 +127,7 @@ def test_damaged_record_checks_are_set_aside_with_a_warning_and_checked_again(tm
     path.write_text('{"1:abc": tru')  # a write cut short
     with pytest.warns(CorruptDatabaseWarning, match="record checks"):
         checks = RecordChecks(path)
-    assert not checks.any_wrong() and not path.exists()
+    assert checks.wrong() == [] and not path.exists()
     assert (tmp_path / (CHECKS_FILE + ".corrupt")).read_text() == '{"1:abc": tru'
 
 

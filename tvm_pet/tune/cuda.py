@@ -284,7 +284,7 @@ def measure_primfunc_cuda(task_mod: tvm.IRModule, target=None, *, repeat: int = 
     if not gpu_present():
         raise PetError("timing an untuned CUDA kernel needs a CUDA GPU; this machine has none "
                        "(tvm-pet optimize --dry-run builds without one)")
-    from tvm_pet.tune.kernels import random_args
+    from tvm_pet.tune.record_check import random_args
     rt_mod = build_untuned(task_mod, target)
     device = tvm.cuda(0)
     args = random_args(task_mod, device, seed)

@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
@@ -27,6 +26,7 @@ from tvm_pet.errors import PetError
 from tvm_pet.tune import records
 from tvm_pet.tune.builder import fast_build
 from tvm_pet.tune.compile import Task, extract_tasks
+from tvm_pet.tune.record_check import random_args, scheduled
 from tvm_pet.tune.targets import resolve_target
 
 
@@ -98,18 +98,11 @@ def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = N
                f"{task.shash}@{opened.borrowed_key if borrowed else 'tuned'}:{tuned_s:.9g}")
         seconds = cache.get(target, key)
         if seconds is None:
-            task_mod = task.mod if tuned_s is None else _scheduled(task.mod, record)
+            task_mod = task.mod if tuned_s is None else scheduled(task.mod, record)
             seconds = measure(task_mod, target, repeat=repeat)
             cache.put(target, key, seconds)
         times.append(KernelTime(task.name, task.weight, seconds, source, task.shash))
     return times
-
-
-def _scheduled(task_mod: tvm.IRModule, record: ms.database.TuningRecord) -> tvm.IRModule:
-    """The task with the record's schedule applied (its trace replayed, postprocessing kept)."""
-    schedule = tvm.s_tir.Schedule(task_mod)
-    record.trace.apply_to_schedule(schedule, remove_postproc=False)
-    return schedule.mod
 
 
 def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
@@ -132,16 +125,3 @@ def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
                                   min_repeat_ms=MIN_SAMPLE_MS)
     rt_mod["main"](*args)
     return float(statistics.median(timer(*args).results))
-
-
-def random_args(task_mod: tvm.IRModule, device, seed: int = 0) -> list:
-    """Arguments for a task's ``main`` on ``device``: standard normal floats, and zeros for
-    integer arguments (indices of take or gather: zeros are always in bounds)."""
-    rng = np.random.default_rng(seed)
-    args = []
-    for info in ms.arg_info.ArgInfo.from_prim_func(task_mod["main"]):
-        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
-        value = (rng.standard_normal(shape) if dtype.startswith(("float", "bfloat"))
-                 else np.zeros(shape))
-        args.append(tvm.runtime.tensor(value.astype(dtype), device))
-    return args

@@ -90,12 +90,30 @@ def schedule_agrees(task_mod: tvm.IRModule, scheduled: tvm.IRModule, target, *,
 
 def _run(mod: tvm.IRModule, task_mod: tvm.IRModule, target, seed: int) -> list[np.ndarray]:
     """Every argument of ``mod``'s ``main`` after one call on the task's random arguments."""
-    from tvm_pet.tune.kernels import random_args  # kernels imports records, which imports us
-
     built = tvm.tirx.build(mod, target=target)  # layout-rewrite blocks kept: same arguments
     args = random_args(task_mod, tvm.cpu(), seed)
     built["main"](*args)
     return [a.numpy() for a in args]
+
+
+def scheduled(task_mod: tvm.IRModule, record: ms.database.TuningRecord) -> tvm.IRModule:
+    """The task with the record's schedule applied (its trace replayed, postprocessing kept)."""
+    schedule = tvm.s_tir.Schedule(task_mod)
+    record.trace.apply_to_schedule(schedule, remove_postproc=False)
+    return schedule.mod
+
+
+def random_args(task_mod: tvm.IRModule, device, seed: int = 0) -> list:
+    """Arguments for a task's ``main`` on ``device``: standard normal floats, and zeros for
+    integer arguments (indices of take or gather: zeros are always in bounds)."""
+    rng = np.random.default_rng(seed)
+    args = []
+    for info in ms.arg_info.ArgInfo.from_prim_func(task_mod["main"]):
+        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
+        value = (rng.standard_normal(shape) if dtype.startswith(("float", "bfloat"))
+                 else np.zeros(shape))
+        args.append(tvm.runtime.tensor(value.astype(dtype), device))
+    return args
 
 
 class RecordChecks(dbfile.SidecarCache):
@@ -134,20 +152,14 @@ class RecordChecks(dbfile.SidecarCache):
             return self._entries[key]
         if target.kind.name != "llvm":
             return True
-        from tvm_pet.tune.kernels import _scheduled
-
         try:
-            scheduled = _scheduled(task_mod, record)
+            applied = scheduled(task_mod, record)
         except (RuntimeError, ValueError, TypeError):  # its trace does not replay on the task
             verdict = False
         else:
-            verdict = schedule_agrees(task_mod, scheduled, target)
+            verdict = schedule_agrees(task_mod, applied, target)
         self._store(key, verdict)
         return verdict
-
-    def any_wrong(self) -> bool:
-        """True when some record was found wrong."""
-        return False in self._entries.values()
 
     def wrong(self) -> list[str]:
         """The keys of the records found wrong."""

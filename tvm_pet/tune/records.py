@@ -291,12 +291,6 @@ class OpenRecords:
     def best(self, task_mod: tvm.IRModule) -> tuple[ms.database.TuningRecord | None, bool]:
         """Return the task's fastest valid record not known to be wrong, and whether it is
         borrowed."""
-        if not self.checks.any_wrong():
-            for database, borrowed in ((self.own, False), (self.borrowed, True)):
-                record = best_record(database, task_mod) if database is not None else None
-                if record is not None:
-                    return record, borrowed
-            return None, False
         shash = tvm_ffi.structural_hash(task_mod)
         for record, borrowed in self.ranked(task_mod):
             if not self.checks.known_wrong(shash, record):
