@@ -218,3 +218,31 @@ def test_a_runner_up_after_a_second_look_gets_the_same_budget(model, tmp_path):
     assert timer.calls == [2, 4, 2] and report["kept"] == "optimized"
     last = report["looks"][-1]
     assert last["what"] == "runner-up 1" and (last["trials_per_task"], last["seed"]) == (16, 4)
+
+
+def test_nothing_to_confirm_times_the_original_once_within_the_time_left():
+    # nothing to confirm decides nothing: on a slow original (2 s a call, 10 s left) the one
+    # binary is timed once (not as both sides of a look) and not stretched to the rank test's
+    # fewest samples (about a minute here); the original is kept, at the ratio 1 by construction
+    import time
+
+    from tvm_pet.pipeline.confirm import (SELF_LOOK_SAMPLES, Baseline, Budget, _Bench,
+                                          _nothing_to_confirm)
+
+    timed = []
+
+    class Timer:
+        def time(self, executables, inputs, *, rounds, number, repeat):
+            timed.append((sorted(executables), rounds, number, repeat))
+            return {"baseline": _timing(2.0, 0.04), "optimized": _timing(1.0, 0.04)}
+
+    bench = _Bench(Timer(), DriverOptions(timing_rounds=5), (), ALPHA,
+                   deadline=time.perf_counter() + 10.0)
+    baseline = Baseline(None, object(), (), Budget(0, 0), call_s=2.0)
+    confirmation = _nothing_to_confirm(baseline, bench)
+    ((names, rounds, number, repeat),) = timed
+    assert names == ["baseline"] and number == 1
+    assert SELF_LOOK_SAMPLES <= rounds * repeat < fewest_samples(ALPHA)
+    (look,) = confirmation.looks
+    assert look.decision.keep is False and look.decision.ratio == 1.0
+    assert look.decision.noise == pytest.approx(0.04)

@@ -55,6 +55,10 @@ ALPHA = 0.01
 #: p = 1/924, below ALPHA shared by three candidates (5 against 5 cannot go below 1/252).
 MIN_SAMPLES = 6
 
+#: Fewest samples of the original timed alone when there is nothing to confirm: no rank test
+#: decides there, so that look is only as long as its time allows, down to this.
+SELF_LOOK_SAMPLES = 2
+
 
 def fewest_samples(alpha: float) -> int:
     """Fewest samples per module (at least :data:`MIN_SAMPLES`) at which the one-sided rank test
@@ -90,8 +94,9 @@ class TimingPlan:
 
 
 def plan_timing(call_s: float, budget_s: float, rounds: int, number: int,
-                repeat: int, fewest: int = MIN_SAMPLES) -> TimingPlan:
-    """The largest timing of two modules, up to the asked one, that fits ``budget_s``.
+                repeat: int, fewest: int = MIN_SAMPLES, modules: int = 2) -> TimingPlan:
+    """The largest timing of ``modules`` modules (two: a look), up to the asked one, that fits
+    ``budget_s``.
 
     The rule: keep the asked plan when it fits; else fewer calls per sample (down to one); else
     fewer rounds. Never fewer than ``fewest`` samples per module (:func:`fewest_samples`), the
@@ -111,11 +116,11 @@ def plan_timing(call_s: float, budget_s: float, rounds: int, number: int,
     least_rounds = math.ceil(fewest / repeat)
     rounds = max(rounds, least_rounds)
     asked = TimingPlan(rounds, number, repeat)
-    if call_s <= 0 or asked.seconds(call_s) <= budget_s:
+    if call_s <= 0 or asked.seconds(call_s, modules) <= budget_s:
         return asked
-    calls = budget_s / (2 * call_s) - 1  # calls per module the budget pays for
+    calls = budget_s / (modules * call_s) - 1  # calls per module the budget pays for
     fewer_calls = TimingPlan(rounds, max(1, math.floor((calls / rounds - 1) / repeat)), repeat)
-    if fewer_calls.seconds(call_s) <= budget_s:
+    if fewer_calls.seconds(call_s, modules) <= budget_s:
         return fewer_calls
     return TimingPlan(max(least_rounds, min(rounds, math.floor(calls / (repeat + 1)))), 1, repeat)
 
@@ -258,6 +263,8 @@ class Confirmation:
         notes: what the budget cut short, in words.
         budget_s: the confirmation's time budget (None: unbounded).
         seconds: the stage's wall time.
+        optimized_module: the kept candidate's module, as lowered and built (None when the
+            original stays).
     """
 
     looks: tuple[Look, ...]
@@ -269,6 +276,7 @@ class Confirmation:
     notes: tuple[str, ...] = ()
     budget_s: float | None = None
     seconds: float = 0.0
+    optimized_module: Any = None
 
     def to_json(self) -> dict:
         """The stage's budget and what it cut short (``confirmation`` in ``report.json``)."""
@@ -322,12 +330,16 @@ class _Bench:
         start = time.perf_counter()
         label = (f"timing the original against candidate {candidate}" if candidate is not None
                  else "timing the original")
+        alone = optimized is baseline.executable  # the same binary: timed once, for both sides
+        executables = {"baseline": baseline.executable} | ({} if alone else
+                                                           {"optimized": optimized})
         with self.progress.step(f"{label} ({what}): {plan.rounds} rounds x {plan.repeat} "
-                                f"samples x {plan.number} calls", plan.seconds(baseline.call_s)):
-            timings = self.toolchain.time({"baseline": baseline.executable,
-                                           "optimized": optimized}, self.inputs,
-                                          rounds=plan.rounds, number=plan.number,
-                                          repeat=plan.repeat)
+                                f"samples x {plan.number} calls",
+                                plan.seconds(baseline.call_s, len(executables))):
+            timings = self.toolchain.time(executables, self.inputs, rounds=plan.rounds,
+                                          number=plan.number, repeat=plan.repeat)
+        if alone:
+            timings = {"baseline": timings["baseline"], "optimized": timings["baseline"]}
         return Look(what, candidate, budget, plan.rounds, decide(timings, self.alpha),
                     **_tuning_of(tuned),
                     number=plan.number, repeat=plan.repeat,
@@ -379,8 +391,7 @@ def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolch
         if trial is not None and _cannot_pay(bench, baseline.call_s, len(candidates) - index):
             notes.append(f"{len(candidates) - index} runner(s)-up not timed: the budget of "
                          f"{budget_s:.0f} s was spent")
-            return _timed(Confirmation(tuple(looks), trial.timings, None, trial.baseline,
-                                       trial.optimized, len(candidates) - index, tuple(notes)),
+            return _timed(_ending(trial, looks, notes, skipped=len(candidates) - index),
                           start, budget_s)
         first = _first_look(index, candidate, baseline, bench, len(candidates) - index)
         looks.append(first.look)
@@ -401,15 +412,21 @@ def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolch
                     continue
                 trial = second
         if trial.look.decision.keep:
-            return _timed(Confirmation(tuple(looks), trial.timings, candidate, trial.baseline,
-                                       trial.optimized, notes=tuple(notes)), start, budget_s)
+            return _timed(_ending(trial, looks, notes, candidate), start, budget_s)
     if trial is None:  # every candidate was refused: the original is kept, timed alone
         alone = _nothing_to_confirm(baseline, bench, "every candidate was refused (its compiled "
                                     "module computes something else): the original is kept")
         return _timed(dataclasses.replace(alone, looks=(*looks, *alone.looks),
                                           notes=tuple(notes)), start, budget_s)
-    return _timed(Confirmation(tuple(looks), trial.timings, None, trial.baseline,
-                               trial.optimized, notes=tuple(notes)), start, budget_s)
+    return _timed(_ending(trial, looks, notes), start, budget_s)
+
+
+def _ending(trial: _Trial, looks: list[Look], notes: list[str], chosen: Candidate | None = None,
+            skipped: int = 0) -> Confirmation:
+    """The confirmation after ``trial``, the latest candidate's look: ``chosen`` kept or not."""
+    return Confirmation(tuple(looks), trial.timings, chosen, trial.baseline, trial.optimized,
+                        skipped, tuple(notes),
+                        optimized_module=None if chosen is None else trial.module)
 
 
 def _timed(confirmation: Confirmation, start: float, budget_s: float | None) -> Confirmation:
@@ -445,8 +462,15 @@ def _nothing_to_confirm(baseline: Baseline, bench: _Bench,
                         rule: str = "the search applied no mutant: the original is kept"
                         ) -> Confirmation:
     """No candidate to time (the search applied no mutant, or every candidate was refused): the
-    original is timed against itself and kept (any measured difference is noise)."""
-    plan = bench.plan(baseline.call_s, bench.options.timing_rounds, 1)
+    original is kept. It is timed once, as the one side of a look whose other side is the same
+    timing (the ratio 1, the spread its own). Nothing is decided by that timing, so it fits the
+    time left down to :data:`SELF_LOOK_SAMPLES` samples, not the rank test's fewest of each of
+    two modules (on slow untuned kernels, as a real model's at ``--trials 0``, that was a minute
+    of timing)."""
+    options = bench.options
+    plan = plan_timing(baseline.call_s, bench.left(), options.timing_rounds,
+                       options.timing_number, min(options.timing_repeat, SELF_LOOK_SAMPLES),
+                       SELF_LOOK_SAMPLES, modules=1)
     look, timings = bench.look(baseline, baseline.executable, plan, "first look", None,
                                baseline.budget)
     decision = dataclasses.replace(look.decision, keep=False, close=False, rule=rule)
