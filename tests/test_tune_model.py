@@ -168,3 +168,27 @@ def test_mutants_tuned_before_are_topped_up_to_a_larger_budget(tmp_path):
     assert picks and all(p.tuned_before for p in picks)
     # the original, then every pick, each asked for the run's trials per task
     assert len(toolchain.tuned) >= 1 + len(picks) and set(toolchain.trials) == {512}
+
+
+def test_the_report_counts_a_built_module_from_its_build(tmp_path, monkeypatch):
+    # kernel_records of a module the toolchain built gives the build's own counts, without
+    # applying the records again; after tuning adds records it counts again
+    import tvm_pet.pipeline.tvm_toolchain as tvm_toolchain
+    applied, real = [], tvm_toolchain.apply_records
+    monkeypatch.setattr(tvm_toolchain, "apply_records",
+                        lambda *a, **k: applied.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(tvm_toolchain, "tune",
+                        lambda *args, **kwargs: types.SimpleNamespace(new_trials=2))
+    write_records(db_dir(tmp_path / "records", TARGET), task_mods(1))
+    toolchain = TVMToolchain("llvm", str(tmp_path / "records"))
+    module = toolchain.lower(dilated_chain(layers=1))
+    toolchain.build(module)
+    counted = toolchain.kernel_records(module)
+    assert len(applied) == 1
+    fresh = TVMToolchain("llvm", str(tmp_path / "records"))  # built nothing: counts now
+    assert fresh.kernel_records(module) == counted and len(applied) == 2
+    other = toolchain.lower(dilated_chain(layers=1))  # not built by toolchain: counted now
+    assert toolchain.kernel_records(other) == counted and len(applied) == 3
+    toolchain.tune(module, 4, seed=0)  # new records: the build's counts are stale
+    toolchain.kernel_records(module)
+    assert len(applied) == 4

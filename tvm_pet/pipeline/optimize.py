@@ -112,10 +112,9 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
 def _kernel_counts(toolchain: Toolchain, confirmation) -> dict:
     """``kernels`` and ``kept_kernels`` of the report: (kernels, kernels the records schedule) of
     the original as built, and of the kept candidate (None when the original is kept)."""
-    kept = confirmation.chosen
     return {"kernels": toolchain.kernel_records(confirmation.baseline.module),
-            "kept_kernels": (toolchain.kernel_records(toolchain.lower(kept.program))
-                             if kept is not None else None)}
+            "kept_kernels": (toolchain.kernel_records(confirmation.optimized_module)
+                             if confirmation.keep else None)}
 
 
 def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),

@@ -3,7 +3,8 @@
 The one module of the application that imports TVM (``tvm_toolchain`` in
 :mod:`tvm_pet.pipeline.toolchain` imports it on first use). Each operation is one call into the
 TVM side: lowering through the Relax adapter (:func:`~tvm_pet.relax.adapter.program_to_module`),
-building with the records (:func:`~tvm_pet.tune.compile.build_with_records`), tuning
+building with the records (:func:`~tvm_pet.tune.compile.apply_records`, then
+:func:`~tvm_pet.tune.compile.build_applied`), tuning
 (:func:`~tvm_pet.tune.tuner.tune`), interleaved timing
 (:func:`~tvm_pet.tune.timing.time_interleaved`), running on the Relax VM, and the measured cost
 model (:class:`~tvm_pet.tune.measured_cost.MeasuredCost`). Loading a model through TVM's
@@ -28,7 +29,7 @@ from tvm_pet.pipeline.load import InputSpec, LoadedModel
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.relax.coverage import coverage as relax_coverage
 from tvm_pet.relax.frontends import ModuleLowering, import_model
-from tvm_pet.tune.compile import apply_records, build_with_records
+from tvm_pet.tune.compile import apply_records, build_applied
 from tvm_pet.tune.measured_cost import MeasuredCost
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.records_plan import RecordsPlan, records_plan
@@ -36,6 +37,10 @@ from tvm_pet.tune.targets import resolve_target
 from tvm_pet.tune.threads import size_thread_pool
 from tvm_pet.tune.timing import Timing, time_interleaved
 from tvm_pet.tune.tuner import TuneStats, tune, tune_budget, tune_minutes
+
+
+#: Builds whose kernel counts a toolchain remembers (:meth:`TVMToolchain.kernel_records`).
+BUILDS_COUNTED = 4
 
 
 def device_for(target: tvm.target.Target) -> tvm.runtime.Device:
@@ -76,6 +81,9 @@ class TVMToolchain:
         self._device = device_for(self.target) if run_here else None
         self._lower: Callable[[Program], tvm.IRModule] = program_to_module
         self._sources: tuple | None = None  # the records, opened on first use (_records)
+        # (module, the records it was built with, its kernel counts) of the latest builds, so
+        # that the report counts what was built without applying the records again
+        self._built: list[tuple[tvm.IRModule, tuple, tuple[int, int]]] = []
 
     @property
     def device(self) -> tvm.runtime.Device:
@@ -114,16 +122,27 @@ class TVMToolchain:
         return {**cov.to_json(), "summary": cov.summary_line()}
 
     def kernel_records(self, module: tvm.IRModule) -> tuple[int, int]:
-        """``(kernels, kernels scheduled from the records)`` of the module as it is built."""
-        applied, tuned = apply_records(module, self.target, self.records_dir,
-                                       sources=self._records())
-        total = sum(1 for _, f in applied.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
-        return total, tuned
+        """``(kernels, kernels scheduled from the records)`` of the module as it is built: as
+        :meth:`build` counted them when it built this module with the same records, else
+        counted now."""
+        sources = self._records()
+        for built, with_sources, counts in self._built:
+            if built is module and with_sources is sources:
+                return counts
+        return self._apply(module)[1]
 
     def build(self, module: tvm.IRModule) -> relax.VMExecutable:
         """Compile with the tuned schedules where the records have them."""
-        return build_with_records(module, self.target, self.records_dir,
-                                  sources=self._records())
+        applied, counts = self._apply(module)
+        self._built = [(module, self._records(), counts), *self._built[:BUILDS_COUNTED - 1]]
+        return build_applied(applied, self.target)
+
+    def _apply(self, module: tvm.IRModule) -> tuple[tvm.IRModule, tuple[int, int]]:
+        """The module with the records applied, and ``(kernels, kernels scheduled)``."""
+        applied, tuned = apply_records(module, self.target, self.records_dir,
+                                       sources=self._records())
+        total = sum(1 for _, f in applied.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
+        return applied, (total, tuned)
 
     def _records(self) -> tuple:
         """The records and the untuned-time cache (``records.costing_sources``), opened once

@@ -168,6 +168,13 @@ def build_with_records(mod: tvm.IRModule, target=None, records_dir: str | Path |
     """
     target = resolve_target(target)
     applied, _ = apply_records(mod, target, records_dir, sources=sources)
+    return build_applied(applied, target)
+
+
+def build_applied(applied: tvm.IRModule, target=None):
+    """Compile a module :func:`apply_records` returned: the rest of the target's default
+    pipeline, as :func:`build_with_records` runs it."""
+    target = resolve_target(target)
     backend = _backend_pipeline(target)
     already_run = {"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR"}
     rest = [p for p in backend.legalize_passes(target) if p.info.name not in already_run]
