@@ -163,6 +163,35 @@ def test_one_round_rewrites_every_layer_of_a_chain_at_once():
                                    evaluate(program, x, np.float64)[y], rtol=1e-9, atol=1e-9)
 
 
+class SpoiledTogether(PenaliseDilation):
+    """Not additive, as the measured cost: each rewrite of a dilated conv pays alone, but the
+    three together cost infinitely much (as a kernel with no records that only the whole
+    combination makes)."""
+    name = "spoiled-together"
+    additive = False
+
+    def cost(self, program):
+        dilated = sum(n.op is Op.CONV and n.attrs["dilations"] != (1, 1) for n in program.nodes)
+        return float("inf") if dilated == 0 else super().cost(program)
+
+
+def test_a_combination_one_rewrite_spoils_is_built_one_rewrite_at_a_time():
+    program = dilated_chain()
+    result = optimize(program, SearchConfig(depth=3, rounds=1, time_limit=120),
+                      cost=SpoiledTogether())
+    # all three together cost inf, one alone leaves two dilated convs: the search keeps two
+    dilated = [n for n in result.program.nodes
+               if n.op is Op.CONV and n.attrs["dilations"] != (1, 1)]
+    assert len(dilated) == 1 and len(result.applied) == 2
+    assert result.cost < SpoiledTogether().cost(program)
+    check_program(result.program)
+    (y,) = program.outputs
+    for seed in range(2):
+        x = _inputs(program, seed)
+        np.testing.assert_allclose(evaluate(result.program, x, np.float64)[y],
+                                   evaluate(program, x, np.float64)[y], rtol=1e-9, atol=1e-9)
+
+
 def test_without_combining_one_round_changes_at_most_one_layer(monkeypatch):
     from tvm_pet.search import optimizer
     monkeypatch.setattr(optimizer, "combine", lambda *a: None)

@@ -177,7 +177,8 @@ def combination(program: Program, tuned: Sequence[tuple[Subprogram, Program, Pro
     if len(tuned) < 2:
         return None
     scored = [(cost.cost(whole), part, corrected) for part, whole, corrected in tuned]
-    together = combine(program, scored, cost.cost(program))
+    together = combine(program, scored, cost.cost(program),
+                       None if getattr(cost, "additive", True) else cost.cost)
     return None if together is None else together[0]
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.cost.model import CostModel
@@ -39,6 +39,10 @@ from tvm_pet.search.postopt import post_optimize
 from tvm_pet.search.region import Region, fusion_region
 from tvm_pet.search.progress import progress
 
+
+#: The most one-at-a-time costings of a combination that does not pay all together
+#: (:func:`combine`).
+COMBINE_TRIES = 12
 
 @dataclasses.dataclass
 class Applied:
@@ -178,7 +182,8 @@ def replace_all(program: Program, replacements: Sequence[tuple[Subprogram, Progr
     return program
 
 
-def combine(program: Program, scored: Sequence[tuple], cost_now: float
+def combine(program: Program, scored: Sequence[tuple], cost_now: float,
+            cost: Callable[[Program], float] | None = None, tries: int = COMBINE_TRIES
             ) -> tuple[Program, list[int]] | None:
     """Apply together the cheapest improving candidate of each disjoint subset, post-optimized.
 
@@ -186,11 +191,20 @@ def combine(program: Program, scored: Sequence[tuple], cost_now: float
     so each subset contributes its best candidate (the others share its nodes), and overlapping
     subsets (a merge and its parts) contribute the cheaper one.
 
+    With a ``cost`` that is not additive (the measured one), one candidate can spoil the rest:
+    its kernels, fused with a neighbour's rewrite, are a kernel with no records (costed untuned),
+    so all of them together cost more than the best one alone. When all together do not beat the
+    best one alone, they are added one at a time instead, cheapest first, each kept only if the
+    combination (post-optimized) then costs less; ``tries`` such costings at most.
+
     Args:
         program: the program the candidates were made on.
         scored: ``(cost, subprogram, corrected mutant, ...)`` per candidate (extra items are
             ignored), each costed as ``program`` with that one replacement.
         cost_now: ``program``'s cost; only candidates below it are used.
+        cost: the whole-program cost, when candidates are to be added one at a time where all
+            together do not pay (None: all together, as with an additive cost).
+        tries: the most one-at-a-time costings.
 
     Returns:
         The combined program and the indices into ``scored`` of the candidates it applies
@@ -205,8 +219,21 @@ def combine(program: Program, scored: Sequence[tuple], cost_now: float
             chosen.append(k)
     if len(chosen) < 2:
         return None
-    combined = replace_all(program, [(scored[k][1], scored[k][2]) for k in chosen])
-    return post_optimize(combined)[0], chosen
+    together = _together(program, scored, chosen)
+    if cost is None or cost(together) < scored[chosen[0]][0]:
+        return together, chosen
+    kept, best = [chosen[0]], (scored[chosen[0]][0], None)
+    for k in chosen[1:1 + tries]:
+        trial = _together(program, scored, kept + [k])
+        trial_cost = cost(trial)
+        if trial_cost < best[0]:
+            kept, best = kept + [k], (trial_cost, trial)
+    return (together, chosen) if best[1] is None else (best[1], kept)
+
+
+def _together(program: Program, scored: Sequence[tuple], chosen: list[int]) -> Program:
+    """The candidates ``chosen`` applied together, post-optimized."""
+    return post_optimize(replace_all(program, [(scored[k][1], scored[k][2]) for k in chosen]))[0]
 
 
 def operator_subsets(program: Program, sub: Subprogram, size: int) -> list[tuple[int, ...]]:
@@ -377,7 +404,9 @@ def _children(opt: Optimizer, entry: _Entry, seen: set, label: str) -> list[_Ent
     to it."""
     cost_now, prog, history = entry
     fresh, scored = _single_mutations(opt, entry, seen, label)
-    together = None if opt.out_of_time() else combine(prog, scored, cost_now)
+    additive = getattr(opt.cost_model, "additive", True)
+    together = (None if opt.out_of_time()
+                else combine(prog, scored, cost_now, None if additive else opt.cost))
     if together is not None:
         new, chosen = together
         key = canonical(new, opt.keys)[0]
