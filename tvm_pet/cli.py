@@ -115,6 +115,7 @@ def _driver_options(args: argparse.Namespace):
                          records_dir=getattr(args, "records", None), rpc=getattr(args, "rpc", None),
                          cost=getattr(args, "cost", "measured"),
                          second_look=not getattr(args, "no_second_look", False),
+                         second_screen=getattr(args, "second_screen", 0),
                          confirm=getattr(args, "confirm", 3), time_limit=args.time_limit,
                          tvm_rewrites=not args.no_tvm_rewrites,
                          progress=_progress(args))
@@ -206,8 +207,10 @@ def _print_trust(report) -> None:
         by_flops = tuning.get("screened_by_flops", 0)
         print(f"  screen: {tuning['screened_mutants']} mutants compared from their fusion "
               f"regions ({tuning['screened_mutants'] - by_flops} timed untuned, {by_flops} by "
-              f"FLOPs: kernels too large to time untuned); tuned the {len(picked)} with the best "
-              f"expected saving"
+              f"FLOPs: kernels too large to time untuned)"
+              + (f"; short-tuned {tuning['short_tuned']} more at {tuning['screen_trials']} "
+                 f"trials per kernel to rank them tuned" if tuning.get("short_tuned") else "")
+              + f"; tuned the {len(picked)} with the best expected saving"
               + "".join(f"; {m['subprogram']} {m['expected_saving_ms']:.2f} ms"
                         for m in picked if m["expected_saving_ms"] is not None))
     if facts["search"]["set_aside_untuned"]:
@@ -337,6 +340,10 @@ def _add_optimize_and_tune(sub) -> None:
                             "shared across its kernels by MetaSchedule's task scheduler; PET's "
                             "mutant kernels then get the trials per kernel the original got, "
                             "reported beside it (replaces --trials)")
+        o.add_argument("--second-screen", type=int, default=0, metavar="N",
+                       help="short-tune N more mutants (8 trials per kernel), those replacing "
+                            "the most time, and rank them by their tuned time before choosing "
+                            "the ones to tune (default 0: off; about a minute a mutant here)")
         o.add_argument("--depth", type=int, default=3)
         o.add_argument("--rounds", type=int, default=1,
                        help="rounds of mutation (default 1, as in the recorded benchmarks)")

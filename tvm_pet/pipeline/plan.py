@@ -106,12 +106,13 @@ class Pick:
 @dataclasses.dataclass(frozen=True)
 class TuningPlan:
     """The mutants tuned besides the original, in the order they were chosen, how many the
-    screen looked at, and how many of those it compared by FLOPs (kernels too large to time
-    untuned)."""
+    screen looked at, how many of those it compared by FLOPs (kernels too large to time
+    untuned), and how many the second screen short-tuned (ranked by their tuned time)."""
 
     picks: tuple[Pick, ...] = ()
     screened: int = 0
     by_flops: int = 0
+    short_tuned: int = 0
 
     def to_json(self) -> list[dict]:
         """One entry per pick (``tuned_mutants`` of the tuning summary)."""

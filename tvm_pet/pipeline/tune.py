@@ -13,7 +13,10 @@ Steps 1 and 2 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`), and al
    original's records (:meth:`~tvm_pet.tune.measured_cost.MeasuredCost.screen`). The plan
    (:func:`~tvm_pet.pipeline.plan.rank_mutants`) ranks them across the whole model by the
    milliseconds they are expected to save and picks the best ``promising``, tuned with the same
-   trials per task as the original. They are tuned in the whole model, as TVM fuses them there
+   trials per task as the original. Untuned, a rewrite's kernels often time like the replaced
+   ones, and tuned they do not; so an optional **second screen** (``second_screen``, off by
+   default) first short-tunes that many more mutants (those replacing the most time, at
+   ``screen_trials`` per task), and the plan ranks them by what they save tuned. They are tuned in the whole model, as TVM fuses them there
    (a mutant's last kernel takes the bias and ReLU after it), so that their records match the
    final build. Then the tuned mutants that beat the original by themselves are applied together
    (:func:`~tvm_pet.pipeline.plan.combination`), and that combination, which the search's
@@ -56,7 +59,8 @@ class TuneSummary:
             with ``trials`` per task.
         mutant_trials: the new trials of PET's mutant kernels, reported beside the budget (the
             budget is the TVM baseline's; the mutants' tasks get the trials per task the
-            original's had).
+            original's had, the second screen's ``screen_trials``).
+        screen_trials: trials per task of the second screen.
     """
 
     records: str
@@ -67,6 +71,7 @@ class TuneSummary:
     plan: TuningPlan = TuningPlan()
     budget: str | None = None
     mutant_trials: int = 0
+    screen_trials: int = 0
 
     @property
     def ran(self) -> bool:
@@ -82,7 +87,8 @@ class TuneSummary:
                 "budget": self.budget, "tasks": self.tasks, "new_trials": self.new_trials,
                 "mutant_trials": self.mutant_trials, "tuning_time_s": self.tuning_time_s,
                 "screened_mutants": self.plan.screened,
-                "screened_by_flops": self.plan.by_flops, "tuned_mutants": self.plan.to_json()}
+                "screened_by_flops": self.plan.by_flops, "short_tuned": self.plan.short_tuned,
+                "screen_trials": self.screen_trials, "tuned_mutants": self.plan.to_json()}
 
 
 def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
@@ -118,8 +124,8 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
         options = dataclasses.replace(options, trials=max(1, round(first.records_per_task)))
     else:
         first = _tune(toolchain, program, options, progress)
-    picks, tuned, stats, screened = _tune_promising(program, config, options, toolchain,
-                                                    mutants, progress)
+    picks, tuned, stats, screened, short = _tune_promising(program, config, options, toolchain,
+                                                           mutants, progress)
     combined = combination(program, tuned, toolchain.cost_model())
     if combined is not None:
         stats.append(_tune(toolchain, combined, options, progress))
@@ -130,9 +136,10 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                        tasks=first.tasks + sum(s.tasks for s in stats),
                        trials_per_task=options.trials,
                        plan=TuningPlan(tuple(picks), len(screened),
-                                       sum(s.screen.basis == "flops" for s in screened)),
+                                       sum(s.screen.basis == "flops" for s in screened), short),
                        budget=None if options.budget is None else str(options.budget),
-                       mutant_trials=sum(s.new_trials for s in stats))
+                       mutant_trials=sum(s.new_trials for s in stats),
+                       screen_trials=min(options.screen_trials, options.trials))
 
 
 def _tune(toolchain: Toolchain, program: Program, options: DriverOptions,
@@ -144,12 +151,14 @@ def _tune(toolchain: Toolchain, program: Program, options: DriverOptions,
 def _tune_promising(program: Program, config: SearchConfig, options: DriverOptions,
                     toolchain: Toolchain, mutants: MutantCache,
                     progress: Callable[[str], None] | None = None
-                    ) -> tuple[list[Pick], list[tuple], list[Tuned], list[Screened]]:
-    """Screen the model's mutants, rank them across the model, and tune the plan's picks.
+                    ) -> tuple[list[Pick], list[tuple], list[Tuned], list[Screened], int]:
+    """Screen the model's mutants, short-tune those the screen cannot rank untuned
+    (:func:`_second_screen`), rank them across the model, and tune the plan's picks.
 
     Returns:
         The picks; ``(subprogram, whole program, corrected mutant)`` per mutant tuned now or
-        before; what each tuning call did; and the mutants screened.
+        before; what each tuning call did (the second screen's first); the mutants screened;
+        and how many the second screen short-tuned.
     """
     cost = toolchain.cost_model()
     listing = Optimizer(config, cost, mutants)
@@ -168,9 +177,14 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
                 screened.append(Screened(sub.name, mutant.ops, screen, len(candidates)))
                 candidates.append((part, corrected))
         eta.update(done, f"{len(screened)} mutants screened")
-    picks = list(rank_mutants(screened, options.promising, options.screen_ratio))
+    picks = rank_mutants(screened, options.promising, options.screen_ratio)
+    screened, stats = _second_screen(program, screened, candidates, picks, options, toolchain,
+                                     progress)
+    short = len(stats)
+    if stats:  # ranked again, the short-tuned ones by what they save tuned
+        picks = rank_mutants(screened, options.promising, options.screen_ratio)
+    picks = list(picks)
     tuned: list[tuple] = []
-    stats: list[Tuned] = []
     for n, pick in enumerate(picks, 1):
         part, corrected = candidates[pick.index]
         if progress is not None:
@@ -183,7 +197,54 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         # are (the tuner measures nothing for a task that has them, or whose search ran out)
         stats.append(_tune(toolchain, whole, options, progress))
         tuned.append((part, whole, corrected))
-    return picks, tuned, stats, screened
+    return picks, tuned, stats, screened, short
+
+
+def _second_screen(program: Program, screened: list[Screened], candidates: list[tuple],
+                   picks: tuple[Pick, ...], options: DriverOptions, toolchain: Toolchain,
+                   progress: Callable[[str], None] | None = None
+                   ) -> tuple[list[Screened], list[Tuned]]:
+    """Short-tune the mutants the screen cannot tell apart untuned, and screen them again.
+
+    Untuned, a rewrite's new kernels often take what the replaced ones take (``Pad -> Conv`` of
+    a dilated conv: x1.02), and tuned they do not (x0.44 on the CSRNet back end). So besides the
+    picks, up to ``options.second_screen`` untuned mutants within ``screen_ratio``, those
+    replacing the most tuned time first (one per set of new kernels), are tuned in the whole
+    model at ``options.screen_trials`` per task, then screened again on those records.
+
+    Returns:
+        The screened mutants with the short-tuned ones screened again, and what each short
+        tuning did (none when there was nothing to short-tune).
+    """
+    trials = min(options.screen_trials, options.trials)
+    picked = {p.index for p in picks}
+    covered = set().union(*(screened[k].screen.new_kernels for k in picked if k >= 0))
+    short: list[Screened] = []
+    for s in sorted(screened, key=lambda s: (-s.screen.replaced_s, s.index)):
+        if (len(short) >= options.second_screen or trials < 1 or s.index in picked
+                or s.screen.tuned or s.screen.untuned_ratio > options.screen_ratio
+                or not s.screen.new_kernels or s.screen.new_kernels <= covered):
+            continue
+        covered |= s.screen.new_kernels
+        short.append(s)
+    stats: list[Tuned] = []
+    for n, s in enumerate(short, 1):
+        if progress is not None:
+            progress(f"second screen {n}/{len(short)} ({s.subprogram}: {' '.join(s.mutant)}): "
+                     f"{trials} trials per new kernel")
+        part, corrected = candidates[s.index]
+        stats.append(toolchain.tune(toolchain.lower(replace_subprogram(program, part, corrected)),
+                                    trials, seed=options.seed, progress=progress))
+    cost = toolchain.cost_model()  # the records the short tuning added
+    again = list(screened)
+    for s in short:
+        part, corrected = candidates[s.index]
+        region = fusion_region(program, part)
+        after = region.after(part, corrected)
+        screen = None if after is None else cost.screen(region.before, after)
+        if screen is not None:
+            again[s.index] = dataclasses.replace(s, screen=screen)
+    return again, stats
 
 
 def _cheapest(found: list[tuple], keep: int) -> list[tuple]:
