@@ -16,9 +16,10 @@ Steps 1 and 2 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`), and al
    trials per task as the original. Untuned, a rewrite's kernels often time like the replaced
    ones, and tuned they do not; so an optional **second screen** (``second_screen``, off by
    default) first short-tunes that many more mutants (those replacing the most time, at
-   ``screen_trials`` per task), and the plan ranks them by what they save tuned. They are tuned in the whole model, as TVM fuses them there
-   (a mutant's last kernel takes the bias and ReLU after it), so that their records match the
-   final build. Then the tuned mutants that beat the original by themselves are applied together
+   ``screen_trials`` per task), and the plan ranks them by what they save tuned. They are
+   tuned in the whole model, as TVM fuses them there (a mutant's last kernel takes the bias and
+   ReLU after it), so that their records match the final build. Then the tuned mutants that
+   beat the original by themselves are applied together
    (:func:`~tvm_pet.pipeline.plan.combination`), and that combination, which the search's
    combine step will cost, is tuned as well.
 
@@ -139,7 +140,8 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                                        sum(s.screen.basis == "flops" for s in screened), short),
                        budget=None if options.budget is None else str(options.budget),
                        mutant_trials=sum(s.new_trials for s in stats),
-                       screen_trials=min(options.screen_trials, options.trials))
+                       screen_trials=(min(options.screen_trials, options.trials)
+                                      if options.second_screen else 0))
 
 
 def _tune(toolchain: Toolchain, program: Program, options: DriverOptions,
@@ -227,6 +229,8 @@ def _second_screen(program: Program, screened: list[Screened], candidates: list[
             continue
         covered |= s.screen.new_kernels
         short.append(s)
+    if not short:
+        return screened, []
     stats: list[Tuned] = []
     for n, s in enumerate(short, 1):
         if progress is not None:
