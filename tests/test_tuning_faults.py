@@ -464,7 +464,6 @@ def test_prune_keeps_the_fastest_records_and_counts_the_dropped_ones(shared, mod
         dbfile.prune(shared, keep=0)
 
 
-
 def test_drop_records_removes_the_chosen_ones_and_counts_them_as_pruned(shared, mods):
     tables = dbfile.read_tables(shared)
     by_task: dict = {}

@@ -44,6 +44,7 @@ from tvm_pet.search.progress import progress
 #: (:func:`combine`).
 COMBINE_TRIES = 12
 
+
 @dataclasses.dataclass
 class Applied:
     """One mutant applied to the returned program."""
@@ -279,6 +280,9 @@ class Optimizer:
 
     def __init__(self, config: SearchConfig, cost: CostModel, mutants: MutantCache | None = None):
         self.config, self.cost_model = config, cost
+        # additive: a candidate costs its parent less the part plus the mutant (the analytic
+        # model); else programs are costed whole or by region (the measured one)
+        self.additive = getattr(cost, "additive", True)
         self.mutants = MutantCache() if mutants is None else mutants
         self.reports: list[SubsetReport] = []
         self.keys = self.mutants.weight_keys
@@ -404,9 +408,8 @@ def _children(opt: Optimizer, entry: _Entry, seen: set, label: str) -> list[_Ent
     to it."""
     cost_now, prog, history = entry
     fresh, scored = _single_mutations(opt, entry, seen, label)
-    additive = getattr(opt.cost_model, "additive", True)
     together = (None if opt.out_of_time()
-                else combine(prog, scored, cost_now, None if additive else opt.cost))
+                else combine(prog, scored, cost_now, None if opt.additive else opt.cost))
     if together is not None:
         new, chosen = together
         key = canonical(new, opt.keys)[0]
@@ -425,7 +428,7 @@ def _single_mutations(opt: Optimizer, entry: _Entry, seen: set, label: str
         ``(cost, subprogram, corrected mutant, step)`` that :func:`combine` takes.
     """
     cost_now, prog, history = entry
-    additive = getattr(opt.cost_model, "additive", True)
+    additive = opt.additive
     fresh: list[_Entry] = []
     scored: list[tuple[float, Subprogram, Program, Applied]] = []
     for sub in progress(partition(prog, max_merge=3), opt.config.progress, label):
