@@ -167,6 +167,18 @@ class DriverOptions:
             return self
         return dataclasses.replace(self, trials=self.untuned_trials)
 
+    @property
+    def second_screen_trials(self) -> int:
+        """Trials per task of the second screen: ``screen_trials``, at most ``trials``; 0 when
+        it is off.
+
+        >>> DriverOptions(trials=32, second_screen=4).second_screen_trials
+        8
+        >>> DriverOptions(trials=32).second_screen_trials
+        0
+        """
+        return min(self.screen_trials, self.trials) if self.second_screen else 0
+
     def first_look_budget(self) -> Budget:
         """The tuning budget of the first look: ``trials`` per task with ``seed``."""
         return Budget(self.trials, self.seed)

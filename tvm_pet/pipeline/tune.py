@@ -140,8 +140,7 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                                        sum(s.screen.basis == "flops" for s in screened), short),
                        budget=None if options.budget is None else str(options.budget),
                        mutant_trials=sum(s.new_trials for s in stats),
-                       screen_trials=(min(options.screen_trials, options.trials)
-                                      if options.second_screen else 0))
+                       screen_trials=options.second_screen_trials)
 
 
 def _tune(toolchain: Toolchain, program: Program, options: DriverOptions,
@@ -173,8 +172,7 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         part, found = listing.mutants_of(program, subset, sub.name)
         region = fusion_region(program, part) if found else None
         for mutant, corrected in _cheapest(found, options.screen_per_subset):
-            after = None if region is None else region.after(part, corrected)
-            screen = None if after is None else cost.screen(region.before, after)
+            screen = None if region is None else _screen(cost, region, part, corrected)
             if screen is not None:  # a region too large, or not compilable alone: not screened
                 screened.append(Screened(sub.name, mutant.ops, screen, len(candidates)))
                 candidates.append((part, corrected))
@@ -218,7 +216,7 @@ def _second_screen(program: Program, screened: list[Screened], candidates: list[
         The screened mutants with the short-tuned ones screened again, and what each short
         tuning did (none when there was nothing to short-tune).
     """
-    trials = min(options.screen_trials, options.trials)
+    trials = options.second_screen_trials
     picked = {p.index for p in picks}
     covered = set().union(*(screened[k].screen.new_kernels for k in picked if k >= 0))
     short: list[Screened] = []
@@ -243,12 +241,17 @@ def _second_screen(program: Program, screened: list[Screened], candidates: list[
     again = list(screened)
     for s in short:
         part, corrected = candidates[s.index]
-        region = fusion_region(program, part)
-        after = region.after(part, corrected)
-        screen = None if after is None else cost.screen(region.before, after)
+        screen = _screen(cost, fusion_region(program, part), part, corrected)
         if screen is not None:
             again[s.index] = dataclasses.replace(s, screen=screen)
     return again, stats
+
+
+def _screen(cost, region, part, corrected):
+    """The screen of one mutant from its fusion region (``MeasuredCost.screen``), or None
+    where the region cannot take it or is not screened (too large, or not compilable alone)."""
+    after = region.after(part, corrected)
+    return None if after is None else cost.screen(region.before, after)
 
 
 def _cheapest(found: list[tuple], keep: int) -> list[tuple]:
