@@ -114,6 +114,25 @@ def test_decide_wants_the_samples_told_apart_not_just_the_medians():
     assert look.keep and look.p_value < ALPHA
 
 
+def test_decide_on_samples_from_several_processes_refuses_a_slower_process():
+    from tvm_pet.tune.timing import pooled
+    # the CSRNet back end's draw: the original slow in one process and not in the other, PET's
+    # binary as fast in both. Pooled, faster beyond the noise: kept, the processes' ratios said
+    base = pooled([[1.30 + 0.01 * k for k in range(9)], [1.02 + 0.01 * k for k in range(9)]])
+    opt = pooled([[1.00 + 0.01 * k for k in range(9)], [1.00 + 0.01 * k for k in range(9)]])
+    look = decide({"baseline": base, "optimized": opt})
+    assert look.keep and "none of the 2 processes" in look.rule
+    assert f"slowest: x{1.06 / 1.04:.3f}" in look.rule
+    # a layout where the candidate is slower by more than MIN_GAIN: not kept, whatever the pool
+    opt = pooled([[0.80 + 0.01 * k for k in range(9)], [1.10 + 0.01 * k for k in range(9)]])
+    look = decide({"baseline": base, "optimized": opt})
+    assert look.ratio > 1 + MIN_GAIN and look.p_value < ALPHA and not look.keep
+    assert f"slowest: x{1.06 / 1.14:.3f}" in look.rule
+    # timed in one process: no such condition
+    assert "processes" not in decide({"baseline": _samples(base.samples),
+                                      "optimized": _samples(opt.samples)}).rule
+
+
 def test_close_call_without_budget_is_timed_again_over_more_rounds(model, tmp_path):
     # first look close (x1.03 within 5 %), second look clear (x1.3): kept
     report, timer = _optimize(model, tmp_path, [1.03, 1.3])

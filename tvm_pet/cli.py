@@ -108,6 +108,8 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 def _driver_options(args: argparse.Namespace):
     from tvm_pet.pipeline.options import DriverOptions, WholeBudget
     budget = getattr(args, "budget", None)
+    if getattr(args, "timing_processes", 2) < 1:
+        raise PetError(f"--timing-processes {args.timing_processes}: at least 1")
     trials = getattr(args, "trials", 0)
     return DriverOptions(target=getattr(args, "target", "llvm"), trials=trials or 0,
                          untuned_trials=DEFAULT_UNTUNED_TRIALS if trials is None else 0,
@@ -116,6 +118,7 @@ def _driver_options(args: argparse.Namespace):
                          cost=getattr(args, "cost", "measured"),
                          second_look=not getattr(args, "no_second_look", False),
                          second_screen=getattr(args, "second_screen", 0),
+                         timing_processes=getattr(args, "timing_processes", 2),
                          confirm=getattr(args, "confirm", 3), time_limit=args.time_limit,
                          tvm_rewrites=not args.no_tvm_rewrites,
                          progress=_progress(args))
@@ -164,8 +167,9 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
             print(f"  {look.what}: candidate {look.candidate} refused, not timed: {look.refused}")
             continue
         print(f"  {look.what}: x{look.decision.ratio:.3f} (rank test p = "
-              f"{look.decision.p_value:.2g}), kept the {look.decision.kept}")
-    print(f"  speedup   x{report.speedup:.3f}   rule: {report.confirmation.rule}")
+              f"{look.decision.p_value:.2g}{_by_process(look)}), kept the {look.decision.kept}")
+    print(f"  speedup   x{report.speedup:.3f}   rule: {report.confirmation.rule}"
+          f"{_by_process(report.confirmation.looks[-1])}")
     print(f"  search {report.found.seconds:.1f} s, tuning {report.tuning_time_s:.1f} s "
           f"({report.new_trials} new trials), max |optimized - original| "
           f"{report.max_abs_err:.2e}")
@@ -176,6 +180,13 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     onnx_file = "" if _onnx_missing(report) else "optimized.onnx, "
     print(f"  wrote {args.out}/report.json, optimized.so, baseline.so, {onnx_file}optimized.py")
     return 0
+
+
+def _by_process(look) -> str:
+    """``; in 2 processes: x1.21, x1.00`` for a look spread over fresh processes, else ``""``."""
+    if len(look.layouts) < 2:
+        return ""
+    return f"; in {len(look.layouts)} processes: " + ", ".join(f"x{r:.2f}" for r in look.layouts)
 
 
 def _onnx_missing(report) -> bool:
@@ -368,6 +379,10 @@ def _add_optimize_and_tune(sub) -> None:
             o.add_argument("--no-second-look", action="store_true",
                            help="decide close calls on the first timing alone (by default they "
                                 "are tuned again with a second seed, or timed over more rounds)")
+            o.add_argument("--timing-processes", type=int, default=2, metavar="N",
+                           help="spread each look's rounds over N fresh processes, on a CPU "
+                                "(default 2): some binaries' speed is drawn once per process by "
+                                "its address layout; 1 times in this process")
             o.add_argument("--dry-run", action="store_true",
                            help="cuda without a GPU: search, build every original, mutant and "
                                 "correction with nvcc, write them, stop before running a kernel")

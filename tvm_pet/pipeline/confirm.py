@@ -10,7 +10,11 @@ Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
    noise (:func:`decide`: at least 5 % by the medians, and told apart from the baseline by a
    rank test at p < 0.01); otherwise the original is kept, and the report says so. A candidate
    whose compiled module computes something else than the original (:func:`check_outputs`) is
-   refused untimed, and the next one is looked at; its look says why (``refused``).
+   refused untimed, and the next one is looked at; its look says why (``refused``). On a CPU,
+   a look's rounds are spread over fresh processes (``timing_processes``, 2 by default;
+   :mod:`tvm_pet.tune.process_timing`), since a binary's speed can be drawn once per process by
+   its address layout; the rule decides on all their samples, and each process's ratio is
+   reported (``layouts``).
 5. **Look again at close calls.** When the optimized module measures faster but not surely so,
    the decision is close: with a tuning budget, both modules are tuned again with a second seed
    and twice the trials per task (equal budgets: MetaSchedule keeps the best record of both
@@ -166,6 +170,12 @@ def decide(timings: Mapping[str, Timed], alpha: float = ALPHA) -> Decision:
     - a one-sided Mann-Whitney U test says the optimized samples are smaller at p < ``alpha``
       (``ALPHA``, divided by the number of candidates when several are tried: Bonferroni).
 
+    When the rounds were spread over fresh processes (``layouts``), the samples are pooled, so
+    the medians weigh every process's draw of the address layout, and a third condition holds:
+    in no process is the optimized module's median slower than the baseline's by more than
+    ``MIN_GAIN`` (PET's binary may only be faster than one layout's draw of the original, as on
+    the CSRNet back end, but never kept where one layout makes it slower).
+
     The rank test asks whether the two sample sets are told apart, whatever the shape of the
     noise. On this 2-core machine a run is often slowed by a whole scheduling quantum, so
     samples are bimodal and their interquartile range (up to 40 %, reported as ``noise``) says more
@@ -188,6 +198,12 @@ def decide(timings: Mapping[str, Timed], alpha: float = ALPHA) -> Decision:
             f"({ratio:.3f}) exceeds {1 + MIN_GAIN:.2f} and a one-sided Mann-Whitney test on the "
             f"interleaved samples says it is faster at p < {alpha:.2g} (p = {p_value:.2g}; spread: "
             f"relative interquartile range up to {noise:.3f})")
+    layouts = [b / o for b, o in zip(getattr(base, "layouts", ()), getattr(opt, "layouts", ()))]
+    if len(layouts) > 1:
+        worst = min(layouts)
+        keep = keep and worst >= 1 / (1 + MIN_GAIN)
+        rule += (f", and in none of the {len(layouts)} processes timed is it slower than "
+                 f"1 / {1 + MIN_GAIN:.2f} (slowest: x{worst:.3f})")
     return Decision(keep, ratio, p_value, noise, ratio > 1 and not keep, rule)
 
 
@@ -208,6 +224,8 @@ class Look:
         seconds: wall time of the timing.
         refused: why the candidate was not timed: its compiled module computes something else
             than the original (None for a timed look).
+        layouts: the ratio in each fresh process the look's rounds were spread over (empty:
+            timed in one process), :mod:`tvm_pet.tune.process_timing`.
     """
 
     what: str
@@ -221,6 +239,7 @@ class Look:
     repeat: int = 1
     seconds: float = 0.0
     refused: str | None = None
+    layouts: tuple[float, ...] = ()
 
     def to_json(self) -> dict:
         """The look as ``report.json`` lists it (``looks``); a refused one has no figures."""
@@ -235,7 +254,8 @@ class Look:
                           "rule": d.rule, "refused": self.refused}
         return out | {"rounds": self.rounds, "number": self.number, "repeat": self.repeat,
                       "timing_s": self.seconds, "ratio": d.ratio, "p_value": d.p_value,
-                      "noise": d.noise, "close": d.close, "kept": d.kept, "rule": d.rule}
+                      "noise": d.noise, "close": d.close, "kept": d.kept, "rule": d.rule,
+                      "process_ratios": list(self.layouts)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,10 +360,13 @@ class _Bench:
                                           number=plan.number, repeat=plan.repeat)
         if alone:
             timings = {"baseline": timings["baseline"], "optimized": timings["baseline"]}
+        base, opt = timings["baseline"], timings["optimized"]
+        layouts = tuple(b / o for b, o in zip(getattr(base, "layouts", ()),
+                                              getattr(opt, "layouts", ())))
         return Look(what, candidate, budget, plan.rounds, decide(timings, self.alpha),
                     **_tuning_of(tuned),
                     number=plan.number, repeat=plan.repeat,
-                    seconds=time.perf_counter() - start), timings
+                    seconds=time.perf_counter() - start, layouts=layouts), timings
 
 
 @dataclasses.dataclass(frozen=True)

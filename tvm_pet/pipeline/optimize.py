@@ -160,7 +160,8 @@ def _toolchain_for(loaded: LoadedModel, options: DriverOptions,
     """The toolchain (TVM's by default) lowering into the loaded model's module, checked on the
     original before any tuning or search."""
     if toolchain is None:
-        toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc)
+        toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
+                                  timing_processes=options.timing_processes)
     toolchain = toolchain.with_lowering(loaded.lower)
     try:
         toolchain.lower(loaded.program)

@@ -88,6 +88,10 @@ class DriverOptions:
         timing_rounds: interleaved rounds of a first look.
         timing_number: calls averaged into one timing sample.
         timing_repeat: samples per module per round.
+        timing_processes: fresh processes each look's rounds are spread over, on a CPU
+            (:mod:`tvm_pet.tune.process_timing`): a binary's speed can be drawn once per process,
+            by its address layout, so a look in one process stands for one draw; 1 times in the
+            optimizing process.
         seed: the tuning seed and the seed of the random inputs.
         second_look: look again at close calls.
         confirm: candidates timed end to end, best first, before the original is kept.
@@ -117,6 +121,7 @@ class DriverOptions:
     timing_rounds: int = 5
     timing_number: int = 3
     timing_repeat: int = 3
+    timing_processes: int = 2
     seed: int = 0
     second_look: bool = True
     confirm: int = 3

@@ -21,7 +21,8 @@ from tvm_pet.ir.node import Program
 
 
 class Timed(Protocol):
-    """One executable's timing samples in seconds (:class:`tvm_pet.tune.timing.Timing`)."""
+    """One executable's timing samples in seconds (:class:`tvm_pet.tune.timing.Timing`; when its
+    rounds were spread over fresh processes, each process's median is in ``layouts``)."""
 
     median: float
     samples: tuple[float, ...]
@@ -140,7 +141,8 @@ class Toolchain(Protocol):
 
 
 def tvm_toolchain(target: str = "llvm", records_dir: str | None = None,
-                  rpc: str | None = None, *, run_here: bool = True) -> Toolchain:
+                  rpc: str | None = None, *, run_here: bool = True,
+                  timing_processes: int = 1) -> Toolchain:
     """The TVM toolchain for a target (imports TVM, here and nowhere else in the application).
 
     Args:
@@ -149,9 +151,11 @@ def tvm_toolchain(target: str = "llvm", records_dir: str | None = None,
         rpc: ``"host:port:key"`` of an RPC tracker to tune on.
         run_here: fail now when this machine cannot run the target's code (``optimize`` runs
             it; ``tune`` may tune over ``rpc`` alone).
+        timing_processes: fresh processes a CPU timing is spread over (1: this process).
 
     Returns:
         A :class:`tvm_pet.pipeline.tvm_toolchain.TVMToolchain`.
     """
     from tvm_pet.pipeline.tvm_toolchain import TVMToolchain
-    return TVMToolchain(target, records_dir, rpc, run_here=run_here)
+    return TVMToolchain(target, records_dir, rpc, run_here=run_here,
+                        timing_processes=timing_processes)

@@ -15,6 +15,8 @@ program into the module TVM imported.
 from __future__ import annotations
 
 import copy
+import os
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -31,6 +33,7 @@ from tvm_pet.relax.coverage import coverage as relax_coverage
 from tvm_pet.relax.frontends import ModuleLowering, import_model
 from tvm_pet.tune.compile import apply_records, build_applied
 from tvm_pet.tune.measured_cost import MeasuredCost
+from tvm_pet.tune.process_timing import time_in_processes
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.records_plan import RecordsPlan, records_plan
 from tvm_pet.tune.targets import resolve_target
@@ -41,6 +44,8 @@ from tvm_pet.tune.tuner import TuneStats, tune, tune_budget, tune_minutes
 
 #: Builds whose kernel counts a toolchain remembers (:meth:`TVMToolchain.kernel_records`).
 BUILDS_COUNTED = 4
+#: Executables a toolchain keeps exported for timing in fresh processes (:meth:`TVMToolchain.time`).
+LIBRARIES_KEPT = 4
 
 
 def device_for(target: tvm.target.Target) -> tvm.runtime.Device:
@@ -66,13 +71,16 @@ class TVMToolchain:
         rpc: ``"host:port:key"`` of an RPC tracker to tune on.
         run_here: check now that this machine can run the target's code (``optimize`` runs
             and times it; ``tune`` over ``rpc`` needs no local device, and checks on first use).
+        timing_processes: fresh processes a CPU timing of two or more executables is spread
+            over (:mod:`tvm_pet.tune.process_timing`: each is one draw of the address layout,
+            which sets some binaries' speed for a whole process); 1 times in this process.
 
     Raises:
         PetError: for an unknown target, or (``run_here``) one this machine cannot run.
     """
 
     def __init__(self, target="llvm", records_dir: str | None = None, rpc: str | None = None,
-                 *, run_here: bool = True):
+                 *, run_here: bool = True, timing_processes: int = 1):
         self.target = resolve_target(target)
         if self.target.kind.name == "llvm":
             size_thread_pool()  # every physical core, before the first kernel runs or is tuned
@@ -84,6 +92,11 @@ class TVMToolchain:
         # (module, the records it was built with, its kernel counts) of the latest builds, so
         # that the report counts what was built without applying the records again
         self._built: list[tuple[tvm.IRModule, tuple, tuple[int, int]]] = []
+        self.timing_processes = timing_processes
+        # (executable, its shared library) of the latest executables timed in fresh processes
+        self._libraries: list[tuple[relax.VMExecutable, str]] = []
+        self._library_dir: tempfile.TemporaryDirectory | None = None
+        self._exported = 0
 
     @property
     def device(self) -> tvm.runtime.Device:
@@ -181,9 +194,32 @@ class TVMToolchain:
 
     def time(self, executables: Mapping[str, relax.VMExecutable], inputs: Sequence[np.ndarray],
              *, rounds: int, number: int, repeat: int) -> dict[str, Timing]:
-        """Time the executables interleaved on this machine's device."""
+        """Time the executables interleaved on this machine's device: on a CPU, two or more of
+        them with their rounds spread over ``timing_processes`` fresh processes (each exported
+        once, :meth:`_library`), else in this process."""
+        if self.timing_processes > 1 and len(executables) > 1 and self.target.kind.name == "llvm":
+            libraries = {name: self._library(ex) for name, ex in executables.items()}
+            return time_in_processes(libraries, inputs, processes=self.timing_processes,
+                                     rounds=rounds, number=number, repeat=repeat)
         return time_interleaved(executables, inputs, self.device, rounds=rounds, number=number,
                                 repeat=repeat)
+
+    def _library(self, executable: relax.VMExecutable) -> str:
+        """``executable`` as a shared library in a folder of this toolchain's, exported on first
+        use; the latest :data:`LIBRARIES_KEPT` are kept."""
+        for kept, path in self._libraries:
+            if kept is executable:
+                return path
+        if self._library_dir is None:
+            self._library_dir = tempfile.TemporaryDirectory(prefix="tvm-pet-libraries-")
+        self._exported += 1
+        path = os.path.join(self._library_dir.name, f"{self._exported}.so")
+        self.export(executable, path)
+        self._libraries = [(executable, path), *self._libraries]
+        for _, dropped in self._libraries[LIBRARIES_KEPT:]:
+            os.remove(dropped)
+        self._libraries = self._libraries[:LIBRARIES_KEPT]
+        return path
 
     def run(self, executable: relax.VMExecutable,
             inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -21,11 +21,14 @@ from tvm_pet.errors import PetError
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """Times in seconds of one executable over all rounds (each sample a ``time_evaluator`` mean)."""
+    """Times in seconds of one executable over all rounds (each sample a ``time_evaluator`` mean),
+    and, when the rounds were spread over fresh processes (:mod:`tvm_pet.tune.process_timing`),
+    each process's median (``layouts``; empty for a timing in this process)."""
     median: float
     min: float
     max: float
     samples: tuple[float, ...]
+    layouts: tuple[float, ...] = ()
 
     @property
     def spread(self) -> float:
@@ -76,3 +79,16 @@ def time_interleaved(executables: Mapping[str, object], inputs: Sequence[np.ndar
 def _timing(values: list[float]) -> Timing:
     """Summarise samples in seconds."""
     return Timing(statistics.median(values), min(values), max(values), tuple(values))
+
+
+def pooled(groups: Sequence[Sequence[float]]) -> Timing:
+    """One timing of samples taken in several processes: all samples pooled, each group's
+    median in ``layouts``.
+
+    >>> t = pooled([[1.0, 1.0, 3.0], [2.0, 2.0, 2.0]])
+    >>> t.median, t.layouts, len(t.samples)
+    (2.0, (1.0, 2.0), 6)
+    """
+    values = [v for group in groups for v in group]
+    return Timing(statistics.median(values), min(values), max(values), tuple(values),
+                  tuple(statistics.median(group) for group in groups))

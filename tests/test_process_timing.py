@@ -1,0 +1,91 @@
+"""Timing spread over fresh processes (tvm_pet.tune.process_timing) and its use by the TVM
+toolchain, the confirm stage's looks and the CLI."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+from tvm import relax  # noqa: E402
+
+from tvm_pet.errors import PetError  # noqa: E402
+from tvm_pet.pipeline.tvm_toolchain import TVMToolchain  # noqa: E402
+from tvm_pet.tune.process_timing import time_in_processes  # noqa: E402
+from tvm_pet.tune.targets import resolve_target  # noqa: E402
+
+F32 = "float32"
+
+
+def matmul_module(n: int) -> tvm.IRModule:
+    """x[4, n] @ x^T: two modules of different n compute different things on different
+    inputs, one n is enough for a pair."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, n), F32))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(x, relax.op.permute_dims(x)))
+        bb.emit_func_output(out)
+    return bb.finalize()
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """Two executables of the same function (separate builds) and their shared libraries."""
+    folder = tmp_path_factory.mktemp("libs")
+    executables = [tvm.compile(matmul_module(16), target=resolve_target("llvm"))
+                   for _ in range(2)]
+    paths = []
+    for i, ex in enumerate(executables):
+        paths.append(str(folder / f"m{i}.so"))
+        ex.export_library(paths[-1])
+    return executables, paths
+
+
+def test_rounds_are_spread_over_processes_and_each_process_median_is_kept(pair):
+    _, paths = pair
+    x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+    timings = time_in_processes({"a": paths[0], "b": paths[1]}, [x], processes=2, rounds=3,
+                                number=2, repeat=2)
+    assert set(timings) == {"a", "b"}
+    for timing in timings.values():
+        # ceil(3 / 2) = 2 rounds in each of 2 processes, 2 samples a round
+        assert len(timing.samples) == 8 and len(timing.layouts) == 2
+        assert all(0 < s < 1 for s in timing.samples)
+        assert timing.min <= min(timing.layouts) <= max(timing.layouts) <= timing.max
+        assert timing.median == pytest.approx(float(np.median(timing.samples)))
+
+
+def test_a_worker_that_fails_says_why(pair, tmp_path):
+    _, paths = pair
+    x = np.zeros((4, 16), np.float32)
+    with pytest.raises(PetError, match="a timing process failed"):
+        time_in_processes({"a": paths[0], "b": str(tmp_path / "missing.so")}, [x], processes=1,
+                          rounds=1, number=1, repeat=1)
+
+
+def test_the_toolchain_exports_each_executable_once_and_times_in_processes(pair, tmp_path):
+    executables, _ = pair
+    x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
+    spread = TVMToolchain("llvm", str(tmp_path / "records"), timing_processes=2)
+    first = spread.time({"baseline": executables[0], "optimized": executables[1]}, [x],
+                        rounds=2, number=1, repeat=2)
+    assert [len(t.layouts) for t in first.values()] == [2, 2]
+    libraries = list(spread._libraries)
+    again = spread.time({"baseline": executables[0], "optimized": executables[1]}, [x],
+                        rounds=2, number=1, repeat=2)
+    assert spread._libraries == libraries  # exported once, timed twice
+    assert all(len(t.samples) == 4 for t in again.values())
+    # one executable alone, or timing_processes=1, is timed in this process
+    alone = spread.time({"baseline": executables[0]}, [x], rounds=1, number=1, repeat=2)
+    here = TVMToolchain("llvm", str(tmp_path / "records")).time(
+        {"baseline": executables[0], "optimized": executables[1]}, [x], rounds=1, number=1,
+        repeat=2)
+    assert alone["baseline"].layouts == () and here["optimized"].layouts == ()
+    assert len(here["optimized"].samples) == 2
+
+
+def test_the_cli_refuses_fewer_than_one_timing_process(tmp_path, capsys):
+    from tvm_pet.cli import main
+    assert main(["optimize", str(tmp_path / "m.onnx"), "--out", str(tmp_path / "out"),
+                 "--timing-processes", "0"]) != 0
+    assert "--timing-processes 0: at least 1" in capsys.readouterr().err
