@@ -61,9 +61,6 @@ def _child(args) -> dict:
     """Optimize and time one model in this process; return its row."""
     import numpy as np
     import onnx
-    import onnxruntime as ort
-    import tvm
-    from tvm import relax
 
     from tvm_pet.models import build_model
     from tvm_pet.pipeline import DriverOptions, optimize_model
@@ -86,30 +83,22 @@ def _child(args) -> dict:
                                 # the decision times as `tvm-pet optimize` does (3 samples of
                                 # 3 calls a round), slow models included: fewer samples made
                                 # a whole model's look weaker than a user's own run
-                                timing_rounds=args.decision_rounds)
+                                timing_rounds=args.decision_rounds,
+                                timing_processes=args.timing_processes)
         report = optimize_model(path, pathlib.Path(tmp) / "out", config, options)
-        on_cpu = args.target.split()[0] == "llvm"
-        device = tvm.cpu() if on_cpu else tvm.cuda(0)
         rng = np.random.default_rng(0)
         feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
                  .astype(np.float32) for i in model.graph.input}
-        args_tvm = [tvm.runtime.tensor(feeds[i.name], device) for i in model.graph.input]
-        vms = {k: relax.VirtualMachine(tvm.runtime.load_module(str(pathlib.Path(tmp) / "out" / f)),
-                                       device)
-               for k, f in (("tvm", "baseline.so"), ("pet", "optimized.so"))}
-        options_ort = ort.SessionOptions()
-        # onnxruntime's idle threads spin after a run by default and would steal the next
-        # contender's cores on this 2-core machine
-        options_ort.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = ort.InferenceSession(model.SerializeToString(), options_ort,
-                                       providers=["CPUExecutionProvider"])
-        calls = {"tvm": lambda: vms["tvm"]["main"](*args_tvm),
-                 "pet": lambda: vms["pet"]["main"](*args_tvm),
-                 "onnxruntime": lambda: session.run(None, feeds)}
-        if not on_cpu:  # GPU calls are asynchronous: wait for each
-            calls = {k: (lambda f=f: (f(), device.sync())) for k, f in calls.items()}
-        samples = time_interleaved(calls, args.rounds, args.number)
+        np.savez(pathlib.Path(tmp) / "feeds.npz", **feeds)
+        processes = args.timing_processes if args.target.split()[0] == "llvm" else 1
+        if processes > 1:
+            groups = [_time_in_fresh_process(tmp, args, math.ceil(args.rounds / processes))
+                      for _ in range(processes)]
+        else:
+            groups = [time_contenders(tmp, args.target, args.rounds, args.number)]
+    samples = {k: [v for g in groups for v in g[k]] for k in CONTENDERS}
     times = {k: summary(v) for k, v in samples.items()}
+    by_process = [{k: 1e3 * statistics.median(g[k]) for k in CONTENDERS} for g in groups]
     return {
         "model": args.one, "batch": args.batch, "target": args.target,
         "target_detail": report["target"],
@@ -121,6 +110,10 @@ def _child(args) -> dict:
                            for look in report["looks"]],
         "times_ms": times,
         "speedup_pet_vs_tvm": times["tvm"]["median"] / times["pet"]["median"],
+        # each timing process's medians: a binary's speed can be drawn once per process
+        "times_by_process_ms": by_process if processes > 1 else None,
+        "speedup_pet_vs_tvm_by_process": ([p["tvm"] / p["pet"] for p in by_process]
+                                          if processes > 1 else None),
         "speedup_pet_vs_onnxruntime": times["onnxruntime"]["median"] / times["pet"]["median"],
         "speedup_tvm_vs_onnxruntime": times["onnxruntime"]["median"] / times["tvm"]["median"],
         "max_abs_err": report["max_abs_err"],
@@ -136,6 +129,50 @@ def _child(args) -> dict:
         "tvm_rewrites": report.get("tvm_rewrites"),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+def time_contenders(folder: str, target: str, rounds: int, number: int) -> dict[str, list]:
+    """Time the three contenders of the row in ``folder`` (``model.onnx``, ``feeds.npz``,
+    ``out/baseline.so`` and ``out/optimized.so``) interleaved in this process."""
+    import numpy as np
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    folder = pathlib.Path(folder)
+    on_cpu = target.split()[0] == "llvm"
+    device = tvm.cpu() if on_cpu else tvm.cuda(0)
+    with np.load(folder / "feeds.npz") as npz:
+        feeds = {name: npz[name] for name in npz.files}
+    args_tvm = [tvm.runtime.tensor(v, device) for v in feeds.values()]
+    vms = {k: relax.VirtualMachine(tvm.runtime.load_module(str(folder / "out" / f)), device)
+           for k, f in (("tvm", "baseline.so"), ("pet", "optimized.so"))}
+    options_ort = ort.SessionOptions()
+    # onnxruntime's idle threads spin after a run by default and would steal the next
+    # contender's cores on this 2-core machine
+    options_ort.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(str(folder / "model.onnx"), options_ort,
+                                   providers=["CPUExecutionProvider"])
+    calls = {"tvm": lambda: vms["tvm"]["main"](*args_tvm),
+             "pet": lambda: vms["pet"]["main"](*args_tvm),
+             "onnxruntime": lambda: session.run(None, feeds)}
+    if not on_cpu:  # GPU calls are asynchronous: wait for each
+        calls = {k: (lambda f=f: (f(), device.sync())) for k, f in calls.items()}
+    return time_interleaved(calls, rounds, number)
+
+
+def _time_in_fresh_process(folder: str, args, rounds: int) -> dict[str, list]:
+    """:func:`time_contenders` in a fresh process: one draw of the address layout, which sets
+    some binaries' speed for a whole process (the CSRNet back end's TVM binary: 25 ms in some
+    processes, 31-37 ms in others; :mod:`tvm_pet.tune.process_timing`)."""
+    cmd = [sys.executable, __file__, "--time-folder", folder, "--target", args.target,
+           "--rounds", str(rounds), "--number", str(args.number)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise RuntimeError("a timing process failed: " + " | ".join(tail))
+    return json.loads(lines[-1])
 
 
 def time_interleaved(calls: dict, rounds: int, number: int,
@@ -178,7 +215,7 @@ def _run_child(name: str, batch: int, args) -> dict:
            "--target", args.target, "--trials", str(args.trials),
            "--rounds", str(args.rounds), "--number", str(1 if slow else args.number),
            "--decision-rounds", str(args.decision_rounds), "--search-limit",
-           str(args.search_limit)]
+           str(args.search_limit), "--timing-processes", str(args.timing_processes)]
     cmd += ["--records", args.records] if args.records else []
     cmd += ["--second-look", args.second_look]
     start = time.perf_counter()
@@ -214,9 +251,14 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
         "budget_held_equal": budget_words(run, ok),
         "timing": f"{run['rounds']} interleaved rounds of tvm, pet, onnxruntime, the order "
                   f"rotating every round, after {SETTLE_S:.0f} s of untimed rounds; each sample "
-                  f"the mean of {run['number']} calls (1 for the slow models); wall-clock timer",
+                  f"the mean of {run['number']} calls (1 for the slow models); wall-clock timer"
+                  + (f"; the rounds spread over {run['timing_processes']} fresh processes, "
+                     f"their samples pooled (a binary's speed can be drawn once per process)"
+                     if run.get("timing_processes", 1) > 1 else ""),
         "decision": (f"optimize's own keep-or-not timing: {run['decision_rounds']} rounds of 3 "
                      f"samples of 3 calls a side, as `tvm-pet optimize` times"
+                     + (f", spread over {run['timing_processes']} fresh processes"
+                        if run.get("timing_processes", 1) > 1 else "")
                      if run.get("decision_rounds") else None),
         # a model whose original was kept runs the same binary on both sides: ×1 by definition
         "table3_geomean_pet_vs_tvm": geomean(kept) if table3 else None,
@@ -281,6 +323,11 @@ def markdown(rows: list[dict], result: dict) -> str:
     lines += ["", f"Target {result['target']}; budget held equal: {result['budget_held_equal']}; "
               f"{result['timing']}. Times are median [min–max]."]
     lines += [f"Kept or not: {result['decision']}."] if result.get("decision") else []
+    spread = [r for r in rows if r.get("speedup_pet_vs_tvm_by_process")]
+    lines += ["", "PET / TVM in each timing process:"] if spread else []
+    lines += [f"- {r['model']} (batch {r['batch']}): "
+              + ", ".join(f"×{x:.3f}" for x in r["speedup_pet_vs_tvm_by_process"])
+              for r in spread]
     reported = [r for r in rows if "error" not in r and r.get("records_plan")]
     lines += ["", "What each row's kernels stood on (measured, not assumed):"] if reported else []
     for r in reported:
@@ -385,8 +432,18 @@ def main() -> int:
                              "the same model and batch) and render it again, with --note")
     parser.add_argument("--note", help="with --update: what differed in this run, appended to "
                                        "the JSON's run note")
+    parser.add_argument("--timing-processes", type=int, default=3, metavar="N",
+                        help="spread each row's timing rounds, and optimize's own looks, over N "
+                             "fresh processes (default 3; 1: the optimizing process times them)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--time-folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.time_folder:
+        from tvm_pet.tune.threads import size_thread_pool
+        size_thread_pool()  # as the optimizing child sized it, before TVM starts its pool
+        print(json.dumps(time_contenders(args.time_folder, args.target, args.rounds,
+                                         args.number)), flush=True)
+        return 0
     if args.one:
         print(json.dumps(_child(args)), flush=True)
         return 0
@@ -399,7 +456,7 @@ def main() -> int:
     batches = [int(b) for b in args.batch.split(",")]
     run = {"target": args.target, "quick": args.quick, "trials": args.trials,
            "rounds": args.rounds, "number": args.number, "records": args.records,
-           "decision_rounds": args.decision_rounds}
+           "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)
