@@ -4,12 +4,14 @@ does it keep a real candidate?
     python benchmarks/decision_rule.py                 # the --quick graphs, 20 decisions each
     python benchmarks/decision_rule.py --models csrnet_backend --reps 40
     python benchmarks/decision_rule.py --models resnet18 --reps 30 --name decision_rule_resnet18
+    python benchmarks/decision_rule.py --models csrnet_backend --records DIR --reps 10
 
 For each model (built from code, seeded, loaded as ``optimize`` loads it: TVM's frontend and
-rewrites) PET's search runs with the measured cost and the shipped records. Then, ``--reps``
-times, optimize's confirmation timing (the TVM toolchain's ``time``,
+rewrites) PET's search runs with the measured cost and the shipped records (``--records``: another
+folder). Then, ``--reps`` times, optimize's confirmation timing (the TVM toolchain's ``time``,
 :func:`tvm_pet.tune.timing.time_interleaved`, with ``DriverOptions``' rounds, number and repeat)
-is taken twice:
+is taken twice, its rounds spread over ``--timing-processes`` fresh processes as optimize
+spreads them (2 by default; :mod:`tvm_pet.tune.process_timing`), each process's ratio kept:
 
 - **A/A**: the baseline against a second, separate build of the baseline. Any "keep" here is a
   false one: the rule's false-positive rate on this machine.
@@ -46,7 +48,8 @@ def iqr_rule(timings: dict) -> bool:
     return base.median / opt.median > 1 + noise
 
 
-def measure_model(name: str, reps: int) -> dict:
+def measure_model(name: str, reps: int, records: str | None = None,
+                  timing_processes: int = 2) -> dict:
     import numpy as np
 
     from tvm_pet.models import build_model
@@ -59,7 +62,10 @@ def measure_model(name: str, reps: int) -> dict:
     # loaded as optimize loads it (TVM's frontend and rewrites), so that its kernels are the
     # ones the shipped records were tuned for
     loaded = load(build_model(name, batch=1))
-    toolchain = tvm_toolchain("llvm").with_lowering(loaded.lower)  # the shipped records
+    # the shipped records unless --records; each timing spread over fresh processes as
+    # optimize spreads its looks (DriverOptions.timing_processes)
+    toolchain = tvm_toolchain("llvm", records,
+                              timing_processes=timing_processes).with_lowering(loaded.lower)
     program = loaded.program
     result = optimize(program, SearchConfig(depth=3, rounds=1, time_limit=600),
                       toolchain.cost_model())
@@ -80,7 +86,9 @@ def measure_model(name: str, reps: int) -> dict:
                                rounds=options.timing_rounds, number=options.timing_number,
                                repeat=options.timing_repeat)
             look = decide(t)
+            by_process = [b / o for b, o in zip(t["baseline"].layouts, t["optimized"].layouts)]
             trials[kind].append({"ratio": look.ratio, "p_value": look.p_value,
+                                 "ratios_by_process": by_process,
                                  "noise": look.noise, "keep_rank_rule": look.keep,
                                  # a whole model's level: 3 candidates share ALPHA
                                  "keep_rank_rule_3": decide(t, ALPHA / 3).keep,
@@ -128,13 +136,19 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--name", default="decision_rule", help="results file stem")
+    parser.add_argument("--records", help="records folder (default: the shipped records)")
+    parser.add_argument("--timing-processes", type=int, default=2, metavar="N",
+                        help="fresh processes each timing is spread over, as optimize's looks "
+                             "(default 2; 1: this process)")
     args = parser.parse_args()
     rows = []
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in args.models.split(","):
         start = time.perf_counter()
-        rows.append(measure_model(name, args.reps))
+        rows.append(measure_model(name, args.reps, args.records, args.timing_processes))
+        rows[-1] |= {"records": args.records or "shipped",
+                     "timing_processes": args.timing_processes}
         rows[-1]["wall_s"] = time.perf_counter() - start
         summary = {"machine": "2-core x86-64 (AVX-512), no GPU", "target": "llvm",
                    "rows": [{**r, "aa_summary": summarise(r, "aa"),

@@ -106,7 +106,7 @@ def _child(args) -> dict:
         "candidate_speedup_in_decision": report["measured_speedup_of_candidate"],
         "decision_looks": [{k: look.get(k) for k in ("what", "ratio", "p_value", "noise", "rounds",
                                                  "repeat", "number", "trials_per_task", "kept",
-                                                 "refused")}
+                                                 "refused", "process_ratios")}
                            for look in report["looks"]],
         "times_ms": times,
         "speedup_pet_vs_tvm": times["tvm"]["median"] / times["pet"]["median"],
