@@ -99,6 +99,10 @@ def _child(args) -> dict:
     samples = {k: [v for g in groups for v in g[k]] for k in CONTENDERS}
     times = {k: summary(v) for k, v in samples.items()}
     by_process = [{k: 1e3 * statistics.median(g[k]) for k in CONTENDERS} for g in groups]
+
+    def speedup(slow: str, fast: str) -> float:
+        # within each timing process, never across: the geometric mean of their ratios
+        return geomean([p[slow] / p[fast] for p in by_process])
     return {
         "model": args.one, "batch": args.batch, "target": args.target,
         "target_detail": report["target"],
@@ -109,13 +113,13 @@ def _child(args) -> dict:
                                                  "refused", "process_ratios")}
                            for look in report["looks"]],
         "times_ms": times,
-        "speedup_pet_vs_tvm": times["tvm"]["median"] / times["pet"]["median"],
+        "speedup_pet_vs_tvm": speedup("tvm", "pet"),
         # each timing process's medians: a binary's speed can be drawn once per process
         "times_by_process_ms": by_process if processes > 1 else None,
         "speedup_pet_vs_tvm_by_process": ([p["tvm"] / p["pet"] for p in by_process]
                                           if processes > 1 else None),
-        "speedup_pet_vs_onnxruntime": times["onnxruntime"]["median"] / times["pet"]["median"],
-        "speedup_tvm_vs_onnxruntime": times["onnxruntime"]["median"] / times["tvm"]["median"],
+        "speedup_pet_vs_onnxruntime": speedup("onnxruntime", "pet"),
+        "speedup_tvm_vs_onnxruntime": speedup("onnxruntime", "tvm"),
         "max_abs_err": report["max_abs_err"],
         "max_abs_err_vs_onnxruntime": report["max_abs_err_vs_onnxruntime"],
         "search_time_s": report["search_time_s"], "tuning_time_s": report["tuning_time_s"],
@@ -252,8 +256,9 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
         "timing": f"{run['rounds']} interleaved rounds of tvm, pet, onnxruntime, the order "
                   f"rotating every round, after {SETTLE_S:.0f} s of untimed rounds; each sample "
                   f"the mean of {run['number']} calls (1 for the slow models); wall-clock timer"
-                  + (f"; the rounds spread over {run['timing_processes']} fresh processes, "
-                     f"their samples pooled (a binary's speed can be drawn once per process)"
+                  + (f"; the rounds spread over {run['timing_processes']} fresh processes (a "
+                     f"binary's speed can be drawn once per process); times are their pooled "
+                     f"samples, ratios the geometric mean of each process's ratio of medians"
                      if run.get("timing_processes", 1) > 1 else ""),
         "decision": (f"optimize's own keep-or-not timing: {run['decision_rounds']} rounds of 3 "
                      f"samples of 3 calls a side, as `tvm-pet optimize` times"

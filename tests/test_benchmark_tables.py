@@ -94,3 +94,17 @@ def test_the_kept_cell_names_a_refused_candidate_and_the_ratios_of_the_timed_one
     row["decision_looks"] = [{"what": "first look", "ratio": None, "refused": "differs by 1.57"},
                              {"what": "runner-up 1", "ratio": 1.21}]
     assert run.kept(row) == "optimized (looks: refused, r1 ×1.21)"
+
+
+def test_a_row_timed_in_several_processes_lists_each_process_ratio(tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "plot", lambda rows, path: None)
+    row = _row("csrnet_backend", "optimized", 1.05)
+    row["speedup_pet_vs_tvm_by_process"] = [1.076, 0.966]
+    path = run.write_results([row, _row("conv5x5", "optimized", 1.7)],
+                             dict(RUN, timing_processes=2, decision_rounds=5), tmp_path)
+    text = path.with_suffix(".md").read_text()
+    assert "- csrnet_backend (batch 1): ×1.076, ×0.966" in text
+    assert "conv5x5 (batch 1): ×" not in text  # a row timed in one process lists none
+    result = json.loads(path.read_text())
+    assert "spread over 2 fresh processes" in result["timing"]
+    assert "spread over 2 fresh processes" in result["decision"]

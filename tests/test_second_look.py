@@ -114,23 +114,33 @@ def test_decide_wants_the_samples_told_apart_not_just_the_medians():
     assert look.keep and look.p_value < ALPHA
 
 
-def test_decide_on_samples_from_several_processes_refuses_a_slower_process():
+def test_decide_on_samples_from_several_processes_compares_within_each_process():
     from tvm_pet.tune.timing import pooled
+
+    def run(start, n=9):
+        return [start + 0.01 * k for k in range(n)]
     # the CSRNet back end's draw: the original slow in one process and not in the other, PET's
-    # binary as fast in both. Pooled, faster beyond the noise: kept, the processes' ratios said
-    base = pooled([[1.30 + 0.01 * k for k in range(9)], [1.02 + 0.01 * k for k in range(9)]])
-    opt = pooled([[1.00 + 0.01 * k for k in range(9)], [1.00 + 0.01 * k for k in range(9)]])
+    # binary as fast in both: faster within each process, kept
+    base, opt = pooled([run(1.30), run(1.02)]), pooled([run(1.00), run(1.00)])
     look = decide({"baseline": base, "optimized": opt})
-    assert look.keep and "none of the 2 processes" in look.rule
+    assert look.keep and look.p_value < ALPHA and "stratified by process" in look.rule
+    assert look.ratio == pytest.approx(((1.34 / 1.04) * (1.06 / 1.04)) ** 0.5)
     assert f"slowest: x{1.06 / 1.04:.3f}" in look.rule
-    # a layout where the candidate is slower by more than MIN_GAIN: not kept, whatever the pool
-    opt = pooled([[0.80 + 0.01 * k for k in range(9)], [1.10 + 0.01 * k for k in range(9)]])
+    # an identical pair, both slow in one process and both fast in the other: the pooled
+    # medians differ by x1.2, the processes' ratios do not, and nothing is kept
+    base, opt = pooled([run(1.20, 5), run(1.00, 13)]), pooled([run(1.20, 13), run(1.00, 5)])
+    assert base.median / opt.median < 0.9
+    look = decide({"baseline": base, "optimized": opt})
+    assert look.ratio == pytest.approx(1.0, rel=0.01) and look.p_value > 0.3 and not look.keep
+    # faster in four processes, slower by 7 % in a fifth: refused, the slowest process named
+    base = pooled([run(1.30)] * 4 + [run(1.00)])
+    opt = pooled([run(1.00)] * 4 + [run(1.075)])
     look = decide({"baseline": base, "optimized": opt})
     assert look.ratio > 1 + MIN_GAIN and look.p_value < ALPHA and not look.keep
-    assert f"slowest: x{1.06 / 1.14:.3f}" in look.rule
-    # timed in one process: no such condition
-    assert "processes" not in decide({"baseline": _samples(base.samples),
-                                      "optimized": _samples(opt.samples)}).rule
+    assert f"slowest: x{1.04 / 1.115:.3f}" in look.rule
+    # timed in one process: the plain rank test on all samples
+    one = decide({"baseline": _samples(base.samples), "optimized": _samples(opt.samples)})
+    assert "process" not in one.rule
 
 
 def test_close_call_without_budget_is_timed_again_over_more_rounds(model, tmp_path):

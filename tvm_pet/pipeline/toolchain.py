@@ -22,7 +22,7 @@ from tvm_pet.ir.node import Program
 
 class Timed(Protocol):
     """One executable's timing samples in seconds (:class:`tvm_pet.tune.timing.Timing`; when its
-    rounds were spread over fresh processes, each process's median is in ``layouts``)."""
+    rounds were spread over fresh processes, each process's samples are in ``groups``)."""
 
     median: float
     samples: tuple[float, ...]

@@ -13,7 +13,7 @@ its samples can keep a candidate that is only faster than one draw of the origin
 (each loads both shared libraries and times them interleaved with
 :func:`~tvm_pet.tune.timing.time_interleaved`, alternating which goes first) and pools their
 samples, so that a decision on them stands for more than one layout; each process's medians are
-kept (``Timing.layouts``) for the report. ``python -m tvm_pet.tune.process_timing SPEC`` is the
+kept apart (``Timing.groups``) for the decision and the report. ``python -m tvm_pet.tune.process_timing SPEC`` is the
 worker.
 """
 from __future__ import annotations
@@ -51,8 +51,8 @@ def time_in_processes(libraries: Mapping[str, str], inputs: Sequence[np.ndarray]
         expected_s: the planned timing's seconds, to bound each worker's wall time.
 
     Returns:
-        name -> :class:`~tvm_pet.tune.timing.Timing`: every process's samples pooled, and each
-        process's median in ``layouts``.
+        name -> :class:`~tvm_pet.tune.timing.Timing`: every process's samples pooled, and kept
+        apart in ``groups``.
 
     Raises:
         PetError: when a worker fails or runs out of time (its last lines say why).

@@ -23,12 +23,18 @@ from tvm_pet.errors import PetError
 class Timing:
     """Times in seconds of one executable over all rounds (each sample a ``time_evaluator`` mean),
     and, when the rounds were spread over fresh processes (:mod:`tvm_pet.tune.process_timing`),
-    each process's median (``layouts``; empty for a timing in this process)."""
+    each process's samples (``groups``; empty for a timing in this process)."""
     median: float
     min: float
     max: float
     samples: tuple[float, ...]
-    layouts: tuple[float, ...] = ()
+    groups: tuple[tuple[float, ...], ...] = ()
+
+    @property
+    def layouts(self) -> tuple[float, ...]:
+        """Each process's median (one draw of the address layout each); empty for a timing in
+        one process."""
+        return tuple(statistics.median(group) for group in self.groups)
 
     @property
     def spread(self) -> float:
@@ -82,8 +88,8 @@ def _timing(values: list[float]) -> Timing:
 
 
 def pooled(groups: Sequence[Sequence[float]]) -> Timing:
-    """One timing of samples taken in several processes: all samples pooled, each group's
-    median in ``layouts``.
+    """One timing of samples taken in several processes: all samples pooled, each process's
+    kept apart in ``groups``.
 
     >>> t = pooled([[1.0, 1.0, 3.0], [2.0, 2.0, 2.0]])
     >>> t.median, t.layouts, len(t.samples)
@@ -91,4 +97,4 @@ def pooled(groups: Sequence[Sequence[float]]) -> Timing:
     """
     values = [v for group in groups for v in group]
     return Timing(statistics.median(values), min(values), max(values), tuple(values),
-                  tuple(statistics.median(group) for group in groups))
+                  tuple(tuple(group) for group in groups))
