@@ -2,6 +2,8 @@
 toolchain, the confirm stage's looks and the CLI."""
 from __future__ import annotations
 
+import filecmp
+
 import numpy as np
 import pytest
 
@@ -74,6 +76,10 @@ def test_the_toolchain_exports_each_executable_once_and_times_in_processes(pair,
     again = spread.time({"baseline": executables[0], "optimized": executables[1]}, [x],
                         rounds=2, number=1, repeat=2)
     assert spread._libraries == libraries  # exported once, timed twice
+    # writing the kept executable out copies its library rather than exporting it again
+    spread.export(executables[0], str(tmp_path / "baseline.so"))
+    kept = dict((id(ex), path) for ex, path in libraries)[id(executables[0])]
+    assert filecmp.cmp(kept, tmp_path / "baseline.so", shallow=False)
     assert all(len(t.samples) == 4 for t in again.values())
     # one executable alone, or timing_processes=1, is timed in this process
     alone = spread.time({"baseline": executables[0]}, [x], rounds=1, number=1, repeat=2)
