@@ -210,20 +210,34 @@ class MoreNodesCheaper:
 
 def test_runners_up_are_timed_when_the_best_candidate_loses(model, tmp_path):
     # the best candidate measures slower, the first runner-up clearly faster: it is kept
-    report, timer = _optimize(model, tmp_path, [0.9, 1.3], MoreNodesCheaper,
+    report, timer = _optimize(model, tmp_path, [0.9, 1.3, 0.95], MoreNodesCheaper,
                               confirm=3)
-    assert timer.calls == [2, 2] and report["kept"] == "optimized"
-    assert [k["candidate"] for k in report["looks"]] == [0, 1]
+    assert timer.calls == [2, 2, 2] and report["kept"] == "optimized"
+    assert [k["candidate"] for k in report["looks"]] == [0, 1, 2]
+    assert report["kept_candidate"] == 1
     assert report["looks"][1]["what"] == "runner-up 1"
     runner_up = report["search"]["applied"]  # the best one's history, not the kept one's
     assert report["applied"] and report["max_abs_err"] < 1e-4
     assert "p < 0.0033" in report["decision_rule"]  # 0.01 shared by three candidates
-    assert report["candidates_confirmed"] == 2 and runner_up
+    assert report["candidates_confirmed"] == 3 and runner_up
     # all three lose: the original stays, and it is what optimized.so holds
     report, timer = _optimize(model, tmp_path, [0.9, 0.95, 0.8], MoreNodesCheaper,
                               confirm=3)
     assert timer.calls == [2, 2, 2] and report["kept"] == "original" and report["applied"] == []
     assert report["max_abs_err"] == 0.0
+
+
+def test_every_candidate_is_timed_and_the_fastest_kept_replaces_the_original(model, tmp_path):
+    # the search's costs misrank them (one cached timing each): the second is the fastest
+    report, timer = _optimize(model, tmp_path, [1.2, 1.6, 1.3], MoreNodesCheaper, confirm=3)
+    assert timer.calls == [2, 2, 2] and [k["kept"] for k in report["looks"]] == ["optimized"] * 3
+    assert report["kept_candidate"] == 1 and report["speedup"] == pytest.approx(1.6, rel=0.02)
+    assert report["decision_rule"] == report["looks"][1]["rule"]  # the kept look's rule
+    assert report["measured_speedup_of_candidate"] == report["looks"][1]["ratio"]
+    # confirm_every off: the first one kept stands, the others are not timed
+    report, timer = _optimize(model, tmp_path, [1.2, 1.6, 1.3], MoreNodesCheaper, confirm=3,
+                              confirm_every=False)
+    assert timer.calls == [2] and report["kept_candidate"] == 0
 
 
 def test_confirm_must_be_positive(model, tmp_path):

@@ -120,6 +120,7 @@ def _driver_options(args: argparse.Namespace):
                          second_screen=getattr(args, "second_screen", 0),
                          timing_processes=getattr(args, "timing_processes", 2),
                          confirm=getattr(args, "confirm", 3), time_limit=args.time_limit,
+                         confirm_every=not getattr(args, "first_kept", False),
                          tvm_rewrites=not args.no_tvm_rewrites,
                          progress=_progress(args))
 
@@ -162,14 +163,16 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     print(f"  baseline  {report.baseline_time_s * 1e3:9.3f} ms (median of interleaved rounds)")
     print(f"  candidate {report.candidate_time_s * 1e3:9.3f} ms  "
           f"(x{report.measured_speedup_of_candidate:.3f})")
-    for look in report.confirmation.looks[:-1]:  # the decisions before the last one, below
+    for look in report.confirmation.looks:
+        if look is report.confirmation.look:  # the deciding look: below
+            continue
         if look.refused is not None:
             print(f"  {look.what}: candidate {look.candidate} refused, not timed: {look.refused}")
             continue
         print(f"  {look.what}: x{look.decision.ratio:.3f} (rank test p = "
               f"{look.decision.p_value:.2g}{_by_process(look)}), kept the {look.decision.kept}")
     print(f"  speedup   x{report.speedup:.3f}   rule: {report.confirmation.rule}"
-          f"{_by_process(report.confirmation.looks[-1])}")
+          f"{_by_process(report.confirmation.look)}")
     print(f"  search {report.found.seconds:.1f} s, tuning {report.tuning_time_s:.1f} s "
           f"({report.new_trials} new trials), max |optimized - original| "
           f"{report.max_abs_err:.2e}")
@@ -376,6 +379,9 @@ def _add_optimize_and_tune(sub) -> None:
             o.add_argument("--confirm", type=int, default=3,
                            help="candidates timed end to end, best first, before the original "
                                 "is kept (default 3)")
+            o.add_argument("--first-kept", action="store_true",
+                           help="keep the first candidate the rule keeps (by default every one "
+                                "is timed, and the fastest of those kept replaces the original)")
             o.add_argument("--no-second-look", action="store_true",
                            help="decide close calls on the first timing alone (by default they "
                                 "are tuned again with a second seed, or timed over more rounds)")

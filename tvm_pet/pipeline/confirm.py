@@ -3,12 +3,15 @@
 Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
 
 4. **Confirm end to end.** Baseline and optimized modules are built by the same toolchain with
-   the same records and timed interleaved (A B A B ...) over several rounds. When the search's
-   best program loses there, its runners-up are timed in turn (``confirm`` candidates in all,
-   the rank test's threshold divided among them), since kernel times summed do not always
-   predict the whole module. The optimized module is kept only when it is faster beyond the
-   noise (:func:`decide`: at least 5 % by the medians, and told apart from the baseline by a
-   rank test at p < 0.01); otherwise the original is kept, and the report says so. A candidate
+   the same records and timed interleaved (A B A B ...) over several rounds. The search's best
+   program and its runners-up are timed in turn (``confirm`` candidates in all, the rank test's
+   threshold divided among them), since kernel times summed do not always predict the whole
+   module. A candidate is kept only when it is faster beyond the noise (:func:`decide`: at
+   least 5 % by the medians, and told apart from the baseline by a rank test at p < 0.01); of
+   those kept, the one with the largest ratio replaces the original (``confirm_every``; off,
+   the first kept). The measured costs that rank the candidates are one timing each, cached:
+   conv5x5's three candidates came ranked in both orders from two such caches, and its best
+   (x1.7) was third. If none is kept, the original is, and the report says so. A candidate
    whose compiled module computes something else than the original (:func:`check_outputs`) is
    refused untimed, and the next one is looked at; its look says why (``refused``). On a CPU,
    a look's rounds are spread over fresh processes (``timing_processes``, 2 by default;
@@ -324,6 +327,8 @@ class Confirmation:
         seconds: the stage's wall time.
         optimized_module: the kept candidate's module, as lowered and built (None when the
             original stays).
+        deciding: the look whose timings are ``timings``: the kept candidate's, else the last
+            one (None: the last one).
     """
 
     looks: tuple[Look, ...]
@@ -336,6 +341,7 @@ class Confirmation:
     budget_s: float | None = None
     seconds: float = 0.0
     optimized_module: Any = None
+    deciding: Look | None = None
 
     def to_json(self) -> dict:
         """The stage's budget and what it cut short (``confirmation`` in ``report.json``)."""
@@ -349,9 +355,14 @@ class Confirmation:
         return self.chosen is not None
 
     @property
+    def look(self) -> Look:
+        """The deciding look: the kept candidate's, else the last one."""
+        return self.deciding or self.looks[-1]
+
+    @property
     def rule(self) -> str:
-        """The decision rule of the last look, in words."""
-        return self.looks[-1].decision.rule
+        """The decision rule of the deciding look, in words."""
+        return self.look.decision.rule
 
     @property
     def final(self) -> Any:
@@ -422,8 +433,9 @@ class _Trial:
 def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolchain,
             options: DriverOptions, inputs: Sequence[np.ndarray], *,
             budget_s: float | None = None, progress: Progress = Progress()) -> Confirmation:
-    """Time the candidates against the original, best first, until one is kept (module steps
-    4 and 5), within ``budget_s``.
+    """Time the candidates against the original, best first, and keep the fastest of those the
+    rule keeps (module steps 4 and 5; with ``confirm_every`` off, the first one kept), within
+    ``budget_s``.
 
     Args:
         program: the original.
@@ -449,32 +461,28 @@ def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolch
     looks: list[Look] = []
     notes: list[str] = []
     trial: _Trial | None = None  # the latest candidate's look
+    kept: tuple[_Trial, Candidate] | None = None  # the fastest candidate kept so far
     for index, candidate in enumerate(candidates):
+        if kept is not None and not options.confirm_every:
+            break
         if trial is not None and _cannot_pay(bench, baseline.call_s, len(candidates) - index):
             notes.append(f"{len(candidates) - index} runner(s)-up not timed: the budget of "
                          f"{budget_s:.0f} s was spent")
-            return _timed(_ending(trial, looks, notes, skipped=len(candidates) - index),
+            last, chosen = kept or (trial, None)
+            return _timed(_ending(last, looks, notes, chosen, skipped=len(candidates) - index),
                           start, budget_s)
-        first = _first_look(index, candidate, baseline, bench, len(candidates) - index)
-        looks.append(first.look)
-        if first.look.refused is not None:
-            notes.append(first.look.decision.rule)
-            continue  # the next candidate, or the original
-        trial = first
-        if trial.look.decision.close and options.second_look:
-            second = _second_look(index, trial, bench, len(candidates) - index)
-            if second is None:
-                notes.append(f"candidate {index}: a close call, but the time left pays for no "
-                             f"more samples than the first look: no second look")
-            else:
-                looks.append(second.look)
-                baseline = second.baseline  # later candidates meet this baseline, with its budget
-                if second.look.refused is not None:
-                    notes.append(second.look.decision.rule)
-                    continue
-                trial = second
-        if trial.look.decision.keep:
-            return _timed(_ending(trial, looks, notes, candidate), start, budget_s)
+        # a close call after a keep gets no second look: it would tune both sides again
+        latest, baseline = _candidate_looks(index, candidate, baseline, bench,
+                                            len(candidates) - index, looks, notes,
+                                            second=options.second_look and kept is None)
+        if latest is None:
+            continue  # refused: the next candidate, or the original
+        trial = latest
+        if trial.look.decision.keep and (kept is None or
+                                         trial.look.decision.ratio > kept[0].look.decision.ratio):
+            kept = (trial, candidate)
+    if kept is not None:
+        return _timed(_ending(kept[0], looks, notes, kept[1]), start, budget_s)
     if trial is None:  # every candidate was refused: the original is kept, timed alone
         alone = _nothing_to_confirm(baseline, bench, "every candidate was refused (its compiled "
                                     "module computes something else): the original is kept")
@@ -483,12 +491,43 @@ def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolch
     return _timed(_ending(trial, looks, notes), start, budget_s)
 
 
+def _candidate_looks(index: int, candidate: Candidate, baseline: Baseline, bench: _Bench,
+                     share: int, looks: list[Look], notes: list[str], *, second: bool
+                     ) -> tuple[_Trial | None, Baseline]:
+    """Candidate ``index``'s first look and, at a close call when ``second``, its second look
+    (module steps 4 and 5), on ``1 / share`` of the time left; each look is appended to
+    ``looks``, and a refusal or a second look the time cannot pay for to ``notes``.
+
+    Returns:
+        The candidate's latest look (None when it was refused), and the baseline later
+        candidates meet (a second look tunes it again).
+    """
+    first = _first_look(index, candidate, baseline, bench, share)
+    looks.append(first.look)
+    if first.look.refused is not None:
+        notes.append(first.look.decision.rule)
+        return None, baseline
+    if not (first.look.decision.close and second):
+        return first, baseline
+    again = _second_look(index, first, bench, share)
+    if again is None:
+        notes.append(f"candidate {index}: a close call, but the time left pays for no more "
+                     f"samples than the first look: no second look")
+        return first, baseline
+    looks.append(again.look)
+    if again.look.refused is not None:
+        notes.append(again.look.decision.rule)
+        return None, again.baseline
+    return again, again.baseline
+
+
 def _ending(trial: _Trial, looks: list[Look], notes: list[str], chosen: Candidate | None = None,
             skipped: int = 0) -> Confirmation:
     """The confirmation after ``trial``, the latest candidate's look: ``chosen`` kept or not."""
     return Confirmation(tuple(looks), trial.timings, chosen, trial.baseline, trial.optimized,
                         skipped, tuple(notes),
-                        optimized_module=None if chosen is None else trial.module)
+                        optimized_module=None if chosen is None else trial.module,
+                        deciding=trial.look)
 
 
 def _timed(confirmation: Confirmation, start: float, budget_s: float | None) -> Confirmation:

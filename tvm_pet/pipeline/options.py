@@ -95,6 +95,8 @@ class DriverOptions:
         seed: the tuning seed and the seed of the random inputs.
         second_look: look again at close calls.
         confirm: candidates timed end to end, best first, before the original is kept.
+        confirm_every: time every one of them (as the time allows) and keep the fastest the rule
+            keeps; off, stop at the first one kept.
         time_limit: seconds for the whole run: import, search, builds and timing (None: the
             search's own limit, and the asked timings whatever they cost). The timing keeps to
             it but for the smallest useful look (``confirm.MIN_SAMPLES``).
@@ -125,6 +127,7 @@ class DriverOptions:
     seed: int = 0
     second_look: bool = True
     confirm: int = 3
+    confirm_every: bool = True
     time_limit: float | None = None
     confirm_share: float = 0.25
     tvm_rewrites: bool = True

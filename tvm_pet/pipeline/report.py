@@ -106,12 +106,12 @@ class Report:
 
     @property
     def baseline_time_s(self) -> float:
-        """The baseline's median in the last look."""
+        """The baseline's median in the deciding look."""
         return self.confirmation.timings["baseline"].median
 
     @property
     def candidate_time_s(self) -> float:
-        """The last candidate's median in the last look (kept or not)."""
+        """The deciding look's candidate's median (kept or not)."""
         return self.confirmation.timings["optimized"].median
 
     @property
@@ -122,12 +122,13 @@ class Report:
     @property
     def speedup(self) -> float:
         """Baseline over what ``optimized.so`` holds (1.0 when the original is kept)."""
-        return self.baseline_time_s / self.candidate_time_s if self.confirmation.keep else 1.0
+        return self.measured_speedup_of_candidate if self.confirmation.keep else 1.0
 
     @property
     def measured_speedup_of_candidate(self) -> float:
-        """Baseline over the last candidate timed, kept or not."""
-        return self.baseline_time_s / self.candidate_time_s
+        """Baseline over the deciding look's candidate, kept or not: the rule's ratio (the
+        medians' ratio; timed in several processes, the geometric mean of theirs)."""
+        return self.confirmation.look.decision.ratio
 
     @property
     def tuning_time_s(self) -> float:
@@ -156,6 +157,8 @@ class Report:
             "measured_speedup_of_candidate": self.measured_speedup_of_candidate,
             "timings": {k: dataclasses.asdict(v) for k, v in c.timings.items()},
             "decision_rule": c.rule, "kept": self.kept, "looks": [k.to_json() for k in c.looks],
+            # which candidate replaced the original: the kept look's (None: the original stays)
+            "kept_candidate": c.look.candidate if c.keep else None,
             "search_time_s": self.found.seconds, "tuning_time_s": self.tuning_time_s,
             "new_trials": self.new_trials, "tuning": self.tuning.to_json(),
             "max_abs_err": self.max_abs_err,
