@@ -65,6 +65,13 @@ def test_a_worker_that_fails_says_why(pair, tmp_path):
                           rounds=1, number=1, repeat=1)
 
 
+def test_a_worker_past_its_time_is_stopped_with_a_clear_error(pair):
+    _, paths = pair
+    with pytest.raises(PetError, match="ran past"):
+        time_in_processes({"a": paths[0], "b": paths[1]}, [np.zeros((4, 16), np.float32)],
+                          processes=1, rounds=1, number=1, repeat=1, timeout_s=0.01)
+
+
 def test_the_toolchain_exports_each_executable_once_and_times_in_processes(pair, tmp_path):
     executables, _ = pair
     x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)

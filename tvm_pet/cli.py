@@ -169,8 +169,10 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         if look.refused is not None:
             print(f"  {look.what}: candidate {look.candidate} refused, not timed: {look.refused}")
             continue
+        verdict = (f"kept the {look.decision.kept}" if not look.decision.keep else
+                   "faster beyond the noise, but another candidate is faster")
         print(f"  {look.what}: x{look.decision.ratio:.3f} (rank test p = "
-              f"{look.decision.p_value:.2g}{_by_process(look)}), kept the {look.decision.kept}")
+              f"{look.decision.p_value:.2g}{_by_process(look)}), {verdict}")
     print(f"  speedup   x{report.speedup:.3f}   rule: {report.confirmation.rule}"
           f"{_by_process(report.confirmation.look)}")
     print(f"  search {report.found.seconds:.1f} s, tuning {report.tuning_time_s:.1f} s "

@@ -207,7 +207,7 @@ def decide(timings: Mapping[str, Timed], alpha: float = ALPHA) -> Decision:
                 f"the interleaved samples says it is faster at p < {alpha:.2g} (p = "
                 f"{p_value:.2g}; spread: relative interquartile range up to {noise:.3f})")
         return Decision(keep, ratio, p_value, noise, ratio > 1 and not keep, rule)
-    ratios = [float(np.median(b) / np.median(o)) for b, o in groups]
+    ratios = process_ratios(base, opt)
     ratio = float(np.exp(np.mean(np.log(ratios))))
     p_value = stratified_p(groups)
     noise = max(_iqr(g) for pair in groups for g in pair)
@@ -220,6 +220,13 @@ def decide(timings: Mapping[str, Timed], alpha: float = ALPHA) -> Decision:
             f"1 / {1 + MIN_GAIN:.2f} (slowest: x{worst:.3f}; spread within a process: relative "
             f"interquartile range up to {noise:.3f})")
     return Decision(keep, ratio, p_value, noise, ratio > 1 and not keep, rule)
+
+
+def process_ratios(baseline: Timed, optimized: Timed) -> tuple[float, ...]:
+    """Baseline median over optimized median in each process the timing was spread over
+    (empty for a timing in one process)."""
+    return tuple(b / o for b, o in zip(getattr(baseline, "layouts", ()),
+                                       getattr(optimized, "layouts", ())))
 
 
 def stratified_p(groups: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float:
@@ -410,9 +417,7 @@ class _Bench:
                                           number=plan.number, repeat=plan.repeat)
         if alone:
             timings = {"baseline": timings["baseline"], "optimized": timings["baseline"]}
-        base, opt = timings["baseline"], timings["optimized"]
-        layouts = tuple(b / o for b, o in zip(getattr(base, "layouts", ()),
-                                              getattr(opt, "layouts", ())))
+        layouts = process_ratios(timings["baseline"], timings["optimized"])
         return Look(what, candidate, budget, plan.rounds, decide(timings, self.alpha),
                     **_tuning_of(tuned),
                     number=plan.number, repeat=plan.repeat,

@@ -30,14 +30,9 @@ import numpy as np
 
 from tvm_pet.errors import PetError
 
-#: Seconds a worker may take beyond its planned timing (Python and TVM import, loading the
-#: libraries, the untimed first calls).
-WORKER_OVERHEAD_S = 120.0
-
-
 def time_in_processes(libraries: Mapping[str, str], inputs: Sequence[np.ndarray], *,
                       processes: int, rounds: int, number: int, repeat: int,
-                      expected_s: float = 0.0) -> dict:
+                      timeout_s: float | None = None) -> dict:
     """Time shared libraries interleaved, the rounds spread over fresh processes.
 
     Args:
@@ -48,7 +43,8 @@ def time_in_processes(libraries: Mapping[str, str], inputs: Sequence[np.ndarray]
         rounds: interleaved rounds in all (each process gets ``ceil(rounds / processes)``).
         number: calls averaged into one sample.
         repeat: samples per library per round.
-        expected_s: the planned timing's seconds, to bound each worker's wall time.
+        timeout_s: seconds each worker may run (None: as long as it takes, as a timing in
+            this process would; one call of an untuned model can take seconds).
 
     Returns:
         name -> :class:`~tvm_pet.tune.timing.Timing`: every process's samples pooled, and kept
@@ -69,14 +65,13 @@ def time_in_processes(libraries: Mapping[str, str], inputs: Sequence[np.ndarray]
             spec = {"libraries": {n: str(libraries[n]) for n in order},
                     "inputs": os.path.join(tmp, "inputs.npz"), "rounds": per_process,
                     "number": number, "repeat": repeat}
-            got = _worker(spec, os.path.join(tmp, f"spec{k}.json"),
-                          WORKER_OVERHEAD_S + expected_s / max(1, processes) * 3)
+            got = _worker(spec, os.path.join(tmp, f"spec{k}.json"), timeout_s)
             for name in names:
                 samples[name].append(got[name])
     return {name: pooled(groups) for name, groups in samples.items()}
 
 
-def _worker(spec: dict, path: str, timeout_s: float) -> dict[str, list[float]]:
+def _worker(spec: dict, path: str, timeout_s: float | None) -> dict[str, list[float]]:
     """Run one worker on ``spec`` (written to ``path``) and read its samples."""
     with open(path, "w") as f:
         json.dump(spec, f)
