@@ -102,3 +102,21 @@ def test_the_cli_refuses_fewer_than_one_timing_process(tmp_path, capsys):
     assert main(["optimize", str(tmp_path / "m.onnx"), "--out", str(tmp_path / "out"),
                  "--timing-processes", "0"]) != 0
     assert "--timing-processes 0: at least 1" in capsys.readouterr().err
+
+
+def test_a_look_spread_over_processes_plans_their_start_out_of_the_time_left():
+    import time
+    import types
+
+    from tvm_pet.pipeline.confirm import PROCESS_START_S, _Bench, _cannot_pay
+    from tvm_pet.pipeline.options import DriverOptions
+
+    def bench(processes, left_s):
+        toolchain = types.SimpleNamespace(timing_processes=processes)
+        return _Bench(toolchain, DriverOptions(), (), 0.01, time.perf_counter() + left_s)
+    assert bench(1, 1).start_s() == 0.0 and bench(3, 1).start_s() == 3 * PROCESS_START_S
+    # 25 s left, 0.2 s calls: the asked 5 rounds of 3 x 3 calls (20.4 s) fit in this process;
+    # less the start of two processes they do not, and the plan takes fewer calls per sample
+    assert bench(1, 25).plan(0.2, 5, 1).number == 3 and bench(2, 25).plan(0.2, 5, 1).number < 3
+    # the smallest useful look of 0.5 s calls (9.5 s) fits 12 s in this process, not in two
+    assert not _cannot_pay(bench(1, 12), 0.5, 1) and _cannot_pay(bench(2, 12), 0.5, 1)

@@ -30,7 +30,8 @@ Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
 timed first, and every look is planned (:func:`plan_timing`) to fit its share of the
 confirmation's budget (``budget_s``: what ``--time-limit`` leaves after the search): fewer calls
 per sample, then fewer rounds, never fewer than :func:`fewest_samples` per module, an asked
-plan included (below that the rank test cannot keep anything). A runner-up is not timed, and a
+plan included (below that the rank test cannot keep anything), and less the start of the
+look's timing processes (:data:`PROCESS_START_S` each). A runner-up is not timed, and a
 second look not taken, when the time left cannot pay for a useful look; the confirmation says
 so (``skipped``, ``notes``).
 
@@ -61,6 +62,11 @@ ALPHA = 0.01
 #: Fewest samples per module in a look: with 6 against 6 the exact one-sided rank test reaches
 #: p = 1/924, below ALPHA shared by three candidates (5 against 5 cannot go below 1/252).
 MIN_SAMPLES = 6
+
+#: Seconds one fresh timing process costs before it times (starting Python and TVM, loading
+#: both libraries: about 3 s for the CSRNet back end's 35 MB ones), per look spread over
+#: processes (:mod:`tvm_pet.tune.process_timing`): the plans leave it out of the time left.
+PROCESS_START_S = 3.0
 
 #: Fewest samples of the original timed alone when there is nothing to confirm: no rank test
 #: decides there, so that look is only as long as its time allows, down to this.
@@ -394,10 +400,18 @@ class _Bench:
         return max(0.0, self.deadline - time.perf_counter())
 
     def plan(self, call_s: float, rounds: int, share: int) -> TimingPlan:
-        """The timing of a look asked for ``rounds``, on ``1 / share`` of the time left."""
-        return plan_timing(call_s, self.left() / max(1, share), rounds,
-                           self.options.timing_number, self.options.timing_repeat,
+        """The timing of a look asked for ``rounds``, on ``1 / share`` of the time left, less
+        the start of its timing processes (:meth:`start_s`)."""
+        return plan_timing(call_s, max(0.0, self.left() / max(1, share) - self.start_s()),
+                           rounds, self.options.timing_number, self.options.timing_repeat,
                            fewest_samples(self.alpha))
+
+    def start_s(self) -> float:
+        """Seconds a look's fresh timing processes take to start: :data:`PROCESS_START_S` each
+        where the toolchain spreads a look over processes (``timing_processes`` above 1), else
+        none."""
+        processes = getattr(self.toolchain, "timing_processes", 1)
+        return processes * PROCESS_START_S if processes > 1 else 0.0
 
     def look(self, baseline: Baseline, optimized: Any, plan: TimingPlan, what: str,
              candidate: int | None, budget: Budget, tuned: Sequence = ()
@@ -545,7 +559,8 @@ def _cannot_pay(bench: _Bench, call_s: float, candidates_left: int) -> bool:
     (its build check and :func:`fewest_samples` samples of both modules)."""
     repeat = bench.options.timing_repeat
     fewest = fewest_samples(bench.alpha)
-    smallest = TimingPlan(math.ceil(fewest / repeat), 1, repeat).seconds(call_s) + call_s
+    smallest = (TimingPlan(math.ceil(fewest / repeat), 1, repeat).seconds(call_s) + call_s
+                + bench.start_s())
     return bench.left() / candidates_left < smallest
 
 
