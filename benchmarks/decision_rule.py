@@ -54,7 +54,7 @@ def measure_model(name: str, reps: int, records: str | None = None,
 
     from tvm_pet.models import build_model
     from tvm_pet.pipeline import DriverOptions, tvm_toolchain
-    from tvm_pet.pipeline.confirm import ALPHA, decide
+    from tvm_pet.pipeline.confirm import ALPHA, decide, process_ratios
     from tvm_pet.pipeline.load import load
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.search.optimizer import optimize
@@ -86,9 +86,9 @@ def measure_model(name: str, reps: int, records: str | None = None,
                                rounds=options.timing_rounds, number=options.timing_number,
                                repeat=options.timing_repeat)
             look = decide(t)
-            by_process = [b / o for b, o in zip(t["baseline"].layouts, t["optimized"].layouts)]
             trials[kind].append({"ratio": look.ratio, "p_value": look.p_value,
-                                 "ratios_by_process": by_process,
+                                 "ratios_by_process": list(process_ratios(t["baseline"],
+                                                                          t["optimized"])),
                                  "noise": look.noise, "keep_rank_rule": look.keep,
                                  # a whole model's level: 3 candidates share ALPHA
                                  "keep_rank_rule_3": decide(t, ALPHA / 3).keep,

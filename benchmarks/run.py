@@ -169,14 +169,22 @@ def _time_in_fresh_process(folder: str, args, rounds: int) -> dict[str, list]:
     """:func:`time_contenders` in a fresh process: one draw of the address layout, which sets
     some binaries' speed for a whole process (the CSRNet back end's TVM binary: 25 ms in some
     processes, 31-37 ms in others; :mod:`tvm_pet.tune.process_timing`)."""
-    cmd = [sys.executable, __file__, "--time-folder", folder, "--target", args.target,
-           "--rounds", str(rounds), "--number", str(args.number)]
+    samples, error = _run_json([sys.executable, __file__, "--time-folder", folder, "--target",
+                                args.target, "--rounds", str(rounds), "--number",
+                                str(args.number)])
+    if samples is None:
+        raise RuntimeError(f"a timing process failed: {error}")
+    return samples
+
+
+def _run_json(cmd: list[str]) -> tuple[dict | None, str]:
+    """Run a child of this script and read the JSON line it prints last: ``(that object,
+    "")``, or ``(None, its last lines of output)`` when it failed or printed none."""
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        raise RuntimeError("a timing process failed: " + " | ".join(tail))
-    return json.loads(lines[-1])
+        return None, " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+    return json.loads(lines[-1]), ""
 
 
 def time_interleaved(calls: dict, rounds: int, number: int,
@@ -223,13 +231,9 @@ def _run_child(name: str, batch: int, args) -> dict:
     cmd += ["--records", args.records] if args.records else []
     cmd += ["--second-look", args.second_look]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return {"model": name, "batch": batch, "error": " | ".join(tail),
-                "wall_s": time.perf_counter() - start}
-    row = json.loads(lines[-1])
+    row, error = _run_json(cmd)
+    if row is None:
+        row = {"model": name, "batch": batch, "error": error}
     row["wall_s"] = time.perf_counter() - start
     return row
 

@@ -208,15 +208,14 @@ class TVMToolchain:
     def _library(self, executable: relax.VMExecutable) -> str:
         """``executable`` as a shared library in a folder of this toolchain's, exported on first
         use; the latest :data:`LIBRARIES_KEPT` are kept."""
-        for kept, path in self._libraries:
-            if kept is executable:
-                return path
+        kept = self._kept_library(executable)
+        if kept is not None:
+            return kept
         if self._library_dir is None:
             self._library_dir = tempfile.TemporaryDirectory(prefix="tvm-pet-libraries-")
         self._exported += 1
         path = os.path.join(self._library_dir.name, f"{self._exported}.so")
-        with quiet_native_stderr():
-            executable.export_library(path)
+        _export_library(executable, path)
         self._libraries = [(executable, path), *self._libraries]
         for _, dropped in self._libraries[LIBRARIES_KEPT:]:
             os.remove(dropped)
@@ -233,12 +232,15 @@ class TVMToolchain:
     def export(self, executable: relax.VMExecutable, path: str) -> None:
         """Write a shared library (TVM's per-function export warnings silenced); one already
         exported for timing in fresh processes is copied."""
-        for kept, library in self._libraries:
-            if kept is executable:
-                shutil.copyfile(library, path)
-                return
-        with quiet_native_stderr():
-            executable.export_library(path)
+        kept = self._kept_library(executable)
+        if kept is not None:
+            shutil.copyfile(kept, path)
+        else:
+            _export_library(executable, path)
+
+    def _kept_library(self, executable: relax.VMExecutable) -> str | None:
+        """The shared library :meth:`_library` exported ``executable`` to, if it is kept."""
+        return next((path for kept, path in self._libraries if kept is executable), None)
 
     def script(self, module: tvm.IRModule) -> str:
         """The module as TVMScript."""
@@ -248,6 +250,12 @@ class TVMToolchain:
         """The measured cost: record times where they exist, from the records opened once."""
         return MeasuredCost(self.target, self.records_dir, lower=self._lower,
                             sources=self._records())
+
+
+def _export_library(executable: relax.VMExecutable, path: str) -> None:
+    """Write ``executable`` as a shared library, TVM's per-function export warnings silenced."""
+    with quiet_native_stderr():
+        executable.export_library(path)
 
 
 def load_with_tvm(model, *, rewrites: bool = True) -> LoadedModel:

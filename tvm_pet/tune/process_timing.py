@@ -12,9 +12,9 @@ its samples can keep a candidate that is only faster than one draw of the origin
 :func:`time_in_processes` splits a look's rounds over ``processes`` fresh Python processes
 (each loads both shared libraries and times them interleaved with
 :func:`~tvm_pet.tune.timing.time_interleaved`, alternating which goes first) and pools their
-samples, so that a decision on them stands for more than one layout; each process's medians are
-kept apart (``Timing.groups``) for the decision and the report. ``python -m tvm_pet.tune.process_timing SPEC`` is the
-worker.
+samples, so that a decision on them stands for more than one layout; each process's samples are
+kept apart (``Timing.groups``) for the decision and the report.
+``python -m tvm_pet.tune.process_timing SPEC`` is the worker.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tvm_pet.errors import PetError
+
 
 def time_in_processes(libraries: Mapping[str, str], inputs: Sequence[np.ndarray], *,
                       processes: int, rounds: int, number: int, repeat: int,

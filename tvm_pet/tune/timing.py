@@ -8,6 +8,7 @@ Typical use::
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,5 @@ def pooled(groups: Sequence[Sequence[float]]) -> Timing:
     >>> t.median, t.layouts, len(t.samples)
     (2.0, (1.0, 2.0), 6)
     """
-    values = [v for group in groups for v in group]
-    return Timing(statistics.median(values), min(values), max(values), tuple(values),
-                  tuple(tuple(group) for group in groups))
+    return dataclasses.replace(_timing([v for group in groups for v in group]),
+                               groups=tuple(tuple(group) for group in groups))
