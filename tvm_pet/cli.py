@@ -189,9 +189,10 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
 
 def _by_process(look) -> str:
     """``; in 2 processes: x1.21, x1.00`` for a look spread over fresh processes, else ``""``."""
-    if len(look.layouts) < 2:
+    ratios = look.process_ratios
+    if len(ratios) < 2:
         return ""
-    return f"; in {len(look.layouts)} processes: " + ", ".join(f"x{r:.2f}" for r in look.layouts)
+    return f"; in {len(ratios)} processes: " + ", ".join(f"x{r:.2f}" for r in ratios)
 
 
 def _onnx_missing(report) -> bool:

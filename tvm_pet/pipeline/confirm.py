@@ -17,7 +17,7 @@ Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
    a look's rounds are spread over fresh processes (``timing_processes``, 2 by default;
    :mod:`tvm_pet.tune.process_timing`), since a binary's speed can be drawn once per process by
    its address layout; the rule compares the samples within each process (:func:`decide`), and
-   each process's ratio is reported (``layouts``).
+   each process's ratio is reported (``Look.process_ratios``).
 5. **Look again at close calls.** When the optimized module measures faster but not surely so,
    the decision is close: with a tuning budget, both modules are tuned again with a second seed
    and twice the trials per task (equal budgets: MetaSchedule keeps the best record of both
@@ -279,8 +279,8 @@ class Look:
         seconds: wall time of the timing.
         refused: why the candidate was not timed: its compiled module computes something else
             than the original (None for a timed look).
-        layouts: the ratio in each fresh process the look's rounds were spread over (empty:
-            timed in one process), :mod:`tvm_pet.tune.process_timing`.
+        process_ratios: the ratio in each fresh process the look's rounds were spread over
+            (empty: timed in one process), :mod:`tvm_pet.tune.process_timing`.
     """
 
     what: str
@@ -294,7 +294,7 @@ class Look:
     repeat: int = 1
     seconds: float = 0.0
     refused: str | None = None
-    layouts: tuple[float, ...] = ()
+    process_ratios: tuple[float, ...] = ()
 
     def to_json(self) -> dict:
         """The look as ``report.json`` lists it (``looks``); a refused one has no figures."""
@@ -310,7 +310,7 @@ class Look:
         return out | {"rounds": self.rounds, "number": self.number, "repeat": self.repeat,
                       "timing_s": self.seconds, "ratio": d.ratio, "p_value": d.p_value,
                       "noise": d.noise, "close": d.close, "kept": d.kept, "rule": d.rule,
-                      "process_ratios": list(self.layouts)}
+                      "process_ratios": list(self.process_ratios)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,11 +431,11 @@ class _Bench:
                                           number=plan.number, repeat=plan.repeat)
         if alone:
             timings = {"baseline": timings["baseline"], "optimized": timings["baseline"]}
-        layouts = process_ratios(timings["baseline"], timings["optimized"])
+        ratios = process_ratios(timings["baseline"], timings["optimized"])
         return Look(what, candidate, budget, plan.rounds, decide(timings, self.alpha),
                     **_tuning_of(tuned),
                     number=plan.number, repeat=plan.repeat,
-                    seconds=time.perf_counter() - start, layouts=layouts), timings
+                    seconds=time.perf_counter() - start, process_ratios=ratios), timings
 
 
 @dataclasses.dataclass(frozen=True)
