@@ -198,3 +198,33 @@ def test_without_combining_one_round_changes_at_most_one_layer(monkeypatch):
     result = optimize(dilated_chain(), SearchConfig(depth=3, rounds=1, time_limit=120),
                       cost=PenaliseDilationAndLayouts())
     assert len(result.applied) <= 1
+
+
+class _Spread(AnalyticCost):
+    """The analytic cost, declared as measured once per kernel: near ties are runners-up."""
+
+    spread = 1.5
+
+
+def test_near_ties_of_a_cost_with_a_spread_are_runners_up_never_the_result():
+    from tvm_pet.pipeline.search import search
+    from tvm_pet.search.mutant_cache import MutantCache
+    program = small_model()
+    config = SearchConfig(depth=2, rounds=1, time_limit=120)
+    plain = optimize(program, config)
+    assert plain.near_ties == 0
+    assert all(c.cost < plain.original_cost for c in plain.runners_up)
+    found = search(program, config, _Spread(), MutantCache(), confirm=3)
+    result = found.result
+    assert result.cost == plain.cost <= result.original_cost  # the best is the cheapest one
+    ties = [c for c in result.runners_up if c.cost >= result.original_cost]
+    assert ties and result.near_ties == len(ties) and result.to_json()["near_ties"] == len(ties)
+    assert all(result.original_cost < c.cost < 1.5 * result.original_cost for c in ties)
+    assert found.near_ties == sum(c.cost >= result.original_cost for c in found.candidates) > 0
+    assert f"({found.near_ties} costed as near ties of the original)" in found.line()
+    x = _inputs(program)
+    want = evaluate(program, x, np.float64)["out"]
+    for tie in ties:  # verified rewrites: they compute what the original computes
+        assert tie.applied
+        np.testing.assert_allclose(evaluate(tie.program, x, np.float64)["out"], want,
+                                   rtol=1e-9, atol=1e-9)

@@ -234,6 +234,10 @@ def _print_trust(report) -> None:
         print(f"  the search set aside {facts['search']['set_aside_untuned']} rewrite(s) whose "
               f"new kernels have no records, untimed (an untuned kernel against a tuned one); "
               f"`tvm-pet tune` tunes the most promising")
+    if facts["search"]["near_ties_confirmed"]:
+        print(f"  {facts['search']['near_ties_confirmed']} candidate(s) timed were near ties: "
+              f"costed at or a little above the original (one cached timing per kernel cannot "
+              f"rank them), so the end-to-end timing decided")
     print(f"  {report.kernels_line()}")
     c = report.confirmation
     budget = "unbounded" if c.budget_s is None else f"{c.budget_s:.0f} s"

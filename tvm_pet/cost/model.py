@@ -16,6 +16,12 @@ class CostModel(Protocol):
     subprograms' costs (the measured model: TVM fuses kernels across subprogram borders); the
     optimizer then costs every candidate as a whole program. Without the attribute, costs are
     taken as additive and only the replaced subprogram is costed.
+
+    A model whose costs are measured once each may set ``spread`` (at least 1): a program costed
+    up to ``spread`` times the original's cost may still be faster when run, so the optimizer
+    lists such near ties among its runners-up, for an end-to-end confirmation to decide (the
+    measured model: :data:`tvm_pet.tune.measured_cost.SPREAD`). Without the attribute, only
+    programs costed below the original are listed.
     """
 
     name: str

@@ -11,7 +11,9 @@ Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
    those kept, the one with the largest ratio replaces the original (``confirm_every``; off,
    the first kept). The measured costs that rank the candidates are one timing each, cached:
    conv5x5's three candidates came ranked in both orders from two such caches, and its best
-   (x1.7) was third. If none is kept, the original is, and the report says so. A candidate
+   (x1.7) was third; so the candidates include near ties, programs costed up to the cost
+   model's ``spread`` above the original (:data:`tvm_pet.tune.measured_cost.SPREAD`). If none
+   is kept, the original is, and the report says so. A candidate
    whose compiled module computes something else than the original (:func:`check_outputs`) is
    refused untimed, and the next one is looked at; its look says why (``refused``). On a CPU,
    a look's rounds are spread over fresh processes (``timing_processes``, 2 by default;

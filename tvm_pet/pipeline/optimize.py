@@ -91,7 +91,7 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     with progress.step(f"searching (time limit {limit}, cost: {options.cost})"):
         found = search(program, config, cost or cost_model(options, toolchain), mutants,
                        options.confirm)
-    progress.note(f"the search found {len(found.candidates)} candidate(s)")
+    progress.note(found.line())
     # 4-5. time the candidates end to end, with a second look at close calls
     inputs = loaded.random_inputs(options.seed)
     confirmation = confirm(program, found.candidates, toolchain, options, list(inputs.values()),

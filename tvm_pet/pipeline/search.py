@@ -30,8 +30,9 @@ class Found:
         result: the optimizer's result.
         seconds: the search's wall time.
         cost_model: the cost model's name.
-        candidates: what the confirm stage times, best first: the best program and the
-            runners-up, at most ``confirm`` of them (none when no mutant was applied).
+        candidates: what the confirm stage times, best first: the best program (when a
+            mutant was applied) and the runners-up, near ties included (the measured cost's
+            ``spread``), at most ``confirm`` of them.
         set_aside: rewrites the cost model set aside untimed (the measured one: new kernels
             without records, replacing tuned ones).
     """
@@ -41,6 +42,17 @@ class Found:
     cost_model: str
     candidates: tuple[Candidate, ...]
     set_aside: int = 0
+
+    @property
+    def near_ties(self) -> int:
+        """Candidates costed at or above the original, within the cost model's spread: the
+        timing decides them."""
+        return sum(c.cost >= self.result.original_cost for c in self.candidates)
+
+    def line(self) -> str:
+        """What the search found, in one line of the run's progress."""
+        ties = f" ({self.near_ties} costed as near ties of the original)" if self.near_ties else ""
+        return f"the search found {len(self.candidates)} candidate(s){ties}"
 
 
 def cost_model(options: DriverOptions, toolchain: Toolchain) -> CostModel:
@@ -67,5 +79,5 @@ def search(program: Program, config: SearchConfig, cost: CostModel, mutants: Mut
     result = optimize(program, config, cost, mutants)
     seconds = time.perf_counter() - start
     best = [Candidate(result.program, result.cost, result.applied)] if result.applied else []
-    candidates = (best + result.runners_up if best else [])[:confirm]
+    candidates = (best + result.runners_up)[:confirm]
     return Found(result, seconds, cost.name, tuple(candidates), getattr(cost, "set_aside", 0))

@@ -101,9 +101,16 @@ class SearchResult:
     stop: StopReason
     seconds: float
     post_optimizations: list[str] = dataclasses.field(default_factory=list)
-    #: The next cheapest programs found, cheaper than the original, best first (at most
-    #: ``topk - 1``): what an end-to-end confirmation tries when the best one loses there.
+    #: The next cheapest programs found, best first (at most ``topk - 1``): what an end-to-end
+    #: confirmation tries besides the best one. They cost less than the original, or, with a
+    #: cost model that has a ``spread`` (measured once per kernel), at most that factor more: a
+    #: near tie may be faster when run (``near_ties`` counts those).
     runners_up: list["Candidate"] = dataclasses.field(default_factory=list)
+
+    @property
+    def near_ties(self) -> int:
+        """Runners-up costed at or above the original (within the cost model's spread)."""
+        return sum(c.cost >= self.original_cost for c in self.runners_up)
 
     @property
     def speedup(self) -> float:
@@ -136,6 +143,8 @@ class SearchResult:
         return {"original_cost": self.original_cost, "cost": self.cost, "speedup": self.speedup,
                 "rounds": self.rounds, "stop": self.stop.value, "search_time_s": self.seconds,
                 "applied": [a.to_json() for a in self.applied],
+                "runner_up_costs": [c.cost for c in self.runners_up],
+                "near_ties": self.near_ties,
                 "post_optimizations": self.post_optimizations,
                 "subprograms": self.subprograms(),
                 "subsets": [s.to_json() for s in self.subsets]}
@@ -283,6 +292,8 @@ class Optimizer:
         # additive: a candidate costs its parent less the part plus the mutant (the analytic
         # model); else programs are costed whole or by region (the measured one)
         self.additive = getattr(cost, "additive", True)
+        # a program costed up to this factor above the original is still a runner-up
+        self.spread = max(1.0, float(getattr(cost, "spread", 1.0)))
         self.mutants = MutantCache() if mutants is None else mutants
         self.reports: list[SubsetReport] = []
         self.keys = self.mutants.weight_keys
@@ -376,14 +387,15 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
     best = heap[0]
     seen = {canonical(program, opt.keys)[0]}
     stop, rounds = StopReason.ROUNDS, 0
-    cheaper: list[_Entry] = []
+    # costed below the original, or within the cost's spread above (not at it: no kernel changed)
+    close: list[_Entry] = []
     for rounds in range(1, config.rounds + 1):
         fresh = []
         for entry in heap:
             fresh += _children(opt, entry, seen, f"round {rounds}: subprograms")
         if opt.out_of_time():
             stop = StopReason.TIME_LIMIT
-        cheaper += [f for f in fresh if f[0] < base]
+        close += [f for f in fresh if f[0] != base and f[0] < base * opt.spread]
         improved = [f for f in fresh if f[0] < best[0]]
         if improved:
             best = min(improved, key=lambda f: f[0])
@@ -394,7 +406,7 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
             stop = StopReason.EXHAUSTED
             break
     program_out, cost_out, post = _polished(opt, best[1], best[0])
-    others = [f for f in sorted(cheaper, key=lambda f: f[0]) if f[1] is not best[1]]
+    others = [f for f in sorted(close, key=lambda f: f[0]) if f[1] is not best[1]]
     runners_up = [Candidate(*_polished(opt, f[1], f[0])[:2], f[2])
                   for f in others[:config.topk - 1]]
     return SearchResult(program_out, base, cost_out, best[2], opt.reports, rounds, stop,
