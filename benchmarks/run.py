@@ -127,6 +127,8 @@ def _child(args) -> dict:
         "second_look": second_look,
         "applied": [a["mutant"] for a in report["applied"]],
         "search_stop": report["search"].get("stop"),
+        # candidates costed at or a little above the original, timed all the same
+        "near_ties_confirmed": report["search"].get("near_ties_confirmed", 0),
         # what the figures stand on: the kernels' records, and TVM's rewrites on both sides
         "records_plan": report.get("records_plan"),
         "kernels": (report.get("kernels") or {}).get("summary"),
