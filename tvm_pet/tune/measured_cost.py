@@ -55,7 +55,7 @@ UNTUNED_FLOP_LIMIT = 4e9
 #: cost is one timing, cached, and a timing draws its process's address layout: three fresh
 #: caches costed conv5x5's ``Pad -> Conv -> Slice`` at x0.68, x0.56 and x0.56 of the original,
 #: and two_1x1_convs' ``Concat -> Conv -> Split`` at x0.99, x0.87 and x1.035, while end to end
-#: it ran x1.13 faster.
+#: it once ran x1.13 faster (ad47dff; not kept since).
 SPREAD = 1.10
 
 
