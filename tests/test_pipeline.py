@@ -174,6 +174,29 @@ def test_optimize_on_a_fake_toolchain_writes_every_report_key_and_artifact(tmp_p
         assert (tmp_path / "out" / name).exists()
 
 
+class NearTies(AnalyticCost):
+    """The analytic cost, as a cost measured once per kernel: rewrites costed up to 50 % above
+    the original are near ties, for the timing to decide."""
+    spread = 1.5
+
+
+def test_a_near_tie_is_timed_and_kept_when_it_runs_faster(tmp_path):
+    pytest.importorskip("onnx")
+    toolchain = FakeToolchain(ratios=[1.3, 1.0, 1.0])
+    report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out",
+                      SearchConfig(rounds=1), DriverOptions(cost="analytic", timing_rounds=2),
+                      toolchain=toolchain, cost=NearTies())
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    search_json = written["search"]
+    assert not search_json["applied"] and search_json["speedup"] == 1.0  # nothing cheaper
+    assert search_json["near_ties"] >= search_json["near_ties_confirmed"] >= 1
+    assert all(c >= search_json["original_cost"] for c in search_json["runner_up_costs"])
+    assert written["kept"] == "optimized" and written["kept_candidate"] == 0
+    assert written["applied"] and written["max_abs_err"] < 1e-4
+    assert len(toolchain.timed) == search_json["near_ties_confirmed"] == report.found.near_ties
+    assert "costed as near ties of the original" in report.found.line()
+
+
 @pytest.mark.parametrize("untuned, asked, tuned, said", [
     (2, 0, 32, "trials 32, by default True, cap None"),  # a few untuned kernels: tuned
     (9, 0, None, "trials 0, by default False, cap 8"),   # too many: said, not tuned
