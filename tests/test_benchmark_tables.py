@@ -108,3 +108,26 @@ def test_a_row_timed_in_several_processes_lists_each_process_ratio(tmp_path, mon
     result = json.loads(path.read_text())
     assert "spread over 2 fresh processes" in result["timing"]
     assert "spread over 2 fresh processes" in result["decision"]
+
+
+def test_the_matmul_forms_compute_the_same_and_their_table_names_the_fastest():
+    tvm = pytest.importorskip("tvm")
+    import numpy as np
+    from tvm import relax
+
+    from benchmarks import matmul_forms
+    from tvm_pet.tune.targets import resolve_target
+    for kind in matmul_forms.SHAPES:  # built untuned (no tuning in the tests): outputs only
+        outputs = {}
+        for form in matmul_forms.FORMS:
+            mod, inputs = matmul_forms.module(kind, form)
+            vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
+            outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+        for form in matmul_forms.FORMS[1:]:
+            np.testing.assert_allclose(outputs[form], outputs["orig"], rtol=1e-4, atol=1e-4)
+    row = {"kernel": "ffn2", "seed": 0, "median_ms": {"orig": 5.0, "trans": 4.0, "colbatch": 3.5},
+           "gflops": {"orig": 118.0, "trans": 151.0, "colbatch": 176.0},
+           "speedup_vs_orig": {"orig": 1.0, "trans": 1.29, "colbatch": 1.39}}
+    table = matmul_forms.markdown([row], 32)
+    assert "| ffn2 | 0 | 5.00 (118, x1.00) | 4.00 (151, x1.29) | 3.50 (176, x1.39) | colbatch |" \
+        in table and "32 trials per task" in table
