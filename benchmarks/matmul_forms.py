@@ -33,6 +33,8 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.run import geomean  # noqa: E402
+
 FORMS = ("orig", "trans", "colbatch")
 #: Fresh processes the forms are timed in (a binary's speed is drawn once per process).
 PROCESSES = 5
@@ -87,6 +89,7 @@ def module(kind: str, form: str):
 def measure(records: pathlib.Path, seed: int, trials: int) -> list[dict]:
     """Tune every form of both kernels at ``trials`` per task with ``seed`` (records reused),
     then time the three forms of each interleaved in fresh processes."""
+    from tvm_pet.pipeline.confirm import process_ratios
     from tvm_pet.pipeline.toolchain import tvm_toolchain
 
     toolchain = tvm_toolchain("llvm", str(records / f"s{seed}"), timing_processes=PROCESSES)
@@ -113,17 +116,12 @@ def measure(records: pathlib.Path, seed: int, trials: int) -> list[dict]:
             "by_process_ms": {f: [1e3 * v for v in t.layouts] for f, t in timing.items()},
             "gflops": {f: gflop / t.median for f, t in timing.items()},
             # orig's time over the form's, within each process, geometric mean over them
-            "speedup_vs_orig": {f: _within(timing["orig"], t) for f, t in timing.items()}})
+            "speedup_vs_orig": {f: geomean(list(process_ratios(timing["orig"], t)))
+                                for f, t in timing.items()}})
         print(f"{kind} seed {seed}: " + ", ".join(
             f"{f} {1e3 * t.median:.2f} ms (x{rows[-1]['speedup_vs_orig'][f]:.2f})"
             for f, t in timing.items()), flush=True)
     return rows
-
-
-def _within(orig, form) -> float:
-    """orig / form, the geometric mean over the timing processes of their medians' ratio."""
-    ratios = [a / b for a, b in zip(orig.layouts, form.layouts)]
-    return float(np.exp(np.mean(np.log(ratios))))
 
 
 def markdown(rows: list[dict], trials: int) -> str:

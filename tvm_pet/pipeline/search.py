@@ -47,7 +47,7 @@ class Found:
     def near_ties(self) -> int:
         """Candidates costed at or above the original, within the cost model's spread: the
         timing decides them."""
-        return sum(c.cost >= self.result.original_cost for c in self.candidates)
+        return sum(map(self.result.is_near_tie, self.candidates))
 
     def line(self) -> str:
         """What the search found, in one line of the run's progress."""

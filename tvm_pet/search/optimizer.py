@@ -110,7 +110,12 @@ class SearchResult:
     @property
     def near_ties(self) -> int:
         """Runners-up costed at or above the original (within the cost model's spread)."""
-        return sum(c.cost >= self.original_cost for c in self.runners_up)
+        return sum(map(self.is_near_tie, self.runners_up))
+
+    def is_near_tie(self, candidate: "Candidate") -> bool:
+        """Whether ``candidate`` is costed at or above the original: a near tie, listed only
+        because the cost model's ``spread`` allows it."""
+        return candidate.cost >= self.original_cost
 
     @property
     def speedup(self) -> float:
