@@ -11,6 +11,7 @@ pytest.importorskip("tvm")
 from tests.dilated import PenaliseDilationAndLayouts, dilated_chain  # noqa: E402
 from tests.records import TARGET, task_mods, write_records  # noqa: E402
 from tvm_pet.cost.model import RewriteScreen  # noqa: E402
+from tvm_pet.errors import PetError  # noqa: E402
 from tvm_pet.ir import Op  # noqa: E402
 from tvm_pet.pipeline import DriverOptions, tune_model  # noqa: E402
 from tvm_pet.pipeline.plan import combination  # noqa: E402
@@ -245,5 +246,11 @@ def test_the_cli_turns_the_second_screen_on_only_when_asked():
     for command in ("optimize", "tune"):
         base = [command, "m.onnx"] + (["--out", "o"] if command == "optimize" else [])
         assert _driver_options(build_parser().parse_args(base)).second_screen == 0
-        asked = build_parser().parse_args(base + ["--second-screen", "5"])
+        asked = build_parser().parse_args(base + ["--second-screen", "5", "--trials", "32"])
         assert _driver_options(asked).second_screen == 5
+        assert _driver_options(asked).second_screen_trials == 8  # the default screen
+        longer = build_parser().parse_args(base + ["--second-screen", "5", "--trials", "32",
+                                                   "--screen-trials", "32"])
+        assert _driver_options(longer).second_screen_trials == 32
+        with pytest.raises(PetError, match="--screen-trials 0"):
+            _driver_options(build_parser().parse_args(base + ["--screen-trials", "0"]))

@@ -79,8 +79,9 @@ class DriverOptions:
             cheapest).
         screen_ratio: largest untuned time of a mutant's new kernels over the replaced ones
             for it to be tuned.
-        second_screen: mutants short-tuned besides the screen's picks, the ones replacing the
-            most tuned time first, so that they are ranked by their tuned time (untuned, a
+        second_screen: mutants short-tuned besides the screen's picks, those whose new kernels
+            replace the most tuned time across the model first, so that they are ranked by their
+            tuned time (untuned, a
             rewrite's kernels often time like the original's, and tuned they do not); 0, the
             default, turns the second screen off (on the whole CSRNet, 8 of them took 10
             minutes of tuning and the rewrite they found measured x0.98).

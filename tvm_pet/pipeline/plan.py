@@ -155,6 +155,69 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     return tuple(_pick(s) for s in done + fresh[:promising - len(done)])
 
 
+def short_list(screened: Sequence[Screened], picks: Sequence[Pick], count: int,
+               screen_ratio: float) -> list[Screened]:
+    """Choose the mutants the second screen short-tunes: untuned ones within ``screen_ratio``,
+    those whose new kernels could replace the most tuned time across the model first.
+
+    Tuning a kernel tunes it for every layer of its shape, so a mutant is ranked by the time
+    its new kernels replace in every subprogram whose mutants add them (:func:`reach_s`): on
+    CSRNet, ``Pad -> Conv`` of the back end's three 512-channel dilated convs (32 ms each, one
+    new kernel) comes before a single layer's rewrite replacing 62 ms. One mutant per set of new
+    kernels; none whose new kernels a pick or an earlier short-listed mutant adds.
+
+    >>> screen = lambda s, keys: RewriteScreen(s, 1.0, new_kernels=frozenset(keys))
+    >>> screened = [Screened("conv0", ("Pad", "Conv", "Slice"), screen(0.062, "a"), 0),
+    ...             Screened("conv1", ("Pad", "Conv"), screen(0.032, "b"), 1),
+    ...             Screened("conv2", ("Pad", "Conv"), screen(0.032, "b"), 2),
+    ...             Screened("conv3", ("Pad", "Conv"), screen(0.032, "b"), 3)]
+    >>> [(s.subprogram, s.mutant) for s in short_list(screened, (), 2, 2.0)]
+    [('conv1', ('Pad', 'Conv')), ('conv0', ('Pad', 'Conv', 'Slice'))]
+
+    Args:
+        screened: every mutant the screen measured (``screened[k].index == k``).
+        picks: the plan's picks so far (their kernels are tuned anyway).
+        count: mutants to short-tune at most.
+        screen_ratio: the screen's threshold on the untuned ratio.
+
+    Returns:
+        The mutants to short-tune, best first.
+    """
+    picked = {p.index for p in picks}
+    covered = set().union(*(screened[k].screen.new_kernels for k in picked if k >= 0))
+    reach = reach_s(screened)
+    short: list[Screened] = []
+    for s in sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
+                                             -s.screen.replaced_s, s.index)):
+        if len(short) >= count:
+            break
+        if (s.index in picked or s.screen.tuned or s.screen.untuned_ratio > screen_ratio
+                or not s.screen.new_kernels or s.screen.new_kernels <= covered):
+            continue
+        covered |= s.screen.new_kernels
+        short.append(s)
+    return short
+
+
+def reach_s(screened: Sequence[Screened]) -> dict[frozenset, float]:
+    """Per set of new kernels, the seconds per run they could replace across the model: the
+    replaced time of each subprogram with a mutant adding them, summed (the largest where
+    several of one subprogram's subsets do, as with and without its bias).
+
+    >>> screen = lambda s: RewriteScreen(s, 1.0, new_kernels=frozenset("k"))
+    >>> reach_s([Screened("conv0", ("Pad", "Conv"), screen(0.03), 0),
+    ...          Screened("conv0", ("Pad", "Conv", "Add"), screen(0.03), 1),
+    ...          Screened("conv1", ("Pad", "Conv"), screen(0.02), 2)])
+    {frozenset({'k'}): 0.05}
+    """
+    per: dict[frozenset, dict[str, float]] = {}
+    for s in screened:
+        if s.screen.new_kernels:
+            subs = per.setdefault(s.screen.new_kernels, {})
+            subs[s.subprogram] = max(subs.get(s.subprogram, 0.0), s.screen.replaced_s)
+    return {keys: sum(subs.values()) for keys, subs in per.items()}
+
+
 def _pick(s: Screened) -> Pick:
     saving = 1e3 * s.screen.expected_saving_s
     return Pick(s.subprogram, tuple(s.mutant), s.screen.untuned_ratio, s.index,

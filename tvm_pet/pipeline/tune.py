@@ -15,11 +15,11 @@ Steps 1 and 2 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`), and al
    milliseconds they are expected to save and picks the best ``promising``, tuned with the same
    trials per task as the original. Untuned, a rewrite's kernels often time like the replaced
    ones, and tuned they do not; so an optional **second screen** (``second_screen``, off by
-   default) first short-tunes that many more mutants (those replacing the most time, at
-   ``screen_trials`` per task), and the plan ranks them by what they save tuned. They are
-   tuned in the whole model, as TVM fuses them there (a mutant's last kernel takes the bias and
-   ReLU after it), so that their records match the final build. Then the tuned mutants that
-   beat the original by themselves are applied together
+   default) first short-tunes that many more mutants (those whose new kernels replace the most
+   time across the model, at ``screen_trials`` per task), and the plan ranks them by what they
+   save tuned. They are tuned in the whole model, as TVM fuses them there (a mutant's last
+   kernel takes the bias and ReLU after it), so that their records match the final build.
+   Then the tuned mutants that beat the original by themselves are applied together
    (:func:`~tvm_pet.pipeline.plan.combination`), and that combination, which the search's
    combine step will cost, is tuned as well.
 
@@ -36,7 +36,7 @@ from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import DriverOptions
 from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, combined_pick,
-                                   rank_mutants)
+                                   rank_mutants, short_list)
 from tvm_pet.pipeline.toolchain import Toolchain, Tuned, tvm_toolchain
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.mutant_cache import MutantCache
@@ -208,25 +208,18 @@ def _second_screen(program: Program, screened: list[Screened], candidates: list[
 
     Untuned, a rewrite's new kernels often take what the replaced ones take (``Pad -> Conv`` of
     a dilated conv: x1.02), and tuned they do not (x0.44 on the CSRNet back end). So besides the
-    picks, up to ``options.second_screen`` untuned mutants within ``screen_ratio``, those
-    replacing the most tuned time first (one per set of new kernels), are tuned in the whole
-    model at ``options.screen_trials`` per task, then screened again on those records.
+    picks, up to ``options.second_screen`` untuned mutants within ``screen_ratio`` are tuned in
+    the whole model at ``options.screen_trials`` per task, then screened again on those
+    records: those whose new kernels replace the most tuned time across the model first, a
+    kernel shared by several layers counted in each (:func:`~tvm_pet.pipeline.plan.short_list`).
 
     Returns:
         The screened mutants with the short-tuned ones screened again, and what each short
         tuning did (none when there was nothing to short-tune).
     """
     trials = options.second_screen_trials
-    picked = {p.index for p in picks}
-    covered = set().union(*(screened[k].screen.new_kernels for k in picked if k >= 0))
-    short: list[Screened] = []
-    for s in sorted(screened, key=lambda s: (-s.screen.replaced_s, s.index)):
-        if (len(short) >= options.second_screen or trials < 1 or s.index in picked
-                or s.screen.tuned or s.screen.untuned_ratio > options.screen_ratio
-                or not s.screen.new_kernels or s.screen.new_kernels <= covered):
-            continue
-        covered |= s.screen.new_kernels
-        short.append(s)
+    short = (short_list(screened, picks, options.second_screen, options.screen_ratio)
+             if trials >= 1 else [])
     if not short:
         return screened, []
     stats: list[Tuned] = []
