@@ -86,37 +86,52 @@ def module(kind: str, form: str):
     return bb.get(), inputs
 
 
-def measure(records: pathlib.Path, seed: int, trials: int) -> list[dict]:
-    """Tune every form of both kernels at ``trials`` per task with ``seed`` (records reused),
-    then time the three forms of each interleaved in fresh processes."""
+#: The kernels measured: shape (m, k, n), GFLOP per call, and the builder of their forms.
+KERNELS = {kind: ((m, k, n), 2 * m * k * n / 1e9, module)
+           for kind, (m, k, n) in SHAPES.items()}
+
+
+def measure(records: pathlib.Path, seed: int, trials: int, kernels: dict | None = None,
+            forms: tuple[str, ...] = FORMS) -> list[dict]:
+    """Tune every form of each kernel at ``trials`` per task with ``seed`` (records reused),
+    then time the forms of each interleaved in fresh processes, the first the reference.
+
+    Args:
+        records: the records folder (``records/s<seed>``).
+        seed: the tuning seed.
+        trials: trials per task.
+        kernels: ``{kind: (shape, GFLOP per call, module(kind, form) -> (module, inputs))}``
+            (default: the two feed-forward kernels).
+        forms: the forms of every kernel, the reference first.
+    """
     from tvm_pet.pipeline.confirm import process_ratios
     from tvm_pet.pipeline.toolchain import tvm_toolchain
 
+    kernels = KERNELS if kernels is None else kernels
     toolchain = tvm_toolchain("llvm", str(records / f"s{seed}"), timing_processes=PROCESSES)
     rows = []
-    for kind, (m, k, n) in SHAPES.items():
-        built = {form: module(kind, form) for form in FORMS}
+    for kind, (shape, gflop, build) in kernels.items():
+        built = {form: build(kind, form) for form in forms}
         start = time.perf_counter()
         new_trials = sum(toolchain.tune(mod, trials, seed=seed).new_trials
                          for mod, _ in built.values())
         tuning_s = time.perf_counter() - start
         executables = {form: toolchain.build(mod) for form, (mod, _) in built.items()}
-        inputs = built["orig"][1]
-        reference = toolchain.run(executables["orig"], inputs)[0]
-        for form in FORMS[1:]:
+        inputs = built[forms[0]][1]
+        reference = toolchain.run(executables[forms[0]], inputs)[0]
+        for form in forms[1:]:
             got = toolchain.run(executables[form], inputs)[0]
             if not np.allclose(got, reference, rtol=1e-4, atol=1e-4):
-                raise SystemExit(f"{kind} {form}: its outputs differ from orig's")
+                raise SystemExit(f"{kind} {form}: its outputs differ from {forms[0]}'s")
         timing = toolchain.time(executables, inputs, rounds=2 * PROCESSES, number=5, repeat=3)
-        gflop = 2 * m * k * n / 1e9
         rows.append({
-            "kernel": kind, "shape_mkn": [m, k, n], "seed": seed, "trials_per_task": trials,
+            "kernel": kind, "shape": list(shape), "seed": seed, "trials_per_task": trials,
             "new_trials": new_trials, "tuning_s": tuning_s,
             "median_ms": {f: 1e3 * t.median for f, t in timing.items()},
             "by_process_ms": {f: [1e3 * v for v in t.layouts] for f, t in timing.items()},
             "gflops": {f: gflop / t.median for f, t in timing.items()},
-            # orig's time over the form's, within each process, geometric mean over them
-            "speedup_vs_orig": {f: geomean(list(process_ratios(timing["orig"], t)))
+            # the reference's time over the form's, within each process, geometric mean
+            "speedup_vs_orig": {f: geomean(list(process_ratios(timing[forms[0]], t)))
                                 for f, t in timing.items()}})
         print(f"{kind} seed {seed}: " + ", ".join(
             f"{f} {1e3 * t.median:.2f} ms (x{rows[-1]['speedup_vs_orig'][f]:.2f})"
@@ -124,22 +139,23 @@ def measure(records: pathlib.Path, seed: int, trials: int) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict], trials: int) -> str:
-    lines = ["| kernel | seed | " + " | ".join(f"{f} ms (GFLOP/s, orig / it)" for f in FORMS)
-             + " | best form |", "|---|---|" + "---|" * (len(FORMS) + 1)]
+def markdown(rows: list[dict], trials: int, forms: tuple[str, ...] = FORMS) -> str:
+    """The table: per kernel and seed, each form's time, GFLOP/s and speed-up over the first."""
+    lines = ["| kernel | seed | " + " | ".join(f"{f} ms (GFLOP/s, {forms[0]} / it)" for f in forms)
+             + " | best form |", "|---|---|" + "---|" * (len(forms) + 1)]
     for row in rows:
         ms = row["median_ms"]
         lines.append(f"| {row['kernel']} | {row['seed']} | " + " | ".join(
             f"{ms[f]:.2f} ({row['gflops'][f]:.0f}, x{row['speedup_vs_orig'][f]:.2f})"
-            for f in FORMS)
+            for f in forms)
             + f" | {min(ms, key=ms.get)} |")
     lines.append("")
     lines.append(f"Each form tuned by MetaSchedule at {trials} trials per task (the budget held "
-                 f"equal per kernel), with the row's seed; the three timed interleaved, "
+                 f"equal per kernel), with the row's seed; the {len(forms)} timed interleaved, "
                  f"{2 * PROCESSES} rounds of 3 samples of 5 calls, spread over {PROCESSES} fresh "
-                 "processes; times are medians of the pooled samples, `orig / it` the geometric "
-                 "mean of the processes' ratios of medians. TVM on 2 threads. Outputs checked "
-                 "against orig's.")
+                 "processes; times are medians of the pooled samples, "
+                 f"`{forms[0]} / it` the geometric mean of the processes' ratios of medians. TVM "
+                 f"on 2 threads. Outputs checked against {forms[0]}'s.")
     return "\n".join(lines) + "\n"
 
 

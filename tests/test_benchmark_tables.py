@@ -131,3 +131,27 @@ def test_the_matmul_forms_compute_the_same_and_their_table_names_the_fastest():
     table = matmul_forms.markdown([row], 32)
     assert "| ffn2 | 0 | 5.00 (118, x1.00) | 4.00 (151, x1.29) | 3.50 (176, x1.39) | colbatch |" \
         in table and "32 trials per task" in table
+
+
+def test_the_conv_forms_compute_the_same_and_their_table_names_the_fastest(monkeypatch):
+    tvm = pytest.importorskip("tvm")
+    import numpy as np
+    from tvm import relax
+
+    from benchmarks import conv_forms
+    from tvm_pet.tune.targets import resolve_target
+    # the forms of a small dilated conv, built untuned (no tuning in the tests): outputs only
+    monkeypatch.setitem(conv_forms.SHAPES, "dil14", (8, 4, 6))
+    outputs = {}
+    for form in conv_forms.FORMS:
+        mod, inputs = conv_forms.module("dil14", form)
+        vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
+        outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+    assert outputs["orig"].shape == (1, 4, 6, 6) and (outputs["orig"] > 0).any()
+    np.testing.assert_allclose(outputs["padconv"], outputs["orig"], rtol=1e-5, atol=1e-5)
+    row = {"kernel": "dil28", "seed": 1, "median_ms": {"orig": 65.5, "padconv": 31.5},
+           "gflops": {"orig": 56.0, "padconv": 117.0},
+           "speedup_vs_orig": {"orig": 1.0, "padconv": 2.08}}
+    table = conv_forms.markdown([row], 32, conv_forms.FORMS)
+    assert "| dil28 | 1 | 65.50 (56, x1.00) | 31.50 (117, x2.08) | padconv |" in table
+    assert "orig / it" in table and "the 2 timed interleaved" in table

@@ -1,0 +1,92 @@
+"""Does CSRNet's dilated conv tune faster after ``Pad -> Conv``, or is the gain the tuner's draw?
+
+    python benchmarks/conv_forms.py --records DIR          # tunes into DIR/s<seed> first
+    python benchmarks/conv_forms.py --records DIR --seeds 0 1 2
+
+``Pad -> Conv`` is PET's win on this CPU: the back end alone (14×14) kept it at ×1.8–×2.5 on
+the shipped records, and on records tuned afresh at ×1.08 and ×1.54. On the whole CSRNet (224
+images, the back end on 28×28) the search never kept it. The back end's 512-channel dilated conv
+(+ bias + ReLU, one kernel as TVM fuses it) is built as a Relax module in two forms that compute
+the same:
+
+- ``orig``: the conv with its padding (2) and dilation (2), as CSRNet has it;
+- ``padconv``: an explicit zero pad, then the conv without padding (PET's mutant).
+
+Each is tuned with MetaSchedule at 32 trials per task into ``DIR/s<seed>`` (reused when the
+records are there: a second run times only), for each seed, on 28×28 (``dil28``) and 14×14
+(``dil14``) maps, then the two are timed interleaved in 5 fresh processes with the outputs
+checked against ``orig``'s (:func:`benchmarks.matmul_forms.measure`). Results go to
+``benchmarks/results/conv_forms.{json,md}``; tuning never runs in CI, and nothing here fails on
+timing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.matmul_forms import measure, markdown  # noqa: E402
+
+FORMS = ("orig", "padconv")
+#: Channels in and out, and the map's side, of each kernel.
+SHAPES = {"dil28": (512, 512, 28), "dil14": (512, 512, 14)}
+PAD = DILATION = 2
+
+
+def module(kind: str, form: str):
+    """The Relax module of one form of a dilated conv + bias + ReLU, and its input."""
+    from tvm import relax
+
+    cin, cout, side = SHAPES[kind]
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((cout, cin, 3, 3)) * 0.02).astype("float32")
+    b = (rng.standard_normal((1, cout, 1, 1)) * 0.02).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, cin, side, side), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            if form == "orig":
+                y = bb.emit(relax.op.nn.conv2d(x, relax.const(w), padding=PAD,
+                                               dilation=DILATION))
+            else:
+                padded = bb.emit(relax.op.nn.pad(x, [0, 0, 0, 0, PAD, PAD, PAD, PAD]))
+                y = bb.emit(relax.op.nn.conv2d(padded, relax.const(w), padding=0,
+                                               dilation=DILATION))
+            y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(b))))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get(), [np.random.default_rng(1).standard_normal((1, cin, side, side))
+                      .astype("float32")]
+
+
+#: The kernels measured: shape (channels in, out, side), GFLOP per call, the forms' builder.
+KERNELS = {kind: ((cin, cout, side), 2 * cin * cout * 9 * side * side / 1e9, module)
+           for kind, (cin, cout, side) in SHAPES.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", required=True, help="records folder (DIR/s<seed>)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--trials", type=int, default=32)
+    args = parser.parse_args(argv)
+    from tvm_pet.tune.threads import size_thread_pool
+    size_thread_pool()  # TVM on the physical cores, as optimize runs it, before TVM starts
+    rows = [row for seed in args.seeds
+            for row in measure(pathlib.Path(args.records), seed, args.trials, KERNELS, FORMS)]
+    out = ROOT / "benchmarks" / "results"
+    (out / "conv_forms.json").write_text(json.dumps(
+        {"trials_per_task": args.trials, "seeds": args.seeds, "rows": rows}, indent=1) + "\n")
+    (out / "conv_forms.md").write_text(markdown(rows, args.trials, FORMS))
+    print(f"wrote {out / 'conv_forms.json'} and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
