@@ -56,6 +56,7 @@ from tvm_pet.pipeline.options import Budget, DriverOptions
 from tvm_pet.pipeline.progress import Progress
 from tvm_pet.pipeline.toolchain import Timed, Toolchain
 from tvm_pet.search.optimizer import Candidate
+from tvm_pet.verify.agree import outputs_agree
 
 #: Smallest advantage worth replacing the original for (a ratio of medians).
 MIN_GAIN = 0.05
@@ -696,11 +697,19 @@ def check_outputs(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
         index: the candidate's index, for the message.
 
     Raises:
-        PetError: when an output differs beyond float32 rounding.
+        PetError: when an output differs beyond float32 rounding
+            (:func:`~tvm_pet.verify.agree.outputs_agree`), in shape, or in number.
     """
+    if len(outputs) != len(reference):
+        raise PetError(f"candidate {index}'s compiled module gives {len(outputs)} output(s) "
+                       f"where the original gives {len(reference)} (a compiler fault: please "
+                       f"report it)")
     for a, b in zip(reference, outputs):
-        scale = max(1.0, float(np.abs(a).max()))
-        if not np.allclose(a, b, rtol=1e-4, atol=1e-4 * scale):
+        if a.shape != b.shape:
+            raise PetError(f"candidate {index}'s compiled module gives an output of shape "
+                           f"{list(b.shape)} where the original's is {list(a.shape)} (a "
+                           f"compiler fault: please report it)")
+        if not outputs_agree(a, b):
             raise PetError(f"candidate {index}'s compiled module differs from the original's by "
                            f"{float(np.abs(a - b).max()):.3g} (a compiler fault: please report "
                            f"it)")

@@ -31,6 +31,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.tune import dbfile
+from tvm_pet.verify.agree import outputs_agree
 
 #: The file of record verdicts inside a target's records directory.
 CHECKS_FILE = "record_checks.json"
@@ -41,24 +42,6 @@ def record_key(shash: int | str, record: ms.database.TuningRecord) -> str:
     trace (the same schedule of the same task has one key, whatever database holds it)."""
     digest = hashlib.sha1(str(record.trace).encode()).hexdigest()[:16]
     return f"{shash}:{digest}"
-
-
-def outputs_agree(reference: np.ndarray, other: np.ndarray) -> bool:
-    """True when ``other`` equals ``reference`` up to float32 rounding (relative to the larger of
-    1 and the reference's largest magnitude); NaN where the reference has NaN counts as equal.
-
-    >>> outputs_agree(np.array([100.0, 1.0]), np.array([100.001, 1.0]))
-    True
-    >>> outputs_agree(np.array([0.0, 1.0]), np.array([0.58, 1.0]))
-    False
-    """
-    if reference.shape != other.shape:
-        return False
-    if reference.dtype.kind not in "fc":
-        return bool(np.array_equal(reference, other))
-    finite = np.abs(reference[np.isfinite(reference)])
-    scale = max(1.0, float(finite.max())) if finite.size else 1.0
-    return bool(np.allclose(reference, other, rtol=1e-4, atol=1e-4 * scale, equal_nan=True))
 
 
 def schedule_agrees(task_mod: tvm.IRModule, scheduled: tvm.IRModule, target, *,
