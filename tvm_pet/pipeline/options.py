@@ -81,10 +81,9 @@ class DriverOptions:
             for it to be tuned.
         second_screen: mutants short-tuned besides the screen's picks, those whose new kernels
             replace the most tuned time across the model first, so that they are ranked by their
-            tuned time (untuned, a
-            rewrite's kernels often time like the original's, and tuned they do not); 0, the
-            default, turns the second screen off (on the whole CSRNet, 8 of them took 10
-            minutes of tuning and the rewrite they found measured x0.98).
+            tuned time (untuned, a rewrite's kernels often time like the original's, and tuned
+            they do not); 0, the default, turns the second screen off (on the whole CSRNet, 8
+            of them took 10 minutes of tuning and the rewrite they found measured x0.98).
         screen_trials: trials per task of the second screen (at most ``trials``).
         timing_rounds: interleaved rounds of a first look.
         timing_number: calls averaged into one timing sample.
