@@ -79,7 +79,7 @@ def _child(args) -> dict:
         second_look = (args.second_look == "on"
                        or (args.second_look == "auto" and args.one not in WHOLE))
         options = DriverOptions(target=args.target, trials=args.trials, records_dir=args.records,
-                                second_look=second_look,
+                                second_look=second_look, seed=args.seed,
                                 # the decision times as `tvm-pet optimize` does (3 samples of
                                 # 3 calls a round), slow models included: fewer samples made
                                 # a whole model's look weaker than a user's own run
@@ -124,6 +124,7 @@ def _child(args) -> dict:
         "max_abs_err_vs_onnxruntime": report["max_abs_err_vs_onnxruntime"],
         "search_time_s": report["search_time_s"], "tuning_time_s": report["tuning_time_s"],
         "new_trials": report["new_trials"], "trials_per_task": args.trials,
+        "seed": args.seed,
         "second_look": second_look,
         "applied": [a["mutant"] for a in report["applied"]],
         "search_stop": report["search"].get("stop"),
@@ -231,7 +232,7 @@ def _run_child(name: str, batch: int, args) -> dict:
            "--decision-rounds", str(args.decision_rounds), "--search-limit",
            str(args.search_limit), "--timing-processes", str(args.timing_processes)]
     cmd += ["--records", args.records] if args.records else []
-    cmd += ["--second-look", args.second_look]
+    cmd += ["--second-look", args.second_look, "--seed", str(args.seed)]
     start = time.perf_counter()
     row, error = _run_json(cmd)
     if row is None:
@@ -301,9 +302,10 @@ def budget_words(run: dict, rows: list[dict]) -> str:
         return (f"trials per task: TVM and PET+TVM build with {where}, no new tuning"
                 + (f" ({SHIPPED_TRIALS} trials per task)" if run["quick"] else
                    " (untuned kernels except where records exist)"))
+    seed = f" with seed {run['seed']}" if run.get("seed") else ""
     return (f"trials per task: TVM and PET+TVM build with {where}, every task tuned to "
-            f"{run['trials']} trials (the original's and PET's tuned mutants' alike, records "
-            f"reused where they exist){again}")
+            f"{run['trials']} trials{seed} (the original's and PET's tuned mutants' alike, "
+            f"records reused where they exist){again}")
 
 
 def _machine(target: str) -> str:
@@ -435,6 +437,9 @@ def main() -> int:
     parser.add_argument("--second-look", choices=("auto", "on", "off"), default="auto",
                         help="tune a close call again on both sides at twice the trials per task "
                              "(auto: for the graphs, not for the five whole models)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the tuning seed of both sides (default 0): several seeds give "
+                             "several independent tunings of one model on fresh records")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the .md and .png of an earlier run's JSON")
@@ -467,7 +472,8 @@ def main() -> int:
     batches = [int(b) for b in args.batch.split(",")]
     run = {"target": args.target, "quick": args.quick, "trials": args.trials,
            "rounds": args.rounds, "number": args.number, "records": args.records,
-           "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes}
+           "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes,
+           "seed": args.seed}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)

@@ -155,3 +155,8 @@ def test_the_conv_forms_compute_the_same_and_their_table_names_the_fastest(monke
     table = conv_forms.markdown([row], 32, conv_forms.FORMS)
     assert "| dil28 | 1 | 65.50 (56, x1.00) | 31.50 (117, x2.08) | padconv |" in table
     assert "orig / it" in table and "the 2 timed interleaved" in table
+
+
+def test_the_budget_names_the_tuning_seed_when_it_is_not_the_default():
+    assert "seed" not in run.budget_words(RUN, [])
+    assert "32 trials with seed 2 " in run.budget_words(dict(RUN, seed=2), [])

@@ -254,3 +254,13 @@ def test_the_cli_turns_the_second_screen_on_only_when_asked():
         assert _driver_options(longer).second_screen_trials == 32
         with pytest.raises(PetError, match="--screen-trials 0"):
             _driver_options(build_parser().parse_args(base + ["--screen-trials", "0"]))
+
+
+def test_the_cli_tunes_with_the_seed_asked_for():
+    from tvm_pet.cli import _driver_options, build_parser
+    for command in ("optimize", "tune"):
+        base = [command, "m.onnx", "--trials", "32"] + (
+            ["--out", "o"] if command == "optimize" else [])
+        assert _driver_options(build_parser().parse_args(base)).first_look_budget().seed == 0
+        seeded = _driver_options(build_parser().parse_args(base + ["--seed", "2"]))
+        assert seeded.first_look_budget() == type(seeded.first_look_budget())(32, 2)

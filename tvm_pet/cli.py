@@ -120,6 +120,7 @@ def _driver_options(args: argparse.Namespace):
                          cost=getattr(args, "cost", "measured"),
                          second_look=not getattr(args, "no_second_look", False),
                          second_screen=getattr(args, "second_screen", 0),
+                         seed=getattr(args, "seed", 0),
                          **({} if getattr(args, "screen_trials", None) is None
                             else {"screen_trials": args.screen_trials}),
                          timing_processes=getattr(args, "timing_processes", 2),
@@ -375,6 +376,10 @@ def _add_optimize_and_tune(sub) -> None:
                             "most --trials): 8 can rank a large kernel wrongly (CSRNet's "
                             "dilated 512-channel conv after Pad -> Conv: 45 ms at 8 trials, 22-"
                             "51 ms at 32 over three seeds, the original 28-59 ms)")
+        o.add_argument("--seed", type=int, default=0,
+                       help="the tuning seed (default 0); only kernels tuned now draw with it. "
+                            "At 32 trials per task a kernel's tuned time can move x2 between "
+                            "seeds here: benchmarks/results/conv_forms.md")
         o.add_argument("--depth", type=int, default=3)
         o.add_argument("--rounds", type=int, default=1,
                        help="rounds of mutation (default 1, as in the recorded benchmarks)")
