@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks import run, sweep
+from benchmarks import draws, run, sweep
 
 
 def _row(model: str, kept: str, ratio: float, tvm_ms: float = 10.0) -> dict:
@@ -160,3 +160,19 @@ def test_the_conv_forms_compute_the_same_and_their_table_names_the_fastest(monke
 def test_the_budget_names_the_tuning_seed_when_it_is_not_the_default():
     assert "seed" not in run.budget_words(RUN, [])
     assert "32 trials with seed 2 " in run.budget_words(dict(RUN, seed=2), [])
+
+
+def test_the_draws_table_counts_each_tuning_and_the_geo_mean_over_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "plot", lambda rows, path: None)
+    for seed, kept, ratio in ((1, "optimized", 1.44), (2, "original", 0.9)):
+        run.write_results([dict(_row("resnet18", kept, ratio), applied=["Pad -> Conv"] * 2)],
+                          dict(RUN, seed=seed), tmp_path / "draws" / f"resnet18-s{seed}")
+    found = draws.collect(tmp_path)
+    assert [(d["seed"], d["pet_vs_tvm"]) for d in found] == [(1, 1.44), (2, 1.0)]
+    table = draws.render(found, tmp_path)
+    assert "| resnet18 | 32 | 1 | 10.0 | ×1.440 | 2 rewrites (Pad -> Conv) |" in table
+    assert "original (measured ×0.900: noise)" in table
+    # the kept original counts x1, not its measured x0.9: sqrt(1.44 * 1) = 1.2
+    assert "**×1.200** (×1.00–×1.44)" in table
+    summary = json.loads((tmp_path / "draws.json").read_text())["summary"]["resnet18@32"]
+    assert summary["draws"] == 2 and summary["geomean"] == pytest.approx(1.2)
