@@ -148,6 +148,27 @@ def test_merge_remaps_indices_dedupes_and_is_idempotent(tmp_path, shared, mods):
     assert times_by_task(db, mods) == [sorted(T0 + [1.1e-3, 1.2e-3]), sorted(T1 + [1e-4, 2e-4])]
 
 
+def test_records_of_other_tunings_merge_into_the_shipped_ones_fastest_first(
+        tmp_path, shared, mods, monkeypatch):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "merge_records", pathlib.Path(__file__).parents[1] / "scripts" / "merge_records.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    draw = tmp_path / "draw"  # another tuning of both tasks, faster on task 1
+    write_records(db_dir(draw, TARGET), mods, per_task=2, base=1e-4)
+    monkeypatch.setattr(sys, "argv", ["merge_records.py", str(draw), "--into",
+                                      str(shared.parent), "--keep", "2"])
+    assert script.main() == 0
+    db = open_database(shared.parent, TARGET)
+    assert times_by_task(db, mods) == [[1e-4, 2e-4], [1.1e-3, 1.2e-3]]  # the draw's: faster
+    # the dropped records still count as trials: 3 shipped + 2 merged per task
+    assert sorted(dbfile.pruned_counts(shared).values()) == [3, 3]
+    monkeypatch.setattr(sys, "argv", ["merge_records.py", str(tmp_path / "none"), "--into",
+                                      str(shared.parent)])
+    assert script.main() == 2  # no records there: said, nothing merged
+
+
 def _merge_worker(args) -> int:
     """Merge each source into the destination; after each merge the files must be whole."""
     sources, destination = args
