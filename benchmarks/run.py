@@ -358,7 +358,8 @@ def markdown(rows: list[dict], result: dict) -> str:
 
 def kept(row: dict) -> str:
     """The kept cell, with the ratio of every look when the decision took more than one (a
-    close call's second look ``2nd``, a runner-up candidate ``rN``)."""
+    close call's second look ``2nd``, a runner-up candidate ``rN``, the kept one's replication
+    ``rep``)."""
     looks = row.get("decision_looks", [])
     if len(looks) < 2:
         return row["kept"]
@@ -366,6 +367,7 @@ def kept(row: dict) -> str:
     def label(look: dict) -> str:
         what = look["what"]
         tag = ("2nd " if what.startswith("second look") else
+               "rep " if what.startswith("replication") else
                f"r{what.split()[-1]} " if what.startswith("runner-up") else "")
         if look["ratio"] is None:  # refused untimed: its build computed something else
             return f"{tag}refused"

@@ -92,8 +92,10 @@ def test_an_update_run_keeps_the_rows_of_record_it_does_not_run_again(tmp_path, 
 def test_the_kept_cell_names_a_refused_candidate_and_the_ratios_of_the_timed_ones():
     row = _row("csrnet", "optimized", 1.2)
     row["decision_looks"] = [{"what": "first look", "ratio": None, "refused": "differs by 1.57"},
-                             {"what": "runner-up 1", "ratio": 1.21}]
-    assert run.kept(row) == "optimized (looks: refused, r1 ×1.21)"
+                             {"what": "runner-up 1", "ratio": 1.21},
+                             {"what": "replication: the kept candidate timed again",
+                              "ratio": 1.18}]
+    assert run.kept(row) == "optimized (looks: refused, r1 ×1.21, rep ×1.18)"
 
 
 def test_a_row_timed_in_several_processes_lists_each_process_ratio(tmp_path, monkeypatch):

@@ -156,14 +156,17 @@ def _inputs(program):
 
 def test_optimize_on_a_fake_toolchain_writes_every_report_key_and_artifact(tmp_path):
     pytest.importorskip("onnx")
-    toolchain = FakeToolchain(ratios=[1.3])
+    toolchain = FakeToolchain(ratios=[1.3, 1.2])  # kept at x1.3, then its replication
     report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out",
                       SearchConfig(rounds=1), DriverOptions(cost="analytic", timing_rounds=2),
                       toolchain=toolchain, cost=DilationIsSlow())
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     assert REPORT_KEYS <= set(written) and written == json.loads(json.dumps(report.to_json()))
     assert all(LOOK_KEYS <= set(look) for look in written["looks"])
-    assert written["kept"] == "optimized" and written["applied"] and toolchain.timed == [2]
+    assert written["kept"] == "optimized" and written["applied"] and toolchain.timed == [2, 2]
+    assert [look["what"].split(":")[0] for look in written["looks"]] == ["first look",
+                                                                         "replication"]
+    assert written["measured_speedup_of_candidate"] == pytest.approx(1.2)  # the replication's
     assert written["max_abs_err"] < 1e-4 and written["target"] == "fake"
     # the fake schedules no kernel from records: the kept module's kernels are said untuned too
     kernels = written["kernels"]
@@ -184,7 +187,8 @@ def test_a_near_tie_is_timed_and_kept_when_it_runs_faster(tmp_path):
     pytest.importorskip("onnx")
     toolchain = FakeToolchain(ratios=[1.3, 1.0, 1.0])
     report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out",
-                      SearchConfig(rounds=1), DriverOptions(cost="analytic", timing_rounds=2),
+                      SearchConfig(rounds=1), DriverOptions(cost="analytic", timing_rounds=2,
+                                                            replicate=False),
                       toolchain=toolchain, cost=NearTies())
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     search_json = written["search"]
@@ -221,7 +225,8 @@ def test_a_candidate_that_computes_something_else_is_refused_and_the_next_one_ti
     wrong = Candidate(dilated_chain(layers=2), 0.0, [])  # as a faulty build would compute
     toolchain = FakeToolchain(ratios=[1.3])
     confirmation = confirm(program, [wrong, Candidate(program, 0.0, [])], toolchain,
-                           DriverOptions(timing_rounds=2, second_look=False), _inputs(program))
+                           DriverOptions(timing_rounds=2, second_look=False, replicate=False),
+                           _inputs(program))
     refused, timed = confirmation.looks
     assert refused.refused.startswith("candidate 0's compiled module differs from the original's")
     assert refused.rounds == 0 and not refused.decision.keep and refused.to_json()["ratio"] is None
@@ -247,7 +252,8 @@ def test_a_close_call_with_a_budget_is_tuned_again_on_both_sides():
     toolchain = FakeToolchain(ratios=[1.03, 1.3])
     candidate = Candidate(program, 0.0, [])  # the same program: its outputs match
     confirmation = confirm(program, [candidate], toolchain,
-                           DriverOptions(trials=8, seed=3, timing_rounds=2), _inputs(program))
+                           DriverOptions(trials=8, seed=3, timing_rounds=2, replicate=False),
+                           _inputs(program))
     first, second = confirmation.looks
     assert first.decision.close and not first.decision.keep and first.new_trials is None
     assert second.budget.trials_per_task == 16 and second.budget.seed == 4

@@ -63,7 +63,7 @@ def _optimize(model, tmp_path, ratios, cost=PenaliseDilation, tuner=None, tuning
               **options):
     # by default a search that provably rewrites the dilated convolution: there is a candidate
     timer = FakeTimer(ratios)
-    options = {"confirm": 1, **options}
+    options = {"confirm": 1, "replicate": False, **options}  # replication: its own tests
     opts = DriverOptions(cost="analytic", timing_rounds=2,
                          records_dir=str(tmp_path / "records"), **options)
     toolchain = ScriptedToolchain(opts.records_dir, timer, tuner)
@@ -154,6 +154,25 @@ def test_close_call_without_budget_is_timed_again_over_more_rounds(model, tmp_pa
     report, timer = _optimize(model, tmp_path, [1.03, 1.02])
     assert timer.calls == [2, 6] and report["kept"] == "original" and report["applied"] == []
     assert report["max_abs_err"] < 1e-4
+
+
+def test_a_kept_candidate_replaces_the_original_only_if_its_replication_keeps_it(
+        model, tmp_path):
+    # kept at x1.3, then x1.25 again: kept, and the replication is the figure reported
+    report, timer = _optimize(model, tmp_path, [1.3, 1.25], replicate=True)
+    assert timer.calls == [2, 2] and report["kept"] == "optimized"
+    assert [k["what"].split(":")[0] for k in report["looks"]] == ["first look", "replication"]
+    assert [k["kept"] for k in report["looks"]] == ["optimized", "optimized"]
+    assert report["measured_speedup_of_candidate"] == pytest.approx(1.25)
+    # kept at x1.3 (the largest of several noisy looks), x1.0 when timed again: the original
+    report, timer = _optimize(model, tmp_path, [1.3, 1.0], replicate=True)
+    assert timer.calls == [2, 2] and report["kept"] == "original" and report["applied"] == []
+    assert report["looks"][-1]["kept"] == "original"
+    (note,) = report["confirmation"]["notes"]
+    assert "kept by its look (x1.300) but not by its replication (x1.000)" in note
+    # a look the rule does not keep is not replicated
+    report, timer = _optimize(model, tmp_path, [0.8], replicate=True)
+    assert timer.calls == [2] and report["kept"] == "original"
 
 
 def test_close_call_with_budget_tunes_both_sides_with_a_second_seed(model, tmp_path):

@@ -264,3 +264,10 @@ def test_the_cli_tunes_with_the_seed_asked_for():
         assert _driver_options(build_parser().parse_args(base)).first_look_budget().seed == 0
         seeded = _driver_options(build_parser().parse_args(base + ["--seed", "2"]))
         assert seeded.first_look_budget() == type(seeded.first_look_budget())(32, 2)
+
+
+def test_optimize_replicates_a_keep_unless_told_not_to():
+    from tvm_pet.cli import _driver_options, build_parser
+    base = ["optimize", "m.onnx", "--out", "o"]
+    assert _driver_options(build_parser().parse_args(base)).replicate
+    assert not _driver_options(build_parser().parse_args(base + ["--no-replication"])).replicate

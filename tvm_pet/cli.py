@@ -119,6 +119,7 @@ def _driver_options(args: argparse.Namespace):
                          records_dir=getattr(args, "records", None), rpc=getattr(args, "rpc", None),
                          cost=getattr(args, "cost", "measured"),
                          second_look=not getattr(args, "no_second_look", False),
+                         replicate=not getattr(args, "no_replication", False),
                          second_screen=getattr(args, "second_screen", 0),
                          seed=getattr(args, "seed", 0),
                          **({} if getattr(args, "screen_trials", None) is None
@@ -396,28 +397,36 @@ def _add_optimize_and_tune(sub) -> None:
         o.add_argument("--records", help="tuning records folder (default tuning_logs/<target>)")
         o.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")
         if name == "optimize":
-            o.add_argument("--out", required=True, help="output folder")
-            o.add_argument("--cost", choices=("measured", "analytic"), default="measured")
-            o.add_argument("--confirm", type=int, default=3,
-                           help="candidates timed end to end, best first, before the original "
-                                "is kept (default 3)")
-            o.add_argument("--first-kept", action="store_true",
-                           help="keep the first candidate the rule keeps (by default every one "
-                                "is timed, and the fastest of those kept replaces the original)")
-            o.add_argument("--no-second-look", action="store_true",
-                           help="decide close calls on the first timing alone (by default they "
-                                "are tuned again with a second seed, or timed over more rounds)")
-            o.add_argument("--timing-processes", type=int, default=2, metavar="N",
-                           help="spread each look's rounds over N fresh processes, on a CPU "
-                                "(default 2): some binaries' speed is drawn once per process by "
-                                "its address layout; 1 times in this process")
-            o.add_argument("--dry-run", action="store_true",
-                           help="cuda without a GPU: search, build every original, mutant and "
-                                "correction with nvcc, write them, stop before running a kernel")
-            o.add_argument("--arch", default="sm_90", help="CUDA arch of --dry-run (sm_90)")
+            _add_optimize_flags(o)
             o.set_defaults(func=_cmd_optimize)
         else:
             o.set_defaults(func=_cmd_tune)
+
+
+def _add_optimize_flags(o) -> None:
+    """The flags of ``optimize`` alone: its output, cost and end-to-end timing."""
+    o.add_argument("--out", required=True, help="output folder")
+    o.add_argument("--cost", choices=("measured", "analytic"), default="measured")
+    o.add_argument("--confirm", type=int, default=3,
+                   help="candidates timed end to end, best first, before the original is kept "
+                        "(default 3)")
+    o.add_argument("--first-kept", action="store_true",
+                   help="keep the first candidate the rule keeps (by default every one is "
+                        "timed, and the fastest of those kept replaces the original)")
+    o.add_argument("--no-second-look", action="store_true",
+                   help="decide close calls on the first timing alone (by default they are "
+                        "tuned again with a second seed, or timed over more rounds)")
+    o.add_argument("--no-replication", action="store_true",
+                   help="replace the original on the kept candidate's one look (by default it "
+                        "is timed once more, and kept only if the rule keeps it again)")
+    o.add_argument("--timing-processes", type=int, default=2, metavar="N",
+                   help="spread each look's rounds over N fresh processes, on a CPU (default "
+                        "2): some binaries' speed is drawn once per process by its address "
+                        "layout; 1 times in this process")
+    o.add_argument("--dry-run", action="store_true",
+                   help="cuda without a GPU: search, build every original, mutant and "
+                        "correction with nvcc, write them, stop before running a kernel")
+    o.add_argument("--arch", default="sm_90", help="CUDA arch of --dry-run (sm_90)")
 
 
 def _add_model_and_example(sub) -> None:

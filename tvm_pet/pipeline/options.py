@@ -94,6 +94,8 @@ class DriverOptions:
             optimizing process.
         seed: the tuning seed and the seed of the random inputs.
         second_look: look again at close calls.
+        replicate: time the kept candidate once more before it replaces the original, and keep
+            it only if the rule keeps it again (:mod:`tvm_pet.pipeline.confirm`, step 6).
         confirm: candidates timed end to end, best first, before the original is kept.
         confirm_every: time every one of them (as the time allows) and keep the fastest the rule
             keeps; off, stop at the first one kept.
@@ -126,6 +128,7 @@ class DriverOptions:
     timing_processes: int = 2
     seed: int = 0
     second_look: bool = True
+    replicate: bool = True
     confirm: int = 3
     confirm_every: bool = True
     time_limit: float | None = None
