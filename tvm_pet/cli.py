@@ -175,7 +175,11 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         if look.refused is not None:
             print(f"  {look.what}: candidate {look.candidate} refused, not timed: {look.refused}")
             continue
+        deciding = report.confirmation.look
         verdict = (f"kept the {look.decision.kept}" if not look.decision.keep else
+                   "faster beyond the noise; timed again to replicate it (below)"
+                   if deciding.what.startswith("replication")
+                   and deciding.candidate == look.candidate else
                    "faster beyond the noise, but another candidate is faster")
         print(f"  {look.what}: x{look.decision.ratio:.3f} (rank test p = "
               f"{look.decision.p_value:.2g}{_by_process(look)}), {verdict}")
