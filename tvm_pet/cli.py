@@ -169,13 +169,13 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     print(f"  baseline  {report.baseline_time_s * 1e3:9.3f} ms (median of interleaved rounds)")
     print(f"  candidate {report.candidate_time_s * 1e3:9.3f} ms  "
           f"(x{report.measured_speedup_of_candidate:.3f})")
+    deciding = report.confirmation.look
     for look in report.confirmation.looks:
-        if look is report.confirmation.look:  # the deciding look: below
+        if look is deciding:  # below
             continue
         if look.refused is not None:
             print(f"  {look.what}: candidate {look.candidate} refused, not timed: {look.refused}")
             continue
-        deciding = report.confirmation.look
         verdict = (f"kept the {look.decision.kept}" if not look.decision.keep else
                    "faster beyond the noise; timed again to replicate it (below)"
                    if deciding.what.startswith("replication")
@@ -184,7 +184,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         print(f"  {look.what}: x{look.decision.ratio:.3f} (rank test p = "
               f"{look.decision.p_value:.2g}{_by_process(look)}), {verdict}")
     print(f"  speedup   x{report.speedup:.3f}   rule: {report.confirmation.rule}"
-          f"{_by_process(report.confirmation.look)}")
+          f"{_by_process(deciding)}")
     print(f"  search {report.found.seconds:.1f} s, tuning {report.tuning_time_s:.1f} s "
           f"({report.new_trials} new trials), max |optimized - original| "
           f"{report.max_abs_err:.2e}")
