@@ -4,6 +4,7 @@ toolchain that overrides TVM's ``time`` (and ``tune``), so that the decision pat
 exactly; the search, build and output checks are real."""
 import dataclasses
 import json
+import time
 
 import onnx
 import pytest
@@ -59,10 +60,20 @@ def model(tmp_path):
     return path
 
 
+@dataclasses.dataclass
+class SpendingTimer(FakeTimer):
+    """A FakeTimer whose every look takes ``spend_s`` seconds of the confirmation's budget."""
+    spend_s: float = 0.0
+
+    def __call__(self, executables, inputs, *, rounds, number, repeat):
+        time.sleep(self.spend_s)
+        return super().__call__(executables, inputs, rounds=rounds, number=number, repeat=repeat)
+
+
 def _optimize(model, tmp_path, ratios, cost=PenaliseDilation, tuner=None, tuning=None,
-              **options):
+              timer=None, **options):
     # by default a search that provably rewrites the dilated convolution: there is a candidate
-    timer = FakeTimer(ratios)
+    timer = FakeTimer(ratios) if timer is None else timer
     options = {"confirm": 1, "replicate": False, **options}  # replication: its own tests
     opts = DriverOptions(cost="analytic", timing_rounds=2,
                          records_dir=str(tmp_path / "records"), **options)
@@ -173,6 +184,20 @@ def test_a_kept_candidate_replaces_the_original_only_if_its_replication_keeps_it
     # a look the rule does not keep is not replicated
     report, timer = _optimize(model, tmp_path, [0.8], replicate=True)
     assert timer.calls == [2] and report["kept"] == "original"
+
+
+def test_a_keep_the_time_left_cannot_replicate_stands_on_its_one_look_and_says_so(
+        model, tmp_path):
+    # the first look spends all the confirmation's share of an 8 s run (a quarter): kept at x1.3
+    # with no time left for its replication, it stands on that one look, and a note says so
+    timer = SpendingTimer([1.3], spend_s=2.5)
+    report, timer = _optimize(model, tmp_path, [1.3], replicate=True, time_limit=8.0,
+                              timer=timer)
+    assert timer.calls == [2] and report["kept"] == "optimized"
+    assert [k["what"].split(":")[0] for k in report["looks"]] == ["first look"]
+    assert report["measured_speedup_of_candidate"] == pytest.approx(1.3)
+    assert any("kept on its one look; the time left pays for no replication" in note
+               for note in report["confirmation"]["notes"])
 
 
 def test_close_call_with_budget_tunes_both_sides_with_a_second_seed(model, tmp_path):
