@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks import draws, run, sweep
+from benchmarks import decision_rule, draws, run, sweep
 
 
 def _row(model: str, kept: str, ratio: float, tvm_ms: float = 10.0) -> dict:
@@ -178,3 +178,21 @@ def test_the_draws_table_counts_each_tuning_and_the_geo_mean_over_them(tmp_path,
     assert "**×1.200** (×1.00–×1.44)" in table
     summary = json.loads((tmp_path / "draws.json").read_text())["summary"]["resnet18@32"]
     assert summary["draws"] == 2 and summary["geomean"] == pytest.approx(1.2)
+
+
+def test_the_decision_rule_table_counts_a_keep_only_when_its_replication_keeps_it_too():
+    def decision(first_level, full_level, ratio=1.2):
+        return {"ratio": ratio, "p_value": 0.001, "noise": 0.05, "keep_rank_rule": full_level,
+                "keep_rank_rule_3": first_level, "keep_iqr_rule": full_level}
+    # pairs (0, 1), (2, 3), (4, 5): kept then kept again; kept then refused; kept only at the
+    # full level, not the whole model's ALPHA / 3, then kept; a seventh decision has no pair
+    runs = [decision(True, True), decision(True, True), decision(True, True),
+            decision(False, False, 1.0), decision(False, True), decision(True, True),
+            decision(True, True)]
+    s = decision_rule.summarise({"ab": runs}, "ab")
+    assert (s["decisions"], s["pairs"], s["kept_replicated"]) == (7, 3, 1)
+    assert s["kept_rank_rule"] == 6 and s["kept_rank_rule_3"] == 5
+    row = {"model": "g", "aa": [], "ab": runs}
+    lines = decision_rule.markdown([row]).splitlines()
+    assert "kept by its replication" in lines[0] and "| 1 of 3 |" in lines[-1]
+    assert lines[2].count("|") == lines[0].count("|")  # the no-candidate row has every cell
