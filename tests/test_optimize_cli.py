@@ -103,12 +103,10 @@ def test_tune_then_reuse_with_zero_new_trials(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["optimize", str(model), "--out", str(out), "--trials", "2", "--rounds", "1",
             "--records", str(tmp_path / "records")]
+    # no second look: whether a run here meets a close call (which tunes both sides again at
+    # 2 x 2 trials) is the timing noise's draw; test_second_look.py scripts that close call and
+    # checks that the next run reuses what its second look tuned
     assert main(argv + ["--no-second-look"]) == 0
-    report = json.loads((out / "report.json").read_text())
-    assert report["new_trials"] == 0 and report["max_abs_err"] < 1e-4
-    # a close call's second look may tune both sides to 2 x 2 trials once; after that, nothing
-    assert main(argv) == 0
-    assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["new_trials"] == 0 and report["max_abs_err"] < 1e-4
 
