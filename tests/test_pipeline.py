@@ -274,7 +274,7 @@ def test_rank_mutants_ranks_the_whole_model_by_expected_saving():
     picks = rank_mutants(rows, promising=3, screen_ratio=2.0)
     # the one tuned before keeps its place; then the best expected savings, across subsets
     assert [p.index for p in picks] == [4, 1, 0]
-    assert picks[0].tuned_before and picks[0].reason.startswith("tuned by an earlier run")
+    assert picks[0].tuned_before and picks[0].reason.startswith("has records already")
     assert [round(p.expected_saving_ms, 6) for p in picks] == [1.0, 2.0, 1.5]
     assert "expected to save 2.00 ms" in picks[1].reason
     # a mutant whose new kernels are slower untuned than the threshold is never picked

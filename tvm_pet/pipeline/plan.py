@@ -69,8 +69,9 @@ class Pick:
             ones'); None for the combination.
         index: its :attr:`Screened.index` (-1 for the combination).
         expected_saving_ms: the screen's expected saving per run (None for the combination).
-        tuned_before: its kernels had records already (an earlier run tuned it): tuned again
-            only up to this run's trials per task (nothing, at the same budget).
+        tuned_before: its kernels had records already (an earlier run, or this run's second
+            screen, tuned it): tuned again only up to this run's trials per task (nothing, at
+            the same budget, for an earlier run's).
         basis: what ``untuned_ratio`` compares (:attr:`RewriteScreen.basis`): the kernels'
             untuned times, or their FLOPs where they are too large to time untuned.
     """
@@ -89,8 +90,8 @@ class Pick:
         if self.subprogram == COMBINED:
             return "the tuned mutants that improve, applied together"
         if self.tuned_before:
-            return (f"tuned by an earlier run (tuned, it saves {self.expected_saving_ms:.2f} ms "
-                    f"per run)")
+            return (f"has records already, from an earlier run or this run's second screen "
+                    f"(tuned, it saves {self.expected_saving_ms:.2f} ms per run)")
         compared = ("the FLOPs (too large to time untuned)" if self.basis == "flops"
                     else "the time untuned")
         return (f"screened: expected to save {self.expected_saving_ms:.2f} ms per run (its new "
