@@ -11,7 +11,7 @@ tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 
 from tvm_pet.errors import PetError  # noqa: E402
-from tvm_pet.pipeline.tvm_toolchain import TVMToolchain  # noqa: E402
+from tvm_pet.pipeline.tvm_backend import TVMToolchain  # noqa: E402
 from tvm_pet.tune.process_timing import time_in_processes  # noqa: E402
 from tvm_pet.tune.targets import resolve_target  # noqa: E402
 

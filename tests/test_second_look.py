@@ -15,7 +15,7 @@ from tests.dilated import PenaliseDilation, dilated_model  # noqa: E402
 from tvm_pet.pipeline import DriverOptions, TuneSummary, optimize_model  # noqa: E402
 from tvm_pet.pipeline.confirm import (ALPHA, MIN_GAIN, decide, fewest_samples,  # noqa: E402
                                       plan_timing)
-from tvm_pet.pipeline.tvm_toolchain import TVMToolchain  # noqa: E402
+from tvm_pet.pipeline.tvm_backend import TVMToolchain  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402
 from tvm_pet.tune import Timing, TuneStats  # noqa: E402
 

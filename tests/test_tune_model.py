@@ -15,7 +15,7 @@ from tvm_pet.errors import PetError  # noqa: E402
 from tvm_pet.ir import Op  # noqa: E402
 from tvm_pet.pipeline import DriverOptions, tune_model  # noqa: E402
 from tvm_pet.pipeline.plan import combination  # noqa: E402
-from tvm_pet.pipeline.tvm_toolchain import TVMToolchain  # noqa: E402
+from tvm_pet.pipeline.tvm_backend import TVMToolchain  # noqa: E402
 from tvm_pet.search.config import SearchConfig  # noqa: E402
 from tvm_pet.pipeline.options import WholeBudget  # noqa: E402
 from tvm_pet.tune import TaskStats, TuneStats  # noqa: E402
@@ -120,9 +120,9 @@ def test_combination_is_exact():
 
 
 def test_the_toolchain_opens_the_records_once_until_tuning_adds_some(tmp_path, monkeypatch):
-    import tvm_pet.pipeline.tvm_toolchain as tvm_toolchain
-    opened, real = [], tvm_toolchain.costing_sources
-    monkeypatch.setattr(tvm_toolchain, "costing_sources",
+    import tvm_pet.pipeline.tvm_backend as tvm_backend
+    opened, real = [], tvm_backend.costing_sources
+    monkeypatch.setattr(tvm_backend, "costing_sources",
                         lambda *args: opened.append(args) or real(*args))
     trials, databases = [3, 0], []
 
@@ -130,7 +130,7 @@ def test_the_toolchain_opens_the_records_once_until_tuning_adds_some(tmp_path, m
         databases.append(database)
         return types.SimpleNamespace(new_trials=trials.pop())
 
-    monkeypatch.setattr(tvm_toolchain, "tune", tune)
+    monkeypatch.setattr(tvm_backend, "tune", tune)
     write_records(db_dir(tmp_path / "records", TARGET), task_mods(1))  # records to open
     toolchain = TVMToolchain("llvm", str(tmp_path / "records"))
     module = toolchain.lower(dilated_chain(layers=1))
@@ -174,11 +174,11 @@ def test_mutants_tuned_before_are_topped_up_to_a_larger_budget(tmp_path):
 def test_the_report_counts_a_built_module_from_its_build(tmp_path, monkeypatch):
     # kernel_records of a module the toolchain built gives the build's own counts, without
     # applying the records again; after tuning adds records it counts again
-    import tvm_pet.pipeline.tvm_toolchain as tvm_toolchain
-    applied, real = [], tvm_toolchain.apply_records
-    monkeypatch.setattr(tvm_toolchain, "apply_records",
+    import tvm_pet.pipeline.tvm_backend as tvm_backend
+    applied, real = [], tvm_backend.apply_records
+    monkeypatch.setattr(tvm_backend, "apply_records",
                         lambda *a, **k: applied.append(a[0]) or real(*a, **k))
-    monkeypatch.setattr(tvm_toolchain, "tune",
+    monkeypatch.setattr(tvm_backend, "tune",
                         lambda *args, **kwargs: types.SimpleNamespace(new_trials=2))
     write_records(db_dir(tmp_path / "records", TARGET), task_mods(1))
     toolchain = TVMToolchain("llvm", str(tmp_path / "records"))

@@ -4,7 +4,7 @@
 :mod:`~tvm_pet.pipeline.options`               ``DriverOptions`` (and ``SearchConfig``)
 :mod:`~tvm_pet.pipeline.toolchain`             the ``Toolchain`` seam: lower, build, tune, time,
                                                run, export (tests pass a fake one)
-:mod:`~tvm_pet.pipeline.tvm_toolchain`         TVM's toolchain: the only module here that imports
+:mod:`~tvm_pet.pipeline.tvm_backend`           TVM's toolchain: the only module here that imports
                                                TVM (``relax/`` and ``tune/``), on first use
 :mod:`~tvm_pet.pipeline.plan`                  which mutants get tuned, and why (pure, no TVM)
 :mod:`~tvm_pet.pipeline.tune`                  steps 1-2: tune the original and the promising few

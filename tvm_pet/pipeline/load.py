@@ -106,7 +106,7 @@ def load(model, *, rewrites: bool = True) -> LoadedModel:
         return model
     if isinstance(model, Program):
         return LoadedModel.from_program(model)
-    from tvm_pet.pipeline.tvm_toolchain import load_with_tvm
+    from tvm_pet.pipeline.tvm_backend import load_with_tvm
     return load_with_tvm(model, rewrites=rewrites)
 
 

@@ -5,7 +5,7 @@ only through a :class:`Toolchain`: lower a program (into the module the model wa
 :meth:`Toolchain.with_lowering`), build it with the tuning records, count the kernels the
 records schedule, tune it, time executables interleaved, run one, write one out, and make the
 measured cost models. The
-TVM implementation is :class:`tvm_pet.pipeline.tvm_toolchain.TVMToolchain`; tests pass a fake one.
+TVM implementation is :class:`tvm_pet.pipeline.tvm_backend.TVMToolchain`; tests pass a fake one.
 
 This module does not import TVM: :func:`tvm_toolchain` is the application's one way to it.
 """
@@ -154,8 +154,8 @@ def tvm_toolchain(target: str = "llvm", records_dir: str | None = None,
         timing_processes: fresh processes a CPU timing is spread over (1: this process).
 
     Returns:
-        A :class:`tvm_pet.pipeline.tvm_toolchain.TVMToolchain`.
+        A :class:`tvm_pet.pipeline.tvm_backend.TVMToolchain`.
     """
-    from tvm_pet.pipeline.tvm_toolchain import TVMToolchain
+    from tvm_pet.pipeline.tvm_backend import TVMToolchain
     return TVMToolchain(target, records_dir, rpc, run_here=run_here,
                         timing_processes=timing_processes)

@@ -5,7 +5,7 @@ theirs, so that ``tvm.compile(mod, target, relax_pipeline="pet")`` works after
 ``import tvm_pet.relax`` (or ``from tvm_pet import PETPass``).
 
 Only this package, :mod:`tvm_pet.tune` (with the measured cost model) and the application's TVM
-toolchain (:mod:`tvm_pet.pipeline.tvm_toolchain`) import :mod:`tvm`.
+toolchain (:mod:`tvm_pet.pipeline.tvm_backend`) import :mod:`tvm`.
 """
 from tvm_pet.relax.adapter import Lifted, OpaqueBinding, from_relax, program_to_module, to_relax
 from tvm_pet.relax.coverage import Coverage

@@ -13,7 +13,7 @@ module per concept:
 - :mod:`~tvm_pet.tune.records`, :mod:`~tvm_pet.tune.dbfile`: the records on disk.
 
 The application (:mod:`tvm_pet.pipeline`) reaches all of it through one ``Toolchain``
-(:mod:`tvm_pet.pipeline.tvm_toolchain`).
+(:mod:`tvm_pet.pipeline.tvm_backend`).
 
 ::
 
