@@ -56,8 +56,7 @@ def measure_model(name: str, reps: int, records: str | None = None,
     import numpy as np
 
     from tvm_pet.models import build_model
-    from tvm_pet.pipeline import DriverOptions
-    from tvm_pet.pipeline.toolchain import tvm_toolchain
+    from tvm_pet.pipeline import DriverOptions, tvm_toolchain
     from tvm_pet.pipeline.confirm import ALPHA, decide, process_ratios
     from tvm_pet.pipeline.load import load
     from tvm_pet.search.config import SearchConfig
