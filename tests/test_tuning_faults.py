@@ -637,3 +637,17 @@ def test_tune_counts_trials_in_a_database_the_caller_opened(tmp_path, monkeypatc
                         lambda *a, **k: pytest.fail("opened the records again"))
     stats = tune(mod, TARGET, trials=3, records_dir=tmp_path, database=database)
     assert stats.new_trials == 0 and [t.records_before for t in stats.per_task] == [3]
+
+
+def test_a_task_named_longer_than_a_file_name_gets_a_log_file(tmp_path):
+    # Inception-v3's ReshapeTranspose mutant fused 25 operators into one task, whose log file
+    # name passed the file system's 255 bytes: tuning stopped with "File name too long"
+    from tvm_pet.tune.tuner import _task_logger, log_name
+    name = "fused_reshape2_transpose1_" + "strided_slice_concatenate_" * 12 + "relu"
+    assert len(name) > 255
+    with _task_logger(tmp_path, name) as logger:
+        logger.info("a line")
+    (log,) = (tmp_path / "logs").iterdir()
+    assert log.name == f"{log_name(name)}.log" and "a line" in log.read_text()
+    assert log_name(name).startswith("fused_reshape2_transpose1_strided_slice")
+    assert log_name(name) != log_name(name[:-1] + "x")  # the hash tells long names apart

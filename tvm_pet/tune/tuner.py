@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import signal
 import threading
@@ -436,6 +437,22 @@ def _watch_interrupts():
         signal.signal(signal.SIGINT, previous)
 
 
+def log_name(task_name: str, longest: int = 120) -> str:
+    """A task's log file name: its name, or where that is too long for a file name (a fused
+    kernel of a layout mutant on Inception-v3 is named by its 25 operators) the name's start
+    and a hash of the whole.
+
+    >>> log_name("fused_conv2d_add_relu")
+    'fused_conv2d_add_relu'
+    >>> len(log_name("fused_" + "strided_slice_concatenate_" * 20))
+    120
+    """
+    if len(task_name) <= longest:
+        return task_name
+    digest = hashlib.sha1(task_name.encode()).hexdigest()[:16]
+    return f"{task_name[:longest - len(digest) - 1]}_{digest}"
+
+
 @contextlib.contextmanager
 def _task_logger(work_dir: Path, task_name: str):
     """Yield a logger writing to ``<work_dir>/logs/<task>.log``, closed afterwards.
@@ -448,7 +465,7 @@ def _task_logger(work_dir: Path, task_name: str):
     logger = logging.getLogger(f"tvm_pet.tune.task.{work_dir.name}.{task_name}")
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    handler = logging.FileHandler(log_dir / f"{task_name}.log")
+    handler = logging.FileHandler(log_dir / f"{log_name(task_name)}.log")
     handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
     logger.addHandler(handler)
     try:
