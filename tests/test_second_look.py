@@ -220,6 +220,31 @@ def test_close_call_with_budget_tunes_both_sides_with_a_second_seed(model, tmp_p
     json.dumps(report, default=str)
 
 
+def test_a_close_call_with_more_kernels_than_a_second_look_tunes_is_timed_again_and_says_so(
+        model, tmp_path):
+    # Inception-v3's close call would have tuned its 63 kernels again at 64 trials (about an
+    # hour, without a word). Above second_look_kernels the look times the same executables
+    # again over three times the rounds, tunes nothing, and the notes give the count.
+    tuned = []
+
+    def fake_tune(mod, trials, *, seed):
+        tuned.append((trials, seed))
+        return TuneStats("k", str(tmp_path / "records"), (), 0.5)
+
+    report, timer = _optimize(model, tmp_path, [1.03, 1.3], tuner=fake_tune,
+                              tuning=TuneSummary("r", tuning_time_s=1.0, new_trials=7),
+                              trials=8, seed=3, second_look_kernels=0)
+    assert tuned == [] and timer.calls == [2, 6]
+    second = report["looks"][1]
+    assert second["what"].startswith("second look: timed again over more rounds (")
+    assert "too many to tune again" in second["what"] and second["trials_per_task"] == 8
+    assert report["kept"] == "optimized" and report["speedup"] == pytest.approx(1.3)
+    (note,) = report["confirmation"]["notes"]
+    kernels = int(note.split("would tune ")[1].split(" kernels")[0])
+    assert kernels >= 1 and "at 16 trials" in note and "more than the 0" in note
+    assert report["tuning_time_s"] == pytest.approx(1.0)  # the look tuned nothing
+
+
 @pytest.mark.tuning
 def test_the_next_run_reuses_what_a_second_look_tuned(model, tmp_path):
     # MetaSchedule for real at 2 trials per task, the timings scripted: each run meets the same
@@ -317,9 +342,11 @@ def test_a_runner_up_after_a_second_look_gets_the_same_budget(model, tmp_path):
         return TuneStats("k", str(tmp_path / "records"), (), 0.25)
 
     # best: close, second look loses; runner-up 1 is tuned to the baseline's new budget first
+    # (the many-node candidate has more kernels than a second look tunes by default: the cap
+    # has its own test)
     report, timer = _optimize(model, tmp_path, [1.03, 0.9, 1.3], MoreNodesCheaper,
                               tuner=fake_tune, tuning=TuneSummary("r"), trials=8, seed=3,
-                              confirm=2)
+                              confirm=2, second_look_kernels=64)
     assert tuned == [(16, 4), (16, 4), (16, 4)]
     assert timer.calls == [2, 4, 2] and report["kept"] == "optimized"
     last = report["looks"][-1]

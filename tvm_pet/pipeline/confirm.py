@@ -24,8 +24,11 @@ Steps 4 and 5 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`):
    the decision is close: with a tuning budget, both modules are tuned again with a second seed
    and twice the trials per task (equal budgets: MetaSchedule keeps the best record of both
    seeds for each side), rebuilt, and timed again over twice the rounds; without one, they are
-   timed again over three times the rounds. The second look decides, by the same rule. A
-   runner-up after such a look is tuned to the baseline's new budget first.
+   timed again over three times the rounds. Tuning again is bounded: where it would tune more
+   than ``second_look_kernels`` kernels (a whole Inception-v3: 63 at 64 trials, about an hour on
+   2 cores), the look is timed again over more rounds instead, and a note says so. The second
+   look decides, by the same rule. A runner-up after a tuned second look is tuned to the
+   baseline's new budget first.
 6. **Replicate the keep.** The candidate kept is the best of up to ``confirm`` looks, so its
    ratio is the largest of several noisy ones: on BERT a candidate kept at x1.09 (p = 0.002)
    measured x0.98 in the benchmark's own timing. So before it replaces the original it is
@@ -542,7 +545,7 @@ def _candidate_looks(index: int, candidate: Candidate, baseline: Baseline, bench
         return None, baseline
     if not (first.look.decision.close and second):
         return first, baseline
-    again = _second_look(index, first, bench, share)
+    again = _second_look(index, first, bench, share, notes)
     if again is None:
         notes.append(f"candidate {index}: a close call, but the time left pays for no more "
                      f"samples than the first look: no second look")
@@ -651,7 +654,7 @@ def _first_look(index: int, candidate: Candidate, baseline: Baseline, bench: _Be
         if baseline.budget.trials_per_task != options.trials:
             # the baseline was tuned again for an earlier close call: equal budgets for this one
             tuned = [toolchain.tune(module, baseline.budget.trials_per_task,
-                                    seed=baseline.budget.seed)]
+                                    seed=baseline.budget.seed, progress=bench.progress.note)]
         optimized = toolchain.build(module)
     what = "first look" if index == 0 else f"runner-up {index}"
     refused = _refusal(baseline.outputs, toolchain.run(optimized, bench.inputs), index, what,
@@ -663,24 +666,29 @@ def _first_look(index: int, candidate: Candidate, baseline: Baseline, bench: _Be
     return _Trial(look, timings, module, baseline, optimized)
 
 
-def _second_look(index: int, trial: _Trial, bench: _Bench, share: int) -> _Trial | None:
+def _second_look(index: int, trial: _Trial, bench: _Bench, share: int,
+                 notes: list[str]) -> _Trial | None:
     """A close call looked at again (module docstring, step 5); None when the time left pays
-    for no more samples than the first look had."""
+    for no more samples than the first look had. Where tuning both sides again would tune more
+    than ``second_look_kernels`` kernels, the look is timed again over more rounds on the same
+    records instead, and a note in ``notes`` says so."""
     toolchain, options = bench.toolchain, bench.options
-    budget = options.second_look_budget()
-    first = trial.look.rounds * trial.look.repeat
     if options.trials <= 0:
-        plan = bench.plan(trial.baseline.call_s, 3 * options.timing_rounds, share)
-        if plan.samples <= first:
-            return None
-        look, timings = bench.look(
-            trial.baseline, trial.optimized, plan,
-            "second look: timed again over more rounds (no tuning budget)", index, budget)
-        return _Trial(look, timings, trial.module, dataclasses.replace(trial.baseline,
-                                                                       budget=budget),
-                      trial.optimized)
+        return _timed_again(index, trial, bench, share, "no tuning budget")
+    budget = options.second_look_budget()
     modules = (trial.baseline.module, trial.module)
-    tuned = [toolchain.tune(m, budget.trials_per_task, seed=budget.seed) for m in modules]
+    kernels = max(toolchain.records_plan(m).tasks for m in modules)
+    if kernels > options.second_look_kernels:
+        again = _timed_again(index, trial, bench, share,
+                             f"{kernels} kernels, too many to tune again")
+        if again is not None:
+            notes.append(f"candidate {index}: a close call; tuning both sides again would tune "
+                         f"{kernels} kernels at {budget.trials_per_task} trials (more than the "
+                         f"{options.second_look_kernels} of --second-look-kernels), so the "
+                         f"second look timed them again over more rounds on the same records")
+        return again
+    tuned = [toolchain.tune(m, budget.trials_per_task, seed=budget.seed,
+                            progress=bench.progress.note) for m in modules]
     with bench.progress.step(f"building the original and candidate {index} again"):
         base_ex, optimized = (toolchain.build(m) for m in modules)
     baseline = Baseline(trial.baseline.module, base_ex,
@@ -694,6 +702,19 @@ def _second_look(index: int, trial: _Trial, bench: _Bench, share: int) -> _Trial
     plan = bench.plan(baseline.call_s, 2 * options.timing_rounds, share)
     look, timings = bench.look(baseline, optimized, plan, what, index, budget, tuned)
     return _Trial(look, timings, trial.module, baseline, optimized)
+
+
+def _timed_again(index: int, trial: _Trial, bench: _Bench, share: int,
+                 why: str) -> _Trial | None:
+    """The second look without tuning: the same two executables timed again over three times
+    the rounds (None when the time left pays for no more samples than the first look had)."""
+    plan = bench.plan(trial.baseline.call_s, 3 * bench.options.timing_rounds, share)
+    if plan.samples <= trial.look.rounds * trial.look.repeat:
+        return None
+    look, timings = bench.look(trial.baseline, trial.optimized, plan,
+                               f"second look: timed again over more rounds ({why})", index,
+                               trial.baseline.budget)
+    return _Trial(look, timings, trial.module, trial.baseline, trial.optimized)
 
 
 def _refusal(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray], index: int,

@@ -94,6 +94,9 @@ class DriverOptions:
             optimizing process.
         seed: the tuning seed and the seed of the random inputs.
         second_look: look again at close calls.
+        second_look_kernels: the most kernels a second look tunes again (twice the trials:
+            about two minutes each at 32 trials on 2 cores); a close call on a model with more
+            is timed again over more rounds on the same records, and the notes say so.
         replicate: time the kept candidate once more before it replaces the original, and keep
             it only if the rule keeps it again (:mod:`tvm_pet.pipeline.confirm`, step 6).
         confirm: candidates timed end to end, best first, before the original is kept.
@@ -128,6 +131,7 @@ class DriverOptions:
     timing_processes: int = 2
     seed: int = 0
     second_look: bool = True
+    second_look_kernels: int = 8
     replicate: bool = True
     confirm: int = 3
     confirm_every: bool = True
