@@ -42,20 +42,74 @@ class Vocabulary:
     pads: tuple[tuple[int, ...], ...]
     kernels: tuple[tuple[int, ...], ...]
     windows: tuple[tuple[int, ...], ...]
+    #: ``(input spatial shape, end pads)``: pads of a convolution's input that bring an awkward
+    #: output side to a smooth one (:func:`aligning_pads`).
+    aligns: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
 
     @staticmethod
     def of(program: Program) -> "Vocabulary":
         strides, dilations, pads, kernels, windows = {1}, {1}, set(), set(), set()
+        aligns = set()
         for n in program.nodes:
             if n.op is Op.CONV:
                 strides.update(n.attrs["strides"]); dilations.update(n.attrs["dilations"])
                 pads.add(n.attrs["pads"]); kernels.add(program.shapes[n.inputs[1]][2:])
+                ends = aligning_pads(program.shapes[n.inputs[0]][2:],
+                                     program.shapes[n.output][2:], n.attrs["strides"])
+                if ends is not None:
+                    aligns.add((program.shapes[n.inputs[0]][2:], ends))
             elif n.op is Op.AVGPOOL:
                 strides.update(n.attrs["strides"]); pads.add(n.attrs["pads"])
                 windows.add((n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"]))
         factors = sorted({2, 3} | {s for s in strides | dilations if 1 < s <= 4})
         return Vocabulary(tuple(factors), tuple(sorted(strides)), tuple(sorted(dilations)),
-                          tuple(sorted(pads)), tuple(sorted(kernels)), tuple(sorted(windows)))
+                          tuple(sorted(pads)), tuple(sorted(kernels)), tuple(sorted(windows)),
+                          tuple(sorted(aligns)))
+
+
+#: Output sides whose prime factors are all at most this are smooth: MetaSchedule tiles a loop
+#: only by divisors of its extent, so 38 = 2 * 19 offers few tilings and 40 = 2^3 * 5 many.
+SMOOTH = 7
+
+
+def largest_prime_factor(n: int) -> int:
+    """The largest prime factor of ``n`` (1 for 1).
+
+    >>> largest_prime_factor(38), largest_prime_factor(40), largest_prime_factor(1)
+    (19, 5, 1)
+    """
+    largest, p = 1, 2
+    while n > 1 and p * p <= n:
+        while n % p == 0:
+            largest, n = p, n // p
+        p += 1
+    return max(largest, n)
+
+
+def aligning_pads(data: Shape, out: Shape, strides: Sequence[int]) -> tuple[int, ...] | None:
+    """End pads of a convolution's input (one per spatial axis) that grow each awkward output
+    side (a prime factor above :data:`SMOOTH`) to the next smooth side, by at most an eighth
+    (the extra output is sliced off); None when no side is awkward.
+
+    Inception-v3's 38 x 38 convolutions, padded to 39 (3 * 13) or 40 and sliced, ran x1.2 to
+    x2.5 faster tuned (``benchmarks/results/extent_forms.md``); ResNet's 7 * 2^k sides, padded
+    to powers of two, did not gain (they are smooth, and left alone here).
+
+    >>> aligning_pads((38, 38), (38, 38), (1, 1)), aligning_pads((80, 80), (78, 78), (1, 1))
+    ((2, 2), (2, 2))
+    >>> aligning_pads((38, 38), (18, 18), (2, 2)), aligning_pads((56, 56), (56, 56), (1, 1))
+    (None, None)
+    """
+    ends, awkward = [], False
+    for o, s in zip(out, strides):
+        target = o
+        if largest_prime_factor(o) > SMOOTH:
+            target = next(t for t in itertools.count(o + 1) if largest_prime_factor(t) <= SMOOTH)
+            if 8 * (target - o) > o:
+                target = o
+        awkward |= target != o
+        ends.append((target - o) * s)
+    return tuple(ends) if awkward else None
 
 
 def infer(op: Op, attrs: Attrs, shapes: Sequence[Shape]) -> tuple[Shape, ...] | None:
@@ -159,8 +213,45 @@ def matmul_moves(a: str, b: str, shapes) -> Iterator[Move]:
         yield Op.MATMUL, (a, b), Attrs()
 
 
+def aligns_extents(part: Program, mutant: Program) -> bool:
+    """Whether ``mutant`` runs its largest convolution over a map grown by at most an eighth
+    with smooth output sides, where ``part``'s largest has an awkward side
+    (:func:`aligning_pads`: padded, convolved, sliced back). A regrouped map (38 x 38 as
+    19 x 76) is not aligned, nor a strided convolution computed at every position.
+
+    >>> from tvm_pet.ir.builder import ProgramBuilder
+    >>> import numpy as np
+    >>> def conv(side, pad_to=None):
+    ...     b = ProgramBuilder()
+    ...     x = b.input("x", (1, 2, side, side))
+    ...     if pad_to:
+    ...         x = b.pad(x, (0, 0, 0, 0, 0, 0, pad_to - side, pad_to - side))
+    ...     y = b.conv(x, b.weight("w", np.ones((2, 2, 1, 1), np.float32)))
+    ...     if pad_to:
+    ...         y = b.slice(y, (0, 0, 0, 0), (1, 2, side, side))
+    ...     return b.build([y])
+    >>> aligns_extents(conv(38), conv(38, 40)), aligns_extents(conv(38), conv(38, 39))
+    (True, False)
+    >>> aligns_extents(conv(56), conv(56, 64))
+    False
+    """
+    def largest(p: Program) -> Shape | None:  # the output sides of its largest convolution
+        sides = [p.shapes[n.output][2:] for n in p.nodes if n.op is Op.CONV]
+        return max(sides, key=math.prod, default=None)
+
+    def smooth(side: Shape) -> bool:
+        return all(largest_prime_factor(d) <= SMOOTH for d in side)
+
+    before, after = largest(part), largest(mutant)
+    # the same convolution over a grown map (its corrections' small convs do not count)
+    return (before is not None and after is not None and not smooth(before) and smooth(after)
+            and len(after) == len(before)
+            and all(b <= a <= b + b / 8 for a, b in zip(after, before)))
+
+
 def data_pad_moves(vocab: Vocabulary, x: str, shapes) -> Iterator[Move]:
-    """Pad spatial axes to a multiple of a factor, or by a convolution's own pads."""
+    """Pad spatial axes to a multiple of a factor, by a convolution's own pads, or at their ends
+    so that a convolution's awkward output side becomes smooth (:func:`aligning_pads`)."""
     s = shapes[x]
     if len(s) < 3:
         return
@@ -170,6 +261,7 @@ def data_pad_moves(vocab: Vocabulary, x: str, shapes) -> Iterator[Move]:
         if any(ends):
             options.add((0,) * nsp + ends)
     options |= {p for p in vocab.pads if len(p) == 2 * nsp and any(p)}
+    options |= {(0,) * nsp + ends for data, ends in vocab.aligns if data == s[2:]}
     for p in sorted(options):
         yield Op.PAD, (x,), Attrs({"pads": (0, 0) + p[:nsp] + (0, 0) + p[nsp:]})
 
