@@ -293,6 +293,40 @@ def test_rank_mutants_ranks_the_whole_model_by_expected_saving():
     assert [p.index for p in rank_mutants(same, promising=2, screen_ratio=2.0)] == [0, 2]
 
 
+def test_mutants_that_align_an_awkward_side_take_half_the_places_until_tuned():
+    def row(sub, replaced, ratio, keys, tuned=None, aligns=False):
+        return (sub, RewriteScreen(replaced, ratio, tuned, frozenset(keys)), aligns)
+
+    def screened(rows):
+        return [Screened(sub, ("M",), screen, k, aligns)
+                for k, (sub, screen, aligns) in enumerate(rows)]
+
+    # Inception-v3's 38 x 38 convs: Pad -> Conv -> Slice to 40 is slower untuned (x1.2), so its
+    # expected saving is negative; the 3 x 3 one shared by three layers reaches furthest
+    rows = [row("sub0", 3e-3, 0.5, {"a"}),                      # saves 1.5 ms, expected
+            row("sub1", 4e-3, 1.2, {"p"}, aligns=True),         # 3 layers, 12 ms reached
+            row("sub2", 4e-3, 1.2, {"p"}, aligns=True),
+            row("sub3", 4e-3, 1.2, {"p"}, aligns=True),
+            row("sub4", 9e-3, 1.1, {"q"}, aligns=True),         # 9 ms reached
+            row("sub5", 2e-3, 1.1, {"r"}, aligns=True),
+            row("sub6", 5e-3, 2.5, {"s"}, aligns=True),         # beyond the screen's ratio
+            row("sub7", 1e-3, 0.1, {"t"}, tuned=0.0)]           # tuned before: 1 ms
+    picks = rank_mutants(screened(rows), promising=4, screen_ratio=2.0)
+    # half the places: the aligning ones reaching furthest, one per kernel; then the rest
+    assert [p.index for p in picks] == [1, 4, 7, 0]
+    assert picks[0].aligns and picks[0].reason.startswith("pads an awkward side")
+    assert not picks[2].aligns and picks[2].tuned_before
+    # the rerun, once they are tuned (one slower than the original, tuned): their places are
+    # spent, so no other aligning mutant is tuned; they rank by what they save tuned
+    rows[1:5] = [row(f"sub{k}", 4e-3, 1.2, {"p"}, tuned=3e-3, aligns=True) for k in (1, 2, 3)] \
+        + [row("sub4", 9e-3, 1.1, {"q"}, tuned=10e-3, aligns=True)]
+    again = rank_mutants(screened(rows), promising=4, screen_ratio=2.0)
+    assert [p.index for p in again] == [1, 7, 4, 0]
+    assert all(p.tuned_before for p in again[:3]) and not any(p.aligns for p in again)
+    # one place for one promising mutant: none kept for aligning
+    assert [p.index for p in rank_mutants(screened(rows[:1]), 1, 2.0)] == [0]
+
+
 def test_the_second_screen_short_lists_kernels_shared_by_layers_first():
     def row(sub, replaced, keys, ratio=1.0, tuned=None):
         return (sub, RewriteScreen(replaced, ratio, tuned, frozenset(keys)))

@@ -110,6 +110,10 @@ def _driver_options(args: argparse.Namespace):
     budget = getattr(args, "budget", None)
     if getattr(args, "timing_processes", 2) < 1:
         raise PetError(f"--timing-processes {args.timing_processes}: at least 1")
+    if getattr(args, "promising", 1) < 1:
+        raise PetError(f"--promising {args.promising}: at least 1")
+    if getattr(args, "second_look_kernels", 0) < 0:
+        raise PetError(f"--second-look-kernels {args.second_look_kernels}: at least 0")
     if getattr(args, "screen_trials", None) is not None and args.screen_trials < 1:
         raise PetError(f"--screen-trials {args.screen_trials}: at least 1")
     trials = getattr(args, "trials", 0)
@@ -119,8 +123,10 @@ def _driver_options(args: argparse.Namespace):
                          records_dir=getattr(args, "records", None), rpc=getattr(args, "rpc", None),
                          cost=getattr(args, "cost", "measured"),
                          second_look=not getattr(args, "no_second_look", False),
+                         second_look_kernels=getattr(args, "second_look_kernels", 8),
                          replicate=not getattr(args, "no_replication", False),
                          second_screen=getattr(args, "second_screen", 0),
+                         promising=getattr(args, "promising", 4),
                          seed=getattr(args, "seed", 0),
                          **({} if getattr(args, "screen_trials", None) is None
                             else {"screen_trials": args.screen_trials}),
@@ -237,9 +243,7 @@ def _print_trust(report) -> None:
               f"FLOPs: kernels too large to time untuned)"
               + (f"; short-tuned {tuning['short_tuned']} more at {tuning['screen_trials']} "
                  f"trials per kernel to rank them tuned" if tuning.get("short_tuned") else "")
-              + f"; tuned the {len(picked)} with the best expected saving"
-              + "".join(f"; {m['subprogram']} {m['expected_saving_ms']:.2f} ms"
-                        for m in picked if m["expected_saving_ms"] is not None))
+              + _picked_line(picked))
     if facts["search"]["set_aside_untuned"]:
         print(f"  the search set aside {facts['search']['set_aside_untuned']} rewrite(s) whose "
               f"new kernels have no records, untimed (an untuned kernel against a tuned one); "
@@ -258,6 +262,18 @@ def _print_trust(report) -> None:
     if _onnx_missing(report):
         print(f"  optimized.onnx {report.optimized_onnx}")
     print(f"  total {report.total_time_s:.1f} s")
+
+
+def _picked_line(picked: list[dict]) -> str:
+    """The tuned mutants in the summary: those aligning an awkward side, then the others with
+    their expected savings."""
+    aligning = [m["subprogram"] for m in picked if m.get("aligns")]
+    ranked = [m for m in picked if not m.get("aligns")]
+    line = (f"; tuned {len(aligning)} padding an awkward side to a smooth one "
+            f"({', '.join(aligning)}) and" if aligning else "; tuned")
+    return (line + f" the {len(ranked)} with the best expected saving"
+            + "".join(f"; {m['subprogram']} {m['expected_saving_ms']:.2f} ms"
+                      for m in ranked if m["expected_saving_ms"] is not None))
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -371,6 +387,10 @@ def _add_optimize_and_tune(sub) -> None:
                             "shared across its kernels by MetaSchedule's task scheduler; PET's "
                             "mutant kernels then get the trials per kernel the original got, "
                             "reported beside it (replaces --trials)")
+        o.add_argument("--promising", type=int, default=4, metavar="N",
+                       help="mutants of the whole model tuned besides the original (default 4; "
+                            "up to half of them pad an awkward side to a smooth one, the rest "
+                            "have the best expected saving)")
         o.add_argument("--second-screen", type=int, default=0, metavar="N",
                        help="short-tune N more mutants (--screen-trials per kernel), those "
                             "whose new kernels replace the most time across the model, and rank "
@@ -420,6 +440,10 @@ def _add_optimize_flags(o) -> None:
     o.add_argument("--no-second-look", action="store_true",
                    help="decide close calls on the first timing alone (by default they are "
                         "tuned again with a second seed, or timed over more rounds)")
+    o.add_argument("--second-look-kernels", type=int, default=8, metavar="N",
+                   help="the most kernels a close call's second look tunes again, at twice "
+                        "the trials (about 2 minutes each at 32 trials on 2 cores); with more, "
+                        "it times the same builds again over more rounds (default 8)")
     o.add_argument("--no-replication", action="store_true",
                    help="replace the original on the kept candidate's one look (by default it "
                         "is timed once more, and kept only if the rule keeps it again)")
