@@ -325,6 +325,15 @@ def test_mutants_that_align_an_awkward_side_take_half_the_places_until_tuned():
     assert all(p.tuned_before for p in again[:3]) and not any(p.aligns for p in again)
     # one place for one promising mutant: none kept for aligning
     assert [p.index for p in rank_mutants(screened(rows[:1]), 1, 2.0)] == [0]
+    # two ways to align one conv: the padding in the conv (Conv -> Slice) before a PAD that
+    # fuses into the kernel before it (Pad -> Conv -> Slice); one place per subprogram
+    ways = [Screened("sub1", ("Pad", "Conv", "Slice"), RewriteScreen(4e-3, 1.2, None,
+                                                                     frozenset("p")), 0, True),
+            Screened("sub1", ("Conv", "Slice"), RewriteScreen(4e-3, 1.3, None, frozenset("c")),
+                     1, True),
+            Screened("sub4", ("Conv", "Slice"), RewriteScreen(3e-3, 1.1, None, frozenset("d")),
+                     2, True)]
+    assert [p.index for p in rank_mutants(ways, promising=4, screen_ratio=2.0)] == [1, 2, 0]
 
 
 def test_the_second_screen_short_lists_kernels_shared_by_layers_first():

@@ -136,9 +136,10 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     """Choose the mutants of the whole model to tune.
 
     Mutants that align an awkward side (:attr:`Screened.aligns`) and are not tuned yet take up
-    to half the places first, those whose new kernels replace the most time across the model
-    first (:func:`reach_s`), less one place per set of aligning kernels tuned before (so that a
-    rerun tunes nothing new): untuned, padding only adds work, so their expected saving cannot
+    to half the places first, one per subprogram, those whose new kernels replace the most time
+    across the model first (:func:`reach_s`; then the one with fewer operators: the padding in
+    the convolution, not a PAD that fuses into the kernel before it), less one place per set
+    of aligning kernels tuned before (so that a rerun tunes nothing new): untuned, padding only adds work, so their expected saving cannot
     rank them. Mutants tuned before come next, best tuned saving first; the remaining places go
     to the others in decreasing order of expected saving. An untuned mutant takes a place only
     if its untuned ratio is at most ``screen_ratio``. A mutant whose new kernels are all among
@@ -166,12 +167,14 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
 
     tuned_aligning = {s.screen.new_kernels for s in screened if s.aligns and s.screen.tuned}
     reach = reach_s(screened)
-    aligning = []
-    for s in sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0), s.index)):
+    aligning: list[Screened] = []
+    for s in sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
+                                             len(s.mutant), s.index)):
         if len(aligning) >= promising // 2 - len(tuned_aligning):
             break
         if (s.aligns and not s.screen.tuned and s.screen.untuned_ratio <= screen_ratio
-                and s.screen.new_kernels and not s.screen.new_kernels <= covered):
+                and s.screen.new_kernels and not s.screen.new_kernels <= covered
+                and s.subprogram not in {a.subprogram for a in aligning}):
             covered.update(s.screen.new_kernels)
             aligning.append(s)
     done = best_first(s for s in screened if s.screen.tuned)[:promising - len(aligning)]

@@ -42,9 +42,10 @@ class Vocabulary:
     pads: tuple[tuple[int, ...], ...]
     kernels: tuple[tuple[int, ...], ...]
     windows: tuple[tuple[int, ...], ...]
-    #: ``(input spatial shape, end pads)``: pads of a convolution's input that bring an awkward
-    #: output side to a smooth one (:func:`aligning_pads`).
-    aligns: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
+    #: ``(input spatial shape, the convolution's own pads, end pads)``: more padding at the end
+    #: of a convolution's input that brings an awkward output side to a smooth one
+    #: (:func:`aligning_pads`), as a PAD of its input or in the convolution's own pads.
+    aligns: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...] = ()
 
     @staticmethod
     def of(program: Program) -> "Vocabulary":
@@ -57,7 +58,7 @@ class Vocabulary:
                 ends = aligning_pads(program.shapes[n.inputs[0]][2:],
                                      program.shapes[n.output][2:], n.attrs["strides"])
                 if ends is not None:
-                    aligns.add((program.shapes[n.inputs[0]][2:], ends))
+                    aligns.add((program.shapes[n.inputs[0]][2:], n.attrs["pads"], ends))
             elif n.op is Op.AVGPOOL:
                 strides.update(n.attrs["strides"]); pads.add(n.attrs["pads"])
                 windows.add((n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"]))
@@ -193,6 +194,8 @@ def conv_instances(vocab: Vocabulary, xs: Shape, ws: Shape) -> tuple[Attrs, ...]
     nsp = len(xs) - 2
     groups = {1} | ({xs[1] // ws[1]} if xs[1] % ws[1] == 0 else set())
     pads = {(0,) * 2 * nsp} | {p for p in vocab.pads if len(p) == 2 * nsp}
+    pads |= {own[:nsp] + tuple(o + e for o, e in zip(own[nsp:], ends))
+             for data, own, ends in vocab.aligns if data == xs[2:] and len(own) == 2 * nsp}
     out = []
     for s, d, g in itertools.product(vocab.strides, vocab.dilations, sorted(groups)):
         same = tuple(d * (k - 1) // 2 for k in ws[2:])
@@ -261,7 +264,7 @@ def data_pad_moves(vocab: Vocabulary, x: str, shapes) -> Iterator[Move]:
         if any(ends):
             options.add((0,) * nsp + ends)
     options |= {p for p in vocab.pads if len(p) == 2 * nsp and any(p)}
-    options |= {(0,) * nsp + ends for data, ends in vocab.aligns if data == s[2:]}
+    options |= {(0,) * nsp + ends for data, _, ends in vocab.aligns if data == s[2:]}
     for p in sorted(options):
         yield Op.PAD, (x,), Attrs({"pads": (0, 0) + p[:nsp] + (0, 0) + p[nsp:]})
 
