@@ -139,8 +139,8 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     to half the places first, one per subprogram, those whose new kernels replace the most time
     across the model first (:func:`reach_s`; then the one with fewer operators: the padding in
     the convolution, not a PAD that fuses into the kernel before it), less one place per set
-    of aligning kernels tuned before (so that a rerun tunes nothing new): untuned, padding only adds work, so their expected saving cannot
-    rank them. Mutants tuned before come next, best tuned saving first; the remaining places go
+    of aligning kernels tuned before (so that a rerun tunes nothing new): untuned, padding only
+    adds work, so their expected saving cannot rank them. Mutants tuned before come next, best tuned saving first; the remaining places go
     to the others in decreasing order of expected saving. An untuned mutant takes a place only
     if its untuned ratio is at most ``screen_ratio``. A mutant whose new kernels are all among
     those of a mutant ranked above it takes no place (tuning that one tunes it: the same
