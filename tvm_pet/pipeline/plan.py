@@ -80,6 +80,8 @@ class Pick:
             the same budget, for an earlier run's).
         basis: what ``untuned_ratio`` compares (:attr:`RewriteScreen.basis`): the kernels'
             untuned times, or their FLOPs where they are too large to time untuned.
+        aligns: it took one of the places kept for mutants that align an awkward side
+            (:func:`rank_mutants`).
     """
 
     subprogram: str
@@ -181,8 +183,8 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     covered = set().union(*(s.screen.new_kernels for s in aligning + done))
     fresh = best_first(s for s in screened if not s.screen.tuned
                        and s.screen.untuned_ratio <= screen_ratio)
-    return tuple(_pick(s) for s in aligning + done
-                 + fresh[:promising - len(aligning) - len(done)])
+    return tuple([_pick(s, aligning=True) for s in aligning]
+                 + [_pick(s) for s in done + fresh[:promising - len(aligning) - len(done)]])
 
 
 def short_list(screened: Sequence[Screened], picks: Sequence[Pick], count: int,
@@ -250,11 +252,12 @@ def reach_s(screened: Sequence[Screened]) -> dict[frozenset, float]:
     return {keys: sum(subs.values()) for keys, subs in per.items()}
 
 
-def _pick(s: Screened) -> Pick:
+def _pick(s: Screened, aligning: bool = False) -> Pick:
+    """The pick of ``s``; ``aligning``: it took one of the places of aligning mutants."""
     saving = 1e3 * s.screen.expected_saving_s
     return Pick(s.subprogram, tuple(s.mutant), s.screen.untuned_ratio, s.index,
                 saving if math.isfinite(saving) else None, s.screen.tuned, s.screen.basis,
-                s.aligns and not s.screen.tuned)
+                aligning)
 
 
 def combination(program: Program, tuned: Sequence[tuple[Subprogram, Program, Program]],
