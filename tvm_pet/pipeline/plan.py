@@ -142,9 +142,10 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     across the model first (:func:`reach_s`; then the one with fewer operators: the padding in
     the convolution, not a PAD that fuses into the kernel before it), less one place per set
     of aligning kernels tuned before (so that a rerun tunes nothing new): untuned, padding only
-    adds work, so their expected saving cannot rank them. Mutants tuned before come next, best tuned saving first; the remaining places go
-    to the others in decreasing order of expected saving. An untuned mutant takes a place only
-    if its untuned ratio is at most ``screen_ratio``. A mutant whose new kernels are all among
+    adds work, so their expected saving cannot rank them. Mutants tuned before come next, best
+    tuned saving first; the remaining places go to the others in decreasing order of expected
+    saving. An untuned mutant takes a place only if its untuned ratio is at most
+    ``screen_ratio``. A mutant whose new kernels are all among
     those of a mutant ranked above it takes no place (tuning that one tunes it: the same
     kernel in two layers, or a subset and the same subset with its bias).
 
@@ -169,14 +170,15 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
 
     tuned_aligning = {s.screen.new_kernels for s in screened if s.aligns and s.screen.tuned}
     reach = reach_s(screened)
+    places = promising // 2 - len(tuned_aligning)
     aligning: list[Screened] = []
     for s in sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
                                              len(s.mutant), s.index)):
-        if len(aligning) >= promising // 2 - len(tuned_aligning):
+        if len(aligning) >= places:
             break
         if (s.aligns and not s.screen.tuned and s.screen.untuned_ratio <= screen_ratio
                 and s.screen.new_kernels and not s.screen.new_kernels <= covered
-                and s.subprogram not in {a.subprogram for a in aligning}):
+                and all(a.subprogram != s.subprogram for a in aligning)):
             covered.update(s.screen.new_kernels)
             aligning.append(s)
     done = best_first(s for s in screened if s.screen.tuned)[:promising - len(aligning)]

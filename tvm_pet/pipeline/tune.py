@@ -172,11 +172,13 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
     for done, (sub, subset) in enumerate(subsets, 1):
         part, found = listing.mutants_of(program, subset, sub.name)
         region = fusion_region(program, part) if found else None
-        for mutant, corrected in _cheapest(part.program, found, options.screen_per_subset):
+        aligned = [aligns_extents(part.program, corrected) for _, corrected in found]
+        for k in _cheapest(found, options.screen_per_subset, aligned):
+            mutant, corrected = found[k]
             screen = None if region is None else _screen(cost, region, part, corrected)
             if screen is not None:  # a region too large, or not compilable alone: not screened
                 screened.append(Screened(sub.name, mutant.ops, screen, len(candidates),
-                                         aligns_extents(part.program, corrected)))
+                                         aligned[k]))
                 candidates.append((part, corrected))
         eta.update(done, f"{len(screened)} mutants screened")
     picks = rank_mutants(screened, options.promising, options.screen_ratio)
@@ -249,15 +251,14 @@ def _screen(cost, region, part, corrected):
     return None if after is None else cost.screen(region.before, after)
 
 
-def _cheapest(part: Program, found: list[tuple], keep: int) -> list[tuple]:
-    """The ``keep`` mutants of one subset the analytic model finds cheapest, and those that
-    align an awkward side of ``part`` (:func:`~tvm_pet.search.moves.aligns_extents`: more
-    FLOPs, and faster tuned), in their order: only these are compiled and timed by the
-    screen."""
+def _cheapest(found: list[tuple], keep: int, aligned: list[bool]) -> list[int]:
+    """Positions in ``found`` of the ``keep`` mutants of one subset the analytic model finds
+    cheapest, and of those that align an awkward side (``aligned``:
+    :func:`~tvm_pet.search.moves.aligns_extents`: more FLOPs, and faster tuned), in their
+    order: only these are compiled and timed by the screen."""
     analytic = AnalyticCost()
     order = sorted(range(len(found)), key=lambda k: (analytic.cost(found[k][1]), k))
-    chosen = set(order[:keep]) | {k for k in order[keep:] if aligns_extents(part, found[k][1])}
-    return [found[k] for k in sorted(chosen)]
+    return sorted(set(order[:keep]) | {k for k in order[keep:] if aligned[k]})
 
 
 class _Eta:
