@@ -37,9 +37,10 @@ def main() -> int:
     into = db_dir(args.into, target)
     for source in args.sources:
         folder = db_dir(source, target)
-        if not (folder / dbfile.RECORD_FILE).exists():
+        if not dbfile.has_database(folder):
             print(f"{source}: no records for {into.name} (looked in {folder})", file=sys.stderr)
             return 2
+        dbfile.unpack(folder)  # a copy of shipped records holds them packed
         print(f"{folder}: {dbfile.merge(folder, into)} records added", flush=True)
     print(f"{into}: pruned {dbfile.prune(into, keep=args.keep)} records, "
           f"{args.keep} kept per workload", flush=True)

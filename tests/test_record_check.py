@@ -18,7 +18,7 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from tests.records import TARGET, matmul_module, write_records
-from tvm_pet.tune import build_with_records, extract_tasks
+from tvm_pet.tune import build_with_records, dbfile, extract_tasks
 from tvm_pet.tune.compile import apply_records
 from tvm_pet.tune.record_check import (CHECKS_FILE, RecordChecks, random_args, record_key,
                                        schedule_agrees, scheduled)
@@ -166,7 +166,7 @@ def test_a_borrowing_target_reads_the_lenders_verdicts_and_keeps_its_own_first(t
 def test_the_shipped_records_verdicts_ship_and_none_of_their_best_records_is_wrong():
     from tvm_pet.tune.records import SHIPPED_RECORDS_DIR, open_database
     shipped = SHIPPED_RECORDS_DIR / "llvm-skylake-avx512-c2"
-    if not (shipped / "database_workload.json").exists():
+    if not dbfile.has_database(shipped):
         pytest.skip("no shipped llvm-skylake-avx512-c2 records in this checkout")
     checks = RecordChecks(shipped / CHECKS_FILE)
     database = open_database(shipped, TARGET, create=False)

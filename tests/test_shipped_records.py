@@ -13,7 +13,7 @@ tvm = pytest.importorskip("tvm")
 from tvm_pet.models import build_model  # noqa: E402
 from tvm_pet.onnx import import_model  # noqa: E402
 from tvm_pet.relax.adapter import program_to_module  # noqa: E402
-from tvm_pet.tune import kernel_times, tune  # noqa: E402
+from tvm_pet.tune import dbfile, kernel_times, tune  # noqa: E402
 from tvm_pet.tune.targets import resolve_target, target_dir  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "tuning_logs"
@@ -22,7 +22,7 @@ SHIPPED = ROOT / target_dir(TARGET)
 MODELS = ["dilated_conv", "conv5x5", "two_1x1_convs", "three_matmuls", "csrnet_backend"]
 TRIALS = 32
 
-pytestmark = pytest.mark.skipif(not (SHIPPED / "database_tuning_record.json").exists(),
+pytestmark = pytest.mark.skipif(not dbfile.has_database(SHIPPED),
                                 reason=f"no shipped records for target {target_dir(TARGET)}")
 
 

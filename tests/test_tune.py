@@ -269,13 +269,14 @@ def test_kernel_times_times_a_tuned_kernel_here_with_its_schedule(tmp_path):
     was measured by the tuner's runner, maybe on another thread count), cached per schedule and
     thread count."""
     shipped = SHIPPED_RECORDS_DIR / "llvm-skylake-avx512-c2"
-    if not (shipped / "database_workload.json").exists():
+    if not dbfile.has_database(shipped):
         pytest.skip("no shipped llvm-skylake-avx512-c2 records in this checkout")
     target = resolve_target("llvm -mcpu=skylake-avx512 -num-cores=2")
     mod = program_to_module(import_model(build_model("conv5x5")))
     tasks = extract_tasks(mod, target)
     own = tmp_path / target_dir(target)
     own.mkdir()
+    dbfile.unpack(shipped)  # the shipped files are packed
     assert dbfile.seed(dbfile.read_tables(shipped), [str(t.shash) for t in tasks], own) > 0
     measured = []
 
@@ -433,7 +434,7 @@ def test_target_specs_as_on_tvms_command_line_or_json():
 
 def test_records_plan_counts_own_borrowed_and_untuned_kernels(tmp_path):
     shipped = SHIPPED_RECORDS_DIR / "llvm-skylake-avx512-c2"
-    if not (shipped / "database_workload.json").exists():
+    if not dbfile.has_database(shipped):
         pytest.skip("no shipped llvm-skylake-avx512-c2 records in this checkout")
     mod = program_to_module(import_model(build_model("conv5x5")))
     own = records_plan(mod, "llvm -mcpu=skylake-avx512 -num-cores=2", shipped)

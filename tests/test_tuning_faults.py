@@ -499,6 +499,51 @@ def test_drop_records_removes_the_chosen_ones_and_counts_them_as_pruned(shared, 
     assert dbfile.drop_records(shared, lambda shash, text: False) == 0
 
 
+# ---------------------------------------------------------------------- packed (shipped) files
+
+PACKED = [WL + dbfile.PACKED_SUFFIX, REC + dbfile.PACKED_SUFFIX]
+
+
+def _ship(directory: pathlib.Path, into: pathlib.Path) -> None:
+    """Copy only a database's packed files, as a fresh clone of a repository holds them."""
+    into.mkdir(parents=True)
+    for name in PACKED:
+        (into / name).write_bytes((directory / name).read_bytes())
+
+
+def test_a_packed_database_is_unpacked_on_first_use_and_every_write_repacks_it(tmp_path, shared,
+                                                                                mods):
+    import lzma
+    plain = {name: (shared / name).read_bytes() for name in (WL, REC)}
+    assert 0 < dbfile.pack(shared) < sum(len(data) for data in plain.values())
+    clone = db_dir(tmp_path / "clone", TARGET)
+    _ship(shared, clone)
+    assert dbfile.has_database(clone) and not (clone / WL).exists()
+    assert count_records(clone.parent, TARGET) == 6  # counting unpacks
+    assert {name: (clone / name).read_bytes() for name in (WL, REC)} == plain
+    assert times_by_task(open_database(clone.parent, TARGET), mods) == [T0, T1]
+    assert not dbfile.unpack(clone)  # made once; then only the hashes are compared
+
+    assert dbfile.prune(clone, keep=2) == 2  # a write rewrites the packed copies
+    for name in (WL, REC):
+        assert lzma.decompress((clone / (name + dbfile.PACKED_SUFFIX)).read_bytes()) == (
+            clone / name).read_bytes()
+    assert not dbfile.unpack(clone)
+
+    _ship(clone, tmp_path / "pulled" / clone.name)  # other packed copies arrive (a git pull)
+    for name in PACKED:
+        (shared / name).write_bytes((tmp_path / "pulled" / clone.name / name).read_bytes())
+    assert times_by_task(open_database(shared.parent, TARGET), mods) == [T0[:2], T1[:2]]
+
+
+def test_a_damaged_packed_copy_leaves_the_plain_files_in_use_with_a_warning(shared, mods):
+    dbfile.pack(shared)
+    (shared / PACKED[0]).write_bytes(b"not xz")
+    made, caught = corrupt_warnings(lambda: dbfile.unpack(shared))
+    assert not made and len(caught) == 1 and "packed tuning database" in str(caught[0].message)
+    assert times_by_task(open_database(shared.parent, TARGET), mods) == [T0, T1]
+
+
 # ------------------------------------------------------------------------ whole-model budgets
 
 def test_a_budget_already_spent_measures_nothing(tmp_path):

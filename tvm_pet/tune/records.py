@@ -6,6 +6,8 @@ Layout::
       llvm-skylake-avx512-c2/         target_dir(target) = default_records_dir(target)
         database_workload.json        one line per task: [structural hash, task IRModule]
         database_tuning_record.json   one line per measured candidate: [workload index, record]
+        database_*.json.xz            their packed copies: what the repository ships (dbfile.pack);
+                                      the plain files are made from them on first use
         untuned_times.json            kernel times measured here (kernels.kernel_times)
         record_checks.json            which records compute what their kernel does (record_check)
         logs/                         MetaSchedule's per-task logs
@@ -100,7 +102,7 @@ def default_records_dir(target: tvm.target.Target,
     key = target_dir(target)
     here = Path(DEFAULT_RECORDS_DIR) / key
     shipped = Path(shipped_root) / key
-    if not (here / dbfile.WORKLOAD_FILE).exists() and (shipped / dbfile.WORKLOAD_FILE).exists():
+    if not dbfile.has_database(here) and dbfile.has_database(shipped):
         return str(shipped)
     return str(here)
 
@@ -110,7 +112,15 @@ def count_records(records_dir: str | Path, target: tvm.target.Target) -> int:
 
     Counts the lines of the record file without loading the database, so it is cheap.
     """
-    return _count_lines(db_dir(records_dir, target) / RECORD_FILE)
+    return _count_lines(_unpacked(db_dir(records_dir, target)) / RECORD_FILE)
+
+
+def _unpacked(work_dir: Path) -> Path:
+    """Return ``work_dir``, its plain database files made from their packed copies first when
+    those are new here (``dbfile.unpack``: the shipped records are packed)."""
+    if work_dir.is_dir():
+        dbfile.unpack(work_dir)
+    return work_dir
 
 
 def _count_lines(path: Path) -> int:
@@ -146,7 +156,7 @@ def open_database(records_dir: str | Path, target: tvm.target.Target,
     work_dir = db_dir(records_dir, target)
     if work_dir.exists() and not work_dir.is_dir():
         raise PetError(f"{work_dir} is not a directory; remove it or pass another records_dir")
-    if not create and not (work_dir / WORKLOAD_FILE).exists():
+    if not create and not dbfile.has_database(work_dir):
         raise PetError(f"no tuning records for target {target_dir(target)} under {records_dir}: "
                        "run tvm_pet.tune.tune(...) first")
     return _open_dir(work_dir)
@@ -154,6 +164,7 @@ def open_database(records_dir: str | Path, target: tvm.target.Target,
 
 def _open_dir(work_dir: Path) -> ms.database.JSONDatabase:
     """Open the database in ``work_dir`` (created when missing), repairing damaged lines."""
+    _unpacked(work_dir)
     dbfile.ensure_files(work_dir)
     with dir_lock(work_dir, shared=True):
         if not dbfile.read_tables(work_dir).dirty:
@@ -201,7 +212,7 @@ def pending_database(records_dir: str | Path, target: tvm.target.Target,
     Yields:
         The private ``JSONDatabase``; pass it to MetaSchedule.
     """
-    work_dir = db_dir(records_dir, target)
+    work_dir = _unpacked(db_dir(records_dir, target))
     dbfile.ensure_files(work_dir)
     with dbfile.pending(work_dir) as path:
         with dir_lock(work_dir, shared=True):
@@ -252,7 +263,7 @@ class RecordSources:
 
     def open(self) -> "OpenRecords":
         """Open the databases that exist (loading the JSON takes seconds for big ones)."""
-        own = _open_dir(self.own) if _count_lines(self.own / RECORD_FILE) else None
+        own = _open_dir(self.own) if _count_lines(_unpacked(self.own) / RECORD_FILE) else None
         checks = RecordChecks(self.own / CHECKS_FILE,
                               also=() if self.borrowed is None else [self.borrowed / CHECKS_FILE])
         if self.borrowed is None:
@@ -331,7 +342,7 @@ def record_sources(records_dir: str | Path, target: tvm.target.Target) -> Record
     found: dict[str, Path] = {}
     for root in (SHIPPED_RECORDS_DIR, own.parent):  # the records root's entry wins a tie
         if root.is_dir():
-            found.update({p.name: p for p in root.iterdir() if (p / WORKLOAD_FILE).exists()})
+            found.update({p.name: p for p in root.iterdir() if dbfile.has_database(p)})
     ranked = compatible_dirs(target, found)
     return RecordSources(own, found[ranked[0]] if ranked else None)
 
