@@ -159,6 +159,33 @@ def test_the_conv_forms_compute_the_same_and_their_table_names_the_fastest(monke
     assert "orig / it" in table and "the 2 timed interleaved" in table
 
 
+def test_the_stride_forms_compute_the_same_and_their_table_names_the_fastest(monkeypatch):
+    tvm = pytest.importorskip("tvm")
+    import numpy as np
+    from tvm import relax
+
+    from benchmarks import stride_forms
+    from tvm_pet.tune.targets import resolve_target
+    # small stride-2 convs (odd and even sides, kernels 3 and 7, with and without padding),
+    # built untuned (no tuning in the tests): outputs only
+    small = {"k7": (3, 8, 7, 3, 20), "k3": (4, 8, 3, 1, 9), "k3_nopad": (3, 4, 3, 0, 11)}
+    monkeypatch.setattr(stride_forms, "SHAPES", small)
+    for kind, (_, cout, k, pad, side) in small.items():
+        outputs = {}
+        for form in stride_forms.FORMS:
+            mod, inputs = stride_forms.module(kind, form)
+            vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
+            outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+        side_out = stride_forms.out_side(k, pad, side)
+        assert outputs["orig"].shape == (1, cout, side_out, side_out)
+        assert (outputs["orig"] > 0).any()
+        np.testing.assert_allclose(outputs["s2d"], outputs["orig"], rtol=1e-5, atol=1e-5)
+    row = {"kernel": "r18_stem", "seed": 0, "median_ms": {"orig": 3.0, "s2d": 2.0},
+           "gflops": {"orig": 79.0, "s2d": 118.0}, "speedup_vs_orig": {"orig": 1.0, "s2d": 1.5}}
+    table = stride_forms.markdown([row], 32, stride_forms.FORMS)
+    assert "| r18_stem | 0 | 3.00 (79, x1.00) | 2.00 (118, x1.50) | s2d |" in table
+
+
 def test_the_budget_names_the_tuning_seed_when_it_is_not_the_default():
     assert "seed" not in run.budget_words(RUN, [])
     assert "32 trials with seed 2 " in run.budget_words(dict(RUN, seed=2), [])
@@ -196,3 +223,45 @@ def test_the_decision_rule_table_counts_a_keep_only_when_its_replication_keeps_i
     lines = decision_rule.markdown([row]).splitlines()
     assert "kept by its replication" in lines[0] and "| 1 of 3 |" in lines[-1]
     assert lines[2].count("|") == lines[0].count("|")  # the no-candidate row has every cell
+
+
+def test_the_kernel_profile_times_every_kernel_of_both_builds_and_ranks_them(tmp_path):
+    tvm = pytest.importorskip("tvm")
+    import numpy as np
+    from tvm import relax
+    from tvm.script import ir as I, relax as R
+
+    from benchmarks import profile_kernels
+    from tvm_pet.tune.targets import resolve_target
+
+    @I.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor((64, 64), "float32"), w: R.Tensor((64, 64), "float32")):
+            with R.dataflow():
+                y = R.matmul(x, w)
+                z = R.nn.relu(y)
+                out = R.add(z, x)
+                R.output(out)
+            return out
+
+    # the two builds of a folder optimize writes, here the same module twice
+    executable = tvm.compile(Module, target=resolve_target("llvm"))
+    for _, name in profile_kernels.BUILDS:
+        executable.export_library(str(tmp_path / name))
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((64, 64), np.float32),
+             "w": rng.standard_normal((64, 64), np.float32)}
+    result = profile_kernels.profile(tmp_path, feeds, rounds=3)
+    for build in ("tvm", "pet"):
+        kernels, calls = result[build]["kernels"], result[build]["calls"]
+        assert {"matmul", "relu", "add"} <= set(kernels), kernels
+        assert all(calls[name] == 1 for name in ("matmul", "relu", "add"))
+        assert all(seconds > 0 for seconds in kernels.values())
+    lines = profile_kernels.table(result, top=2)
+    assert lines[0].startswith("### TVM (baseline.so):")
+    rows = [line for line in lines if line.startswith("| `")]
+    assert len(rows) == 4  # the two costliest kernels of each build
+    others = [line for line in lines if " others |" in line]
+    assert len(others) == 2 and all(line.startswith(f"| {len(result['tvm']['kernels']) - 2} ")
+                                    for line in others[:1])
