@@ -21,8 +21,6 @@ timing.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import sys
 
@@ -31,7 +29,8 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.matmul_forms import measure, markdown  # noqa: E402
+from benchmarks.matmul_forms import (  # noqa: E402,F401 (markdown: the tests')
+    forms_parser, markdown, run_forms)
 
 FORMS = ("orig", "padconv")
 #: Channels in and out, and the map's side, of each kernel.
@@ -71,22 +70,7 @@ KERNELS = {kind: ((cin, cout, side), 2 * cin * cout * 9 * side * side / 1e9, mod
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", required=True, help="records folder (DIR/s<seed>)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--trials", type=int, default=32)
-    args = parser.parse_args(argv)
-    from tvm_pet.tune.threads import size_thread_pool
-    size_thread_pool()  # TVM on the physical cores, as optimize runs it, before TVM starts
-    rows = [row for seed in args.seeds
-            for row in measure(pathlib.Path(args.records), seed, args.trials, KERNELS, FORMS)]
-    out = ROOT / "benchmarks" / "results"
-    (out / "conv_forms.json").write_text(json.dumps(
-        {"trials_per_task": args.trials, "seeds": args.seeds, "rows": rows}, indent=1) + "\n")
-    (out / "conv_forms.md").write_text(markdown(rows, args.trials, FORMS))
-    print(f"wrote {out / 'conv_forms.json'} and .md")
-    return 0
-
+    return run_forms("conv_forms", forms_parser(__doc__).parse_args(argv), KERNELS, FORMS)
 
 if __name__ == "__main__":
     sys.exit(main())

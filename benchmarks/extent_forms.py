@@ -26,8 +26,6 @@ on timing.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import sys
 
@@ -36,7 +34,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.matmul_forms import markdown, measure  # noqa: E402
+from benchmarks.matmul_forms import forms_parser, run_forms  # noqa: E402
 
 #: Channels in and out, kernel side and map side of each kernel, and the padded sides of its
 #: other forms, by set: Inception-v3 at 330 (Mixed_5b's 38×38 maps: 38 = 2 · 19 padded to
@@ -86,27 +84,12 @@ def kernels(shapes: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", required=True, help="records folder (DIR/s<seed>)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--trials", type=int, default=32)
+    parser = forms_parser(__doc__)
     parser.add_argument("--set", choices=sorted(SETS), default="inception")
     args = parser.parse_args(argv)
-    from tvm_pet.tune.threads import size_thread_pool
-    size_thread_pool()  # TVM on the physical cores, as optimize runs it, before TVM starts
     forms, shapes = SETS[args.set]
-    rows = [row for seed in args.seeds
-            for row in measure(pathlib.Path(args.records), seed, args.trials, kernels(shapes),
-                               forms)]
-    out = ROOT / "benchmarks" / "results"
     stem = "extent_forms" + ("" if args.set == "inception" else f"_{args.set}")
-    (out / f"{stem}.json").write_text(json.dumps(
-        {"set": args.set, "trials_per_task": args.trials, "seeds": args.seeds, "rows": rows},
-        indent=1) + "\n")
-    (out / f"{stem}.md").write_text(markdown(rows, args.trials, forms))
-    print(f"wrote {out / stem}.json and .md")
-    return 0
-
+    return run_forms(stem, args, kernels(shapes), forms, set=args.set)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -159,23 +159,35 @@ def markdown(rows: list[dict], trials: int, forms: tuple[str, ...] = FORMS) -> s
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def forms_parser(doc: str, seeds: tuple[int, ...] = (0, 1, 2)) -> argparse.ArgumentParser:
+    """The options every forms benchmark takes: the records folder, the seeds and the trials."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--records", required=True, help="records folder (DIR/s<seed>)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(seeds))
     parser.add_argument("--trials", type=int, default=32)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run_forms(stem: str, args: argparse.Namespace, kernels: dict, forms: tuple[str, ...],
+              **extra) -> int:
+    """Measure every kernel's forms for each of ``args.seeds`` (:func:`measure`) and write
+    ``benchmarks/results/<stem>.json`` (with ``extra`` fields) and ``<stem>.md``."""
     from tvm_pet.tune.threads import size_thread_pool
     size_thread_pool()  # TVM on the physical cores, as optimize runs it, before TVM starts
     rows = [row for seed in args.seeds
-            for row in measure(pathlib.Path(args.records), seed, args.trials)]
+            for row in measure(pathlib.Path(args.records), seed, args.trials, kernels, forms)]
     out = ROOT / "benchmarks" / "results"
-    (out / "matmul_forms.json").write_text(json.dumps(
-        {"trials_per_task": args.trials, "seeds": args.seeds, "rows": rows}, indent=1) + "\n")
-    (out / "matmul_forms.md").write_text(markdown(rows, args.trials))
-    print(f"wrote {out / 'matmul_forms.json'} and .md")
+    (out / f"{stem}.json").write_text(json.dumps(
+        {**extra, "trials_per_task": args.trials, "seeds": args.seeds, "rows": rows},
+        indent=1) + "\n")
+    (out / f"{stem}.md").write_text(markdown(rows, args.trials, forms))
+    print(f"wrote {out / stem}.json and .md")
     return 0
 
+
+def main(argv=None) -> int:
+    args = forms_parser(__doc__, seeds=(0, 1)).parse_args(argv)
+    return run_forms("matmul_forms", args, KERNELS, FORMS)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,8 +25,6 @@ timing.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import sys
 
@@ -35,7 +33,8 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.matmul_forms import markdown, measure  # noqa: E402
+from benchmarks.matmul_forms import (  # noqa: E402,F401 (markdown: the tests')
+    forms_parser, markdown, run_forms)
 
 FORMS = ("orig", "s2d")
 #: Channels in and out, kernel side, padding and map side of each stride-2 kernel.
@@ -115,24 +114,10 @@ def kernels(names=None) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", required=True, help="records folder (DIR/s<seed>)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--trials", type=int, default=32)
+    parser = forms_parser(__doc__)
     parser.add_argument("--kernels", nargs="+", choices=sorted(SHAPES), help="default: all")
     args = parser.parse_args(argv)
-    from tvm_pet.tune.threads import size_thread_pool
-    size_thread_pool()  # TVM on the physical cores, as optimize runs it, before TVM starts
-    rows = [row for seed in args.seeds
-            for row in measure(pathlib.Path(args.records), seed, args.trials,
-                               kernels(args.kernels), FORMS)]
-    out = ROOT / "benchmarks" / "results"
-    (out / "stride_forms.json").write_text(json.dumps(
-        {"trials_per_task": args.trials, "seeds": args.seeds, "rows": rows}, indent=1) + "\n")
-    (out / "stride_forms.md").write_text(markdown(rows, args.trials, FORMS))
-    print(f"wrote {out / 'stride_forms'}.json and .md")
-    return 0
-
+    return run_forms("stride_forms", args, kernels(args.kernels), FORMS)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -228,7 +228,6 @@ def test_the_decision_rule_table_counts_a_keep_only_when_its_replication_keeps_i
 def test_the_kernel_profile_times_every_kernel_of_both_builds_and_ranks_them(tmp_path):
     tvm = pytest.importorskip("tvm")
     import numpy as np
-    from tvm import relax
     from tvm.script import ir as I, relax as R
 
     from benchmarks import profile_kernels
