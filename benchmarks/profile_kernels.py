@@ -33,9 +33,11 @@ sys.path.insert(0, str(ROOT))
 BUILDS = (("tvm", "baseline.so"), ("pet", "optimized.so"))
 
 
-def kernel_times(vm, args, rounds_out: list[dict[str, float]], calls: dict[str, int]) -> None:
+def kernel_times(vm, args, rounds_out: list[dict[str, float]], calls: dict[str, int],
+                 shapes: dict[str, str] | None = None) -> None:
     """Call ``vm["main"](*args)`` once with the hook; append ``{kernel: seconds}`` summed over
-    the run to ``rounds_out`` and count each kernel's calls per run in ``calls``."""
+    the run to ``rounds_out``, count each kernel's calls per run in ``calls``, and note in
+    ``shapes`` the shapes of its tensor arguments at its first call (the output last)."""
     from tvm.runtime.vm import VMInstrumentReturnKind
 
     started: dict[str, float] = {}
@@ -45,6 +47,9 @@ def kernel_times(vm, args, rounds_out: list[dict[str, float]], calls: dict[str, 
     def hook(func, symbol, before_run, ret_value, *call_args):
         now = time.perf_counter()
         if before_run:
+            if shapes is not None and symbol not in shapes:
+                shapes[symbol] = ", ".join("x".join(map(str, a.shape)) for a in call_args
+                                           if hasattr(a, "shape"))
             started[symbol] = now
         else:
             spent[symbol] = spent.get(symbol, 0.0) + now - started.pop(symbol, now)
@@ -58,7 +63,8 @@ def kernel_times(vm, args, rounds_out: list[dict[str, float]], calls: dict[str, 
 
 
 def profile(folder: pathlib.Path, feeds: dict, rounds: int) -> dict[str, dict]:
-    """Return ``{build: {"kernels": {name: median seconds per run}, "calls": {name: calls}}}``."""
+    """Return ``{build: {"kernels": {name: median seconds per run}, "calls": {name: calls},
+    "shapes": {name: its arguments' shapes}}}``."""
     import tvm
     from tvm import relax
 
@@ -70,13 +76,14 @@ def profile(folder: pathlib.Path, feeds: dict, rounds: int) -> dict[str, dict]:
         vm["main"](*args)
     samples: dict[str, list] = {key: [] for key in vms}
     calls: dict[str, dict] = {key: {} for key in vms}
+    shapes: dict[str, dict] = {key: {} for key in vms}
     for r in range(rounds):
         order = list(vms) if r % 2 == 0 else list(vms)[::-1]
         for key in order:
-            kernel_times(vms[key], args, samples[key], calls[key])
+            kernel_times(vms[key], args, samples[key], calls[key], shapes[key])
     return {key: {"kernels": {name: statistics.median(s.get(name, 0.0) for s in samples[key])
                               for name in calls[key]},
-                  "calls": calls[key]} for key in vms}
+                  "calls": calls[key], "shapes": shapes[key]} for key in vms}
 
 
 def table(result: dict, top: int) -> list[str]:
@@ -86,17 +93,36 @@ def table(result: dict, top: int) -> list[str]:
         kernels = result[key]["kernels"]
         total = sum(kernels.values())
         lines += [f"### {label}: {1e3 * total:.2f} ms summed over {len(kernels)} kernels and "
-                  "builtins", "", "| kernel | calls | ms per run | share |", "|---|---|---|---|"]
+                  "builtins", "",
+                  "| kernel | arguments (output last) | calls | ms per run | share |",
+                  "|---|---|---|---|---|"]
         ranked = sorted(kernels.items(), key=lambda kv: -kv[1])
         for name, seconds in ranked[:top]:
-            lines.append(f"| `{name}` | {result[key]['calls'][name]} | {1e3 * seconds:.3f} | "
+            lines.append(f"| `{name}` | {result[key]['shapes'].get(name, '')} | "
+                         f"{result[key]['calls'][name]} | {1e3 * seconds:.3f} | "
                          f"{100 * seconds / total:.1f} % |")
         rest = sum(seconds for _, seconds in ranked[top:])
         if rest:
-            lines.append(f"| {len(ranked) - top} others | | {1e3 * rest:.3f} | "
+            lines.append(f"| {len(ranked) - top} others | | | {1e3 * rest:.3f} | "
                          f"{100 * rest / total:.1f} % |")
         lines.append("")
     return lines
+
+
+def kept_words(report: dict) -> str:
+    """What optimize kept, from its ``report.json``: "optimized (x1.10: Conv -> Slice on sub10,
+    ...)" or "original".
+
+    >>> kept_words({"kept": "optimized", "speedup": 1.104,
+    ...             "applied": [{"mutant": "Conv -> Slice", "subprogram": "sub10"}]})
+    'optimized (x1.10: Conv -> Slice on sub10)'
+    >>> kept_words({"kept": "original", "speedup": 1.0, "applied": []})
+    'original'
+    """
+    if report["kept"] != "optimized":
+        return str(report["kept"])
+    rewrites = ", ".join(f"{a['mutant']} on {a['subprogram']}" for a in report["applied"])
+    return f"optimized (x{report['speedup']:.2f}: {rewrites})"
 
 
 def main() -> int:
@@ -110,6 +136,14 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
+    import json
+    import os
+
+    from tvm_pet.tune.threads import size_thread_pool
+    # TVM on the physical cores, as optimize runs it, before TVM starts (left to TVM's default,
+    # Inception-v3's kernels summed 247 ms here for a 125 ms run)
+    size_thread_pool()
+    threads = os.environ.get("TVM_NUM_THREADS", "TVM's default number of")
 
     import numpy as np
     import onnx
@@ -124,19 +158,20 @@ def main() -> int:
              .astype(np.float32) for i in model.graph.input}
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(args.out) if args.out else pathlib.Path(tmp) / "out"
-        kept = "(a folder given)"
         if not args.out:
             path = pathlib.Path(tmp) / "model.onnx"
             onnx.save(model, path)
             options = DriverOptions(target=args.target, trials=args.trials,
                                     records_dir=args.records, second_look=False)
-            report = optimize_model(path, folder, SearchConfig(depth=3, rounds=1), options)
-            kept = f"{report['kept']} ({', '.join(a['mutant'] for a in report['applied'])})"
+            optimize_model(path, folder, SearchConfig(depth=3, rounds=1), options)
+        report = folder / "report.json"
+        kept = kept_words(json.loads(report.read_text())) if report.exists() else "not known"
         result = profile(folder, feeds, args.rounds)
     lines = [f"## {args.model}: per-kernel times ({time.strftime('%Y-%m-%d')})", "",
-             f"Target {args.target}; {args.rounds} rounds alternating the two builds, each "
-             "kernel's median over rounds of its summed time per run (the VM's instrument hook; "
-             f"its own cost is in every figure). Kept: {kept}.", ""] + table(result, args.top)
+             f"Target {args.target}, TVM on {threads} threads; {args.rounds} rounds alternating "
+             "the two builds, each kernel's median over rounds of its summed time per run (the "
+             "VM's instrument hook; its own cost is in every figure). Kept: "
+             f"{kept}.", ""] + table(result, args.top)
     print("\n".join(lines))
     if not args.no_write:
         out = ROOT / "benchmarks" / "results" / f"profile-{args.model}.md"

@@ -257,6 +257,7 @@ def test_the_kernel_profile_times_every_kernel_of_both_builds_and_ranks_them(tmp
         assert {"matmul", "relu", "add"} <= set(kernels), kernels
         assert all(calls[name] == 1 for name in ("matmul", "relu", "add"))
         assert all(seconds > 0 for seconds in kernels.values())
+        assert result[build]["shapes"]["matmul"] == "64x64, 64x64, 64x64"
     lines = profile_kernels.table(result, top=2)
     assert lines[0].startswith("### TVM (baseline.so):")
     rows = [line for line in lines if line.startswith("| `")]
