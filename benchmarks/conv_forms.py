@@ -72,5 +72,6 @@ KERNELS = {kind: ((cin, cout, side), 2 * cin * cout * 9 * side * side / 1e9, mod
 def main(argv=None) -> int:
     return run_forms("conv_forms", forms_parser(__doc__).parse_args(argv), KERNELS, FORMS)
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -109,5 +109,6 @@ def main(argv=None) -> int:
     stem = "extent_forms" + ("" if args.set == "inception" else f"_{args.set}")
     return run_forms(stem, args, kernels(shapes), forms, set=args.set)
 
+
 if __name__ == "__main__":
     sys.exit(main())

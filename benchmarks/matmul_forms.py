@@ -189,5 +189,6 @@ def main(argv=None) -> int:
     args = forms_parser(__doc__, seeds=(0, 1)).parse_args(argv)
     return run_forms("matmul_forms", args, KERNELS, FORMS)
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,8 +13,9 @@ untimed call each. A kernel's time is the median over rounds of its summed time 
 What it is for: a candidate's cost is the sum of its fused kernels' tuned times, and a rewrite
 can change a kernel that the search did not cost (a PAD in front of a conv fuses into the
 producer's epilogue and makes that kernel slower: stop 32). The per-kernel times show which.
-The timings include the hook's own cost (a few microseconds a call), so their sum exceeds an
-uninstrumented run; compare kernels, not totals, with ``benchmarks/run.py``'s figures.
+The timings include the hook's own cost (a few microseconds a call): on Inception-v3 the
+kernels sum to within a few percent of an uninstrumented run, but compare kernels, not totals,
+with ``benchmarks/run.py``'s figures.
 
 Writes ``benchmarks/results/profile-<model>.md`` (``--no-write`` to only print).
 """

@@ -119,5 +119,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     return run_forms("stride_forms", args, kernels(args.kernels), FORMS)
 
+
 if __name__ == "__main__":
     sys.exit(main())
