@@ -186,6 +186,33 @@ def test_the_stride_forms_compute_the_same_and_their_table_names_the_fastest(mon
     assert "| r18_stem | 0 | 3.00 (79, x1.00) | 2.00 (118, x1.50) | s2d |" in table
 
 
+def test_the_layout_forms_compute_the_same_and_their_table_names_the_fastest(monkeypatch):
+    tvm = pytest.importorskip("tvm")
+    import numpy as np
+    from tvm import relax
+
+    from benchmarks import layout_forms
+    from tvm_pet.tune.targets import resolve_target
+    # small convs (dilated and not, channels in != out, an odd side), built untuned (no tuning
+    # in the tests): outputs only
+    small = {"dil": (6, 4, 3, 2, 2, 7), "plain": (3, 5, 3, 1, 1, 9)}
+    monkeypatch.setattr(layout_forms, "SHAPES", small)
+    for kind, (_, cout, _, _, _, side) in small.items():
+        outputs = {}
+        for form in layout_forms.FORMS:
+            mod, inputs = layout_forms.module(kind, form)
+            vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
+            outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+        assert outputs["orig"].shape == (1, cout, side, side)
+        assert (outputs["orig"] > 0).any() and (outputs["orig"] == 0).any()  # the ReLU
+        np.testing.assert_allclose(outputs["nhwc"], outputs["orig"], rtol=1e-5, atol=1e-5)
+    row = {"kernel": "dil14", "seed": 0, "median_ms": {"orig": 4.7, "nhwc": 3.1},
+           "gflops": {"orig": 197.0, "nhwc": 298.0},
+           "speedup_vs_orig": {"orig": 1.0, "nhwc": 1.52}}
+    table = layout_forms.markdown([row], 32, layout_forms.FORMS)
+    assert "| dil14 | 0 | 4.70 (197, x1.00) | 3.10 (298, x1.52) | nhwc |" in table
+
+
 def test_the_budget_names_the_tuning_seed_when_it_is_not_the_default():
     assert "seed" not in run.budget_words(RUN, [])
     assert "32 trials with seed 2 " in run.budget_words(dict(RUN, seed=2), [])
