@@ -292,3 +292,44 @@ def test_the_kernel_profile_times_every_kernel_of_both_builds_and_ranks_them(tmp
     others = [line for line in lines if " others |" in line]
     assert [line.split("|")[1].strip() for line in others] == [
         f"{len(result[build]['kernels']) - 2} others" for build in ("tvm", "pet")]
+
+
+def test_a_model_in_nhwc_by_tvms_convert_layout_computes_the_same_and_is_tabled():
+    tvm = pytest.importorskip("tvm")
+    import numpy as np
+    from tvm import relax
+
+    from benchmarks import layout_models
+    from tvm_pet.models import build_model
+    from tvm_pet.tune.targets import resolve_target
+    # Table 3's conv5x5 graph, built untuned (no tuning in the tests): outputs only
+    modules, inputs = layout_models.forms(build_model("conv5x5", batch=1))
+    nhwc = modules["nhwc"].script()
+    assert 'data_layout="NHWC"' in nhwc and 'data_layout="NHWC"' not in modules["nchw"].script()
+    outputs = {}
+    for form, mod in modules.items():
+        vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
+        outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+    assert np.abs(outputs["nchw"]).max() > 0
+    np.testing.assert_allclose(outputs["nhwc"], outputs["nchw"], rtol=1e-4, atol=1e-5)
+    row = {"model": "resnet18", "seed": 0, "trials_per_task": 32, "max_abs_err": 1e-6,
+           "median_ms": {"nchw": 24.0, "nhwc": 20.0}, "nhwc_speedup": 1.2,
+           "nhwc_speedup_by_process": [1.19, 1.2, 1.21],
+           "kernels_with_records": {"nchw": [19, 19], "nhwc": [21, 20]}}
+    table = layout_models.markdown([row], 3, 9, 5)
+    assert "| resnet18 | 0 | 32 | 24.00 | 20.00 | x1.200 (1.19, 1.20, 1.21) | 19/19, 20/21 |" \
+        in table
+
+
+def test_a_layout_models_run_of_another_seed_joins_the_rows_written_before(tmp_path):
+    from benchmarks import layout_models
+    path = tmp_path / "layout_models.json"
+    assert layout_models.joined(path, [{"model": "resnet18", "seed": 0, "v": 1}]) == [
+        {"model": "resnet18", "seed": 0, "v": 1}]
+    path.write_text(json.dumps({"rows": [{"model": "resnet18", "seed": 0, "v": 1},
+                                         {"model": "csrnet", "seed": 0, "v": 2}]}))
+    rows = layout_models.joined(path, [{"model": "resnet18", "seed": 1, "v": 3},
+                                       {"model": "csrnet", "seed": 0, "v": 4}])
+    assert rows == [{"model": "resnet18", "seed": 0, "v": 1},
+                    {"model": "csrnet", "seed": 0, "v": 4},
+                    {"model": "resnet18", "seed": 1, "v": 3}]
