@@ -21,6 +21,21 @@ def _row(model: str, kept: str, ratio: float, tvm_ms: float = 10.0) -> dict:
 RUN = {"target": "llvm", "quick": False, "trials": 32, "rounds": 3, "number": 1}
 
 
+def _untuned_outputs(build, kind: str, forms) -> dict:
+    """Each form's output, the module ``build(kind, form)`` compiled untuned (no tuning in the
+    tests) and run on its inputs."""
+    tvm = pytest.importorskip("tvm")
+    from tvm import relax
+
+    from tvm_pet.tune.targets import resolve_target
+    outputs = {}
+    for form in forms:
+        mod, inputs = build(kind, form)
+        vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
+        outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+    return outputs
+
+
 def test_a_rerun_replaces_its_rows_in_the_run_of_record_and_counts_kept_originals_as_x1(
         tmp_path, monkeypatch):
     monkeypatch.setattr(run, "plot", lambda rows, path: None)
@@ -113,18 +128,12 @@ def test_a_row_timed_in_several_processes_lists_each_process_ratio(tmp_path, mon
 
 
 def test_the_matmul_forms_compute_the_same_and_their_table_names_the_fastest():
-    tvm = pytest.importorskip("tvm")
+    pytest.importorskip("tvm")
     import numpy as np
-    from tvm import relax
 
     from benchmarks import matmul_forms
-    from tvm_pet.tune.targets import resolve_target
     for kind in matmul_forms.SHAPES:  # built untuned (no tuning in the tests): outputs only
-        outputs = {}
-        for form in matmul_forms.FORMS:
-            mod, inputs = matmul_forms.module(kind, form)
-            vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
-            outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+        outputs = _untuned_outputs(matmul_forms.module, kind, matmul_forms.FORMS)
         for form in matmul_forms.FORMS[1:]:
             np.testing.assert_allclose(outputs[form], outputs["orig"], rtol=1e-4, atol=1e-4)
     row = {"kernel": "ffn2", "seed": 0, "median_ms": {"orig": 5.0, "trans": 4.0, "colbatch": 3.5},
@@ -136,19 +145,13 @@ def test_the_matmul_forms_compute_the_same_and_their_table_names_the_fastest():
 
 
 def test_the_conv_forms_compute_the_same_and_their_table_names_the_fastest(monkeypatch):
-    tvm = pytest.importorskip("tvm")
+    pytest.importorskip("tvm")
     import numpy as np
-    from tvm import relax
 
     from benchmarks import conv_forms
-    from tvm_pet.tune.targets import resolve_target
     # the forms of a small dilated conv, built untuned (no tuning in the tests): outputs only
     monkeypatch.setitem(conv_forms.SHAPES, "dil14", (8, 4, 6))
-    outputs = {}
-    for form in conv_forms.FORMS:
-        mod, inputs = conv_forms.module("dil14", form)
-        vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
-        outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+    outputs = _untuned_outputs(conv_forms.module, "dil14", conv_forms.FORMS)
     assert outputs["orig"].shape == (1, 4, 6, 6) and (outputs["orig"] > 0).any()
     np.testing.assert_allclose(outputs["padconv"], outputs["orig"], rtol=1e-5, atol=1e-5)
     row = {"kernel": "dil28", "seed": 1, "median_ms": {"orig": 65.5, "padconv": 31.5},
@@ -160,22 +163,16 @@ def test_the_conv_forms_compute_the_same_and_their_table_names_the_fastest(monke
 
 
 def test_the_stride_forms_compute_the_same_and_their_table_names_the_fastest(monkeypatch):
-    tvm = pytest.importorskip("tvm")
+    pytest.importorskip("tvm")
     import numpy as np
-    from tvm import relax
 
     from benchmarks import stride_forms
-    from tvm_pet.tune.targets import resolve_target
     # small stride-2 convs (odd and even sides, kernels 3 and 7, with and without padding),
     # built untuned (no tuning in the tests): outputs only
     small = {"k7": (3, 8, 7, 3, 20), "k3": (4, 8, 3, 1, 9), "k3_nopad": (3, 4, 3, 0, 11)}
     monkeypatch.setattr(stride_forms, "SHAPES", small)
     for kind, (_, cout, k, pad, side) in small.items():
-        outputs = {}
-        for form in stride_forms.FORMS:
-            mod, inputs = stride_forms.module(kind, form)
-            vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
-            outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+        outputs = _untuned_outputs(stride_forms.module, kind, stride_forms.FORMS)
         side_out = stride_forms.out_side(k, pad, side)
         assert outputs["orig"].shape == (1, cout, side_out, side_out)
         assert (outputs["orig"] > 0).any()
@@ -187,22 +184,16 @@ def test_the_stride_forms_compute_the_same_and_their_table_names_the_fastest(mon
 
 
 def test_the_layout_forms_compute_the_same_and_their_table_names_the_fastest(monkeypatch):
-    tvm = pytest.importorskip("tvm")
+    pytest.importorskip("tvm")
     import numpy as np
-    from tvm import relax
 
     from benchmarks import layout_forms
-    from tvm_pet.tune.targets import resolve_target
     # small convs (dilated and not, channels in != out, an odd side), built untuned (no tuning
     # in the tests): outputs only
     small = {"dil": (6, 4, 3, 2, 2, 7), "plain": (3, 5, 3, 1, 1, 9)}
     monkeypatch.setattr(layout_forms, "SHAPES", small)
     for kind, (_, cout, _, _, _, side) in small.items():
-        outputs = {}
-        for form in layout_forms.FORMS:
-            mod, inputs = layout_forms.module(kind, form)
-            vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
-            outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+        outputs = _untuned_outputs(layout_forms.module, kind, layout_forms.FORMS)
         assert outputs["orig"].shape == (1, cout, side, side)
         assert (outputs["orig"] > 0).any() and (outputs["orig"] == 0).any()  # the ReLU
         np.testing.assert_allclose(outputs["nhwc"], outputs["orig"], rtol=1e-5, atol=1e-5)
@@ -295,21 +286,16 @@ def test_the_kernel_profile_times_every_kernel_of_both_builds_and_ranks_them(tmp
 
 
 def test_a_model_in_nhwc_by_tvms_convert_layout_computes_the_same_and_is_tabled():
-    tvm = pytest.importorskip("tvm")
+    pytest.importorskip("tvm")
     import numpy as np
-    from tvm import relax
 
     from benchmarks import layout_models
     from tvm_pet.models import build_model
-    from tvm_pet.tune.targets import resolve_target
     # Table 3's conv5x5 graph, built untuned (no tuning in the tests): outputs only
     modules, inputs = layout_models.forms(build_model("conv5x5", batch=1))
     nhwc = modules["nhwc"].script()
     assert 'data_layout="NHWC"' in nhwc and 'data_layout="NHWC"' not in modules["nchw"].script()
-    outputs = {}
-    for form, mod in modules.items():
-        vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
-        outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+    outputs = _untuned_outputs(lambda _, form: (modules[form], inputs), "conv5x5", modules)
     assert np.abs(outputs["nchw"]).max() > 0
     np.testing.assert_allclose(outputs["nhwc"], outputs["nchw"], rtol=1e-4, atol=1e-5)
     row = {"model": "resnet18", "seed": 0, "trials_per_task": 32, "max_abs_err": 1e-6,
