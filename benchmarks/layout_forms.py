@@ -96,21 +96,17 @@ KERNELS = {kind: (SHAPES[kind], gflop(kind), module) for kind in SHAPES}
 def torch_reference(shapes: dict, calls: int = 50) -> dict:
     """Each kernel's median time in ms in torch (oneDNN, 2 threads), and a 2048 sgemm's
     GFLOP/s: what this CPU does with a library's kernels, for scale. Not a contender."""
-    import time
+    import statistics
 
     import torch
+
+    from benchmarks.run import time_interleaved
 
     torch.set_num_threads(2)
 
     def median_s(f) -> float:
-        for _ in range(3):
-            f()
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - start)
-        return sorted(times)[calls // 2]
+        return statistics.median(time_interleaved({"f": f}, rounds=calls, number=1,
+                                                  settle_s=0.5)["f"])
 
     out = {}
     with torch.no_grad():

@@ -33,7 +33,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import geomean  # noqa: E402
+from benchmarks.run import geomean, replace_rows  # noqa: E402
 
 FORMS = ("nchw", "nhwc")
 #: The layouts ``ConvertLayout`` is asked for: data NHWC, kernel HWIO.
@@ -123,9 +123,7 @@ def joined(path: pathlib.Path, rows: list[dict]) -> list[dict]:
     """The rows written before at ``path`` (if any), those of the same model and seed replaced
     by ``rows``, new ones at the end: a run of another model or seed adds to the table."""
     earlier = json.loads(path.read_text())["rows"] if path.exists() else []
-    fresh = {(r["model"], r["seed"]): r for r in rows}
-    kept = [fresh.pop((r["model"], r["seed"]), r) for r in earlier]
-    return kept + list(fresh.values())
+    return replace_rows(earlier, rows, ("model", "seed"))
 
 
 def main(argv=None) -> int:

@@ -499,13 +499,24 @@ def main() -> int:
     return 0 if all("error" not in r for r in rows) else 1
 
 
+def replace_rows(earlier: list[dict], rows: list[dict], key: tuple[str, ...]) -> list[dict]:
+    """``earlier`` with each row that has the same ``key`` fields as one of ``rows`` replaced by
+    it, in place, and the other ``rows`` at the end.
+
+    >>> replace_rows([{"m": "a", "v": 1}, {"m": "b", "v": 2}], [{"m": "c", "v": 3},
+    ...              {"m": "a", "v": 4}], ("m",))
+    [{'m': 'a', 'v': 4}, {'m': 'b', 'v': 2}, {'m': 'c', 'v': 3}]
+    """
+    fresh = {tuple(r[k] for k in key): r for r in rows}
+    merged = [fresh.pop(tuple(r[k] for k in key), r) for r in earlier]
+    return merged + list(fresh.values())
+
+
 def update(path: pathlib.Path, rows: list[dict], note: str | None) -> pathlib.Path:
     """Put ``rows`` into the run of record at ``path`` in place of its rows of the same model and
     batch (new ones at the end), append ``note`` to its run note, and render it again."""
     earlier = json.loads(path.read_text())
-    fresh = {(r["model"], r["batch"]): r for r in rows}
-    merged = [fresh.pop((r["model"], r["batch"]), r) for r in earlier["rows"]]
-    merged += list(fresh.values())
+    merged = replace_rows(earlier["rows"], rows, ("model", "batch"))
     run = dict(earlier["run"])
     if note:
         run["note"] = " ".join(filter(None, (run.get("note"), note)))
