@@ -36,19 +36,17 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.run import geomean, replace_rows  # noqa: E402
 
 FORMS = ("nchw", "nhwc")
-#: The layouts ``ConvertLayout`` is asked for: data NHWC, kernel HWIO.
+#: The layouts ``ConvertLayout`` is asked for: data NHWC, kernel HWIO (as
+#: ``tvm_pet.relax.rewrites.LAYOUTS["NHWC"]`` and ``tvm-pet optimize --layout NHWC`` have them).
 LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 
 
 def to_nhwc(module):
-    """``module`` with every conv2d in NHWC (TVM's ``ConvertLayout``), its weights' transposes
-    folded and the bindings cleaned up."""
-    import tvm
-    from tvm import relax
+    """``module`` with every conv2d in NHWC, as ``tvm-pet optimize --layout NHWC`` lowers it
+    (:func:`tvm_pet.relax.rewrites.convert_layout`)."""
+    from tvm_pet.relax.rewrites import convert_layout
 
-    return tvm.transform.Sequential([
-        relax.transform.ConvertLayout(LAYOUTS), relax.transform.FoldConstant(),
-        relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination()])(module)
+    return convert_layout(module, "NHWC")
 
 
 def forms(onnx_model) -> tuple[dict, list[np.ndarray]]:

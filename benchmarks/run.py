@@ -4,6 +4,7 @@
     python benchmarks/run.py --quick --trials 32  # the README table: close calls tuned again
     python benchmarks/run.py                      # the paper's five models at batch 1
     python benchmarks/run.py --models resnet18 --batch 1,16 --trials 0 --rounds 5
+    python benchmarks/run.py --layout NHWC --trials 32 --records DIR   # channels-last, both sides
 
 For each model (built from code, seeded) and batch size, one child process runs
 ``tvm_pet.pipeline.optimize_model``: PET's search with the measured cost, the end-to-end
@@ -21,6 +22,9 @@ records directory. ``--quick`` uses the shipped records (32 trials per task, no 
 second seed: ``optimize_model``'s second look); with 0 (the default) records apply only where they
 already exist and every other kernel is TVM's untuned loop nest. The tuning time spent on PET's
 own candidates is reported separately, since equal trials per task is not equal tuning time.
+``--layout NHWC`` builds both sides channels-last (TVM's ``ConvertLayout`` on the original and
+on PET's candidates alike, ``tvm-pet optimize --layout``); its results go to
+``<target>-nhwc.*``.
 Peak memory is the child's peak resident set size. Results go to
 ``benchmarks/results/<target>.json``, ``.md`` and ``.png``; nothing here fails on timing.
 """
@@ -84,7 +88,7 @@ def _child(args) -> dict:
                                 # 3 calls a round), slow models included: fewer samples made
                                 # a whole model's look weaker than a user's own run
                                 timing_rounds=args.decision_rounds,
-                                timing_processes=args.timing_processes)
+                                timing_processes=args.timing_processes, layout=args.layout)
         report = optimize_model(path, pathlib.Path(tmp) / "out", config, options)
         rng = np.random.default_rng(0)
         feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
@@ -104,7 +108,7 @@ def _child(args) -> dict:
         # within each timing process, never across: the geometric mean of their ratios
         return geomean([p[slow] / p[fast] for p in by_process])
     return {
-        "model": args.one, "batch": args.batch, "target": args.target,
+        "model": args.one, "batch": args.batch, "target": args.target, "layout": args.layout,
         "target_detail": report["target"],
         "kept": report["kept"], "decision_rule": report["decision_rule"],
         "candidate_speedup_in_decision": report["measured_speedup_of_candidate"],
@@ -232,7 +236,8 @@ def _run_child(name: str, batch: int, args) -> dict:
            "--decision-rounds", str(args.decision_rounds), "--search-limit",
            str(args.search_limit), "--timing-processes", str(args.timing_processes)]
     cmd += ["--records", args.records] if args.records else []
-    cmd += ["--second-look", args.second_look, "--seed", str(args.seed)]
+    cmd += ["--second-look", args.second_look, "--seed", str(args.seed), "--layout",
+            args.layout]
     start = time.perf_counter()
     row, error = _run_json(cmd)
     if row is None:
@@ -251,7 +256,8 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
     ``run`` holds the run's settings: target, quick, trials, rounds, number.
     """
     ok = [r for r in rows if "error" not in r]
-    stem = run["target"].split()[0] + ("-quick" if run["quick"] else "")
+    stem = (run["target"].split()[0] + ("-quick" if run["quick"] else "")
+            + ("-" + run["layout"].lower() if run.get("layout", "NCHW") != "NCHW" else ""))
     table3 = [r for r in ok if r["model"] in TABLE3 and r["batch"] == 1]
     kept = [counted_speedup(r) for r in table3]
     whole = [counted_speedup(r) for r in ok
@@ -298,6 +304,9 @@ def budget_words(run: dict, rows: list[dict]) -> str:
              if second and run["trials"] else "")
     where = (f"the records in {run['records']}" if run.get("records")
              else "the shipped records" if run["quick"] else "the records of tuning_logs/")
+    if run.get("layout", "NCHW") != "NCHW":
+        where += (f", both sides' convolutions in {run['layout']} (TVM's ConvertLayout on the "
+                  "original and on PET's candidates)")
     if not run["trials"]:
         return (f"trials per task: TVM and PET+TVM build with {where}, no new tuning"
                 + (f" ({SHIPPED_TRIALS} trials per task)" if run["quick"] else
@@ -442,6 +451,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0,
                         help="the tuning seed of both sides (default 0): several seeds give "
                              "several independent tunings of one model on fresh records")
+    parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+                        help="the convolutions' layout on both sides (optimize --layout)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the .md and .png of an earlier run's JSON")
@@ -475,7 +486,7 @@ def main() -> int:
     run = {"target": args.target, "quick": args.quick, "trials": args.trials,
            "rounds": args.rounds, "number": args.number, "records": args.records,
            "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes,
-           "seed": args.seed}
+           "seed": args.seed, "layout": args.layout}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)

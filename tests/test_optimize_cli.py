@@ -129,3 +129,36 @@ def test_a_pt2_file_without_torch_names_the_extra(tmp_path):
                           cwd=pathlib.Path(__file__).resolve().parents[1], timeout=300)
     assert done.returncode == 2, done.stderr
     assert "pip install tvm-pet[torch]" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_optimize_in_nhwc_builds_both_sides_channels_last_and_checks_every_candidate(tmp_path):
+    """``--layout NHWC``: the original and PET's candidates are built channels-last (TVM's
+    ConvertLayout as they are lowered), and a candidate that rewrites the dilated conv (the
+    cost model below makes dilation slow, so the search must change it) is built, checked
+    against the original and timed in that layout."""
+    from tests.dilated import PenaliseDilation
+    from tvm_pet.cli import _driver_options, build_parser
+    from tvm_pet.pipeline import DriverOptions, optimize_model
+    from tvm_pet.search.config import SearchConfig
+
+    args = build_parser().parse_args(["optimize", "m.onnx", "--out", "o", "--layout", "NHWC"])
+    assert _driver_options(args).layout == "NHWC"
+    model = tmp_path / "model.onnx"
+    onnx.save(dilated_model(), model)
+    out = tmp_path / "out"
+    options = DriverOptions(records_dir=str(tmp_path / "records"), layout="NHWC",
+                            timing_processes=1, second_look=False, confirm=1)
+    report = optimize_model(model, out, SearchConfig(depth=3, rounds=1, time_limit=60), options,
+                            cost=PenaliseDilation())
+    assert any(r.startswith("ConvertLayout(NHWC") for r in report["tvm_rewrites"])
+    looks = [look for look in report["looks"] if look["what"] != "original alone"]
+    assert looks and all(look.get("refused") is None for look in looks), report["looks"]
+    assert report["max_abs_err_vs_onnxruntime"] < 1e-4
+    assert 'data_layout="NHWC"' in (out / "optimized.py").read_text()
+    x = np.random.default_rng(7).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    for name in ("baseline.so", "optimized.so"):
+        vm = relax.VirtualMachine(tvm.runtime.load_module(str(out / name)), tvm.cpu())
+        got = vm["main"](tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -66,3 +66,42 @@ def test_bert_query_key_value_projections_are_combined():
     assert _ops(after)["relax.matmul"] < _ops(before)["relax.matmul"]
     x = _inputs(before)
     np.testing.assert_allclose(_outputs(after, x)[0], _outputs(before, x)[0], rtol=1e-4, atol=1e-4)
+
+
+def _conv_layouts(mod: tvm.IRModule) -> set[str]:
+    """The data layouts of the convolutions in ``mod``'s ``main``."""
+    return {str(b.value.attrs.data_layout) for block in mod["main"].body.blocks
+            for b in block.bindings if isinstance(b.value, relax.Call)
+            and isinstance(b.value.op, tvm.ir.Op) and b.value.op.name.startswith("relax.nn.conv")}
+
+
+@pytest.mark.parametrize("name", ["dilated_conv", "resnet3d_18"])
+def test_nhwc_lowering_converts_the_original_candidates_and_regions_alike(name):
+    import dataclasses
+
+    from tvm_pet.pipeline.load import load
+
+    model = (build_model(name) if name == "dilated_conv"
+             else build_model(name, batch=1, frames=8, image=16))
+    nchw, nhwc = load(model), load(model, layout="NHWC")
+    assert any("ConvertLayout(NHWC" in r for r in nhwc.rewrites)
+    assert not any("ConvertLayout" in r for r in nchw.rewrites)
+    program = nhwc.program
+    rebuilt = dataclasses.replace(program)  # not the original: lowered as a candidate is
+    modules = {"original": nhwc.lower(program), "candidate": nhwc.lower(rebuilt),
+               "region": nhwc.lower.region(program)}
+    want = nchw.lower(nchw.program)
+    assert _conv_layouts(want) == {"NCHW" if name == "dilated_conv" else "NCDHW"}
+    x = _inputs(want)
+    for what, mod in modules.items():
+        assert _conv_layouts(mod) == {"NHWC" if name == "dilated_conv" else "NDHWC"}, what
+        np.testing.assert_allclose(_outputs(mod, x)[0], _outputs(want, x)[0], rtol=1e-4,
+                                   atol=1e-4, err_msg=what)
+
+
+def test_an_unknown_layout_is_a_clear_error():
+    from tvm_pet.errors import PetError
+    from tvm_pet.pipeline.load import load
+
+    with pytest.raises(PetError, match="layout 'NCWH': choose one of NCHW, NHWC"):
+        load(build_model("conv5x5"), layout="NCWH")

@@ -9,7 +9,7 @@
     verified mutants; ``--emit`` writes each subprogram and each corrected mutant as ONNX.
 
 ``tvm-pet optimize MODEL --target llvm --out DIR [--trials N] [--depth D] [--rounds R]
-[--topk K] [--time-limit S] [--no-tvm-rewrites] [--progress | --quiet]``
+[--topk K] [--time-limit S] [--no-tvm-rewrites] [--layout NHWC] [--progress | --quiet]``
     Optimizes the model with PET for a TVM target, confirms it end to end against plain TVM with
     the same tuning records and TVM's own graph rewrites on both sides, and writes
     ``report.json``, ``optimized.so``, ``baseline.so``, ``optimized.onnx`` (where tvm_pet can
@@ -134,6 +134,7 @@ def _driver_options(args: argparse.Namespace):
                          confirm=getattr(args, "confirm", 3), time_limit=args.time_limit,
                          confirm_every=not getattr(args, "first_kept", False),
                          tvm_rewrites=not args.no_tvm_rewrites,
+                         layout=getattr(args, "layout", "NCHW"),
                          progress=_progress(args))
 
 
@@ -417,6 +418,12 @@ def _add_optimize_and_tune(sub) -> None:
                        help="compare with TVM's default import: skip TVM's own graph rewrites "
                             "(BN folding, CSE, CombineParallelMatmul), run on both sides by "
                             "default")
+        o.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+                       help="the convolutions' layout on both sides: NHWC runs TVM's "
+                            "ConvertLayout (conv2d NHWC/HWIO, conv3d NDHWC/DHWIO) on the "
+                            "original and on every candidate as they are lowered; PET searches "
+                            "the model as imported (default NCHW: as imported). The shipped "
+                            "records are NCHW's")
         _progress_flags(o)
         o.add_argument("--records", help="tuning records folder (default tuning_logs/<target>)")
         o.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from tvm_pet.errors import PetError
 from tvm_pet.ir.node import Program
 
 
@@ -85,7 +86,7 @@ class LoadedModel:
                            for s in self.inputs]}
 
 
-def load(model, *, rewrites: bool = True) -> LoadedModel:
+def load(model, *, rewrites: bool = True, layout: str = "NCHW") -> LoadedModel:
     """Load a model for the stages.
 
     Args:
@@ -94,6 +95,9 @@ def load(model, *, rewrites: bool = True) -> LoadedModel:
             (returned as it is).
         rewrites: run TVM's graph rewrites on the imported module first
             (:mod:`tvm_pet.relax.rewrites`).
+        layout: the convolutions' layout every program is lowered into, by TVM's
+            ``ConvertLayout`` (:func:`tvm_pet.relax.rewrites.convert_layout`): "NCHW" (as
+            imported) or "NHWC". A Program is lowered by the toolchain on its own: "NCHW" only.
 
     Returns:
         The :class:`LoadedModel`.
@@ -101,13 +105,17 @@ def load(model, *, rewrites: bool = True) -> LoadedModel:
     Raises:
         ModelError: a file that cannot be read or imported.
         PetError: a ``.pt2`` file without torch (the message names ``tvm-pet[torch]``).
+            Also a ``layout`` other than NCHW for a Program.
     """
     if isinstance(model, LoadedModel):
         return model
     if isinstance(model, Program):
+        if layout != "NCHW":
+            raise PetError(f"layout {layout!r} is for a model imported through TVM (an ONNX "
+                           "file, a .pt2 file or a Relax module), not a tvm_pet Program")
         return LoadedModel.from_program(model)
     from tvm_pet.pipeline.tvm_backend import load_with_tvm
-    return load_with_tvm(model, rewrites=rewrites)
+    return load_with_tvm(model, rewrites=rewrites, layout=layout)
 
 
 def describe(model) -> str:

@@ -109,6 +109,9 @@ class DriverOptions:
             search gets the rest (:meth:`search_limit`, :meth:`confirm_budget`).
         tvm_rewrites: run TVM's own graph rewrites on the imported module before PET (both the
             baseline and PET start from the rewritten module).
+        layout: the convolutions' layout, TVM's ``ConvertLayout`` run on every program as it
+            is lowered, the original's as much as the candidates' ("NCHW": as imported; "NHWC":
+            conv2d NHWC/HWIO and conv3d NDHWC/DHWIO). The records are per layout.
         progress: print a progress line for each long step on stderr.
     """
 
@@ -138,6 +141,7 @@ class DriverOptions:
     time_limit: float | None = None
     confirm_share: float = 0.25
     tvm_rewrites: bool = True
+    layout: str = "NCHW"
     progress: bool = False
 
     def search_limit(self, search_limit: float | None, elapsed_s: float = 0.0) -> float | None:

@@ -258,24 +258,26 @@ def _export_library(executable: relax.VMExecutable, path: str) -> None:
         executable.export_library(path)
 
 
-def load_with_tvm(model, *, rewrites: bool = True) -> LoadedModel:
+def load_with_tvm(model, *, rewrites: bool = True, layout: str = "NCHW") -> LoadedModel:
     """A model imported with TVM's frontend, rewritten, and lifted
     (:func:`tvm_pet.relax.frontends.import_model`; :func:`tvm_pet.pipeline.load.load` calls it).
 
     Args:
         model: an ONNX file path or ``ModelProto``, a ``.pt2`` file, or a Relax ``IRModule``.
         rewrites: run TVM's graph rewrites first.
+        layout: the convolutions' layout every program is lowered into, the original's too.
 
     Returns:
         The :class:`~tvm_pet.pipeline.load.LoadedModel`; its ``lower`` emits a program into the
         imported module.
     """
     start = time.perf_counter()
-    imported = import_model(model, rewrites=rewrites)
+    imported = import_model(model, rewrites=rewrites, layout=layout)
     source = "the ONNX model" if hasattr(model, "SerializeToString") else str(model)
     if isinstance(model, tvm.IRModule):
         source = "a Relax module"
-    return LoadedModel(imported.lifted.program, ModuleLowering(imported.module, imported.lifted),
+    lowering = ModuleLowering(imported.module, imported.lifted, layout)
+    return LoadedModel(imported.lifted.program, lowering,
                        source, imported.kind, imported.frontend,
                        tuple(InputSpec(*spec) for spec in imported.inputs()), imported.rewrites,
                        imported.onnx_model, time.perf_counter() - start)

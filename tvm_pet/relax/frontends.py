@@ -20,6 +20,8 @@ an ``IRModule``    taken as it is                                       \\-
 
 Before lifting, TVM's own graph rewrites (:func:`~tvm_pet.relax.rewrites.tvm_rewrites`) run on
 the imported module unless turned off: the baseline and PET then start from the same module.
+With a ``layout`` other than NCHW, every program is lowered into that layout
+(:func:`~tvm_pet.relax.rewrites.convert_layout`), the original as much as PET's candidates.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from tvm import relax
 from tvm_pet.errors import ModelError, PetError
 from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import Lifted, from_relax, region_to_module, to_relax
-from tvm_pet.relax.rewrites import REWRITES, tvm_rewrites
+from tvm_pet.relax.rewrites import LAYOUTS, REWRITES, convert_layout, tvm_rewrites
 
 #: The TVM frontend used for each kind of model, in words for the report.
 FRONTENDS = {"onnx": "tvm.relax.frontend.onnx.from_onnx",
@@ -51,8 +53,11 @@ class Imported:
         module: the imported module after the rewrites.
         lifted: ``module["main"]`` lifted for PET.
         kind: ``"onnx"``, ``"torch.export"`` or ``"relax"``.
-        rewrites: the TVM rewrites that ran (empty when turned off).
+        rewrites: the TVM rewrites that ran (empty when turned off), and the layout conversion
+            that runs when a program is lowered (when there is one).
         onnx_model: the ONNX model, for onnxruntime's reference outputs (None otherwise).
+        layout: the convolutions' layout programs are lowered into (a key of
+            :data:`~tvm_pet.relax.rewrites.LAYOUTS`).
     """
 
     module: tvm.IRModule
@@ -60,6 +65,7 @@ class Imported:
     kind: str
     rewrites: tuple[str, ...]
     onnx_model: object | None = None
+    layout: str = "NCHW"
 
     @property
     def frontend(self) -> str:
@@ -88,33 +94,42 @@ class ModuleLowering:
 
     The original program lowers to the imported module itself (the baseline is exactly what TVM
     imported); any other program is emitted with :func:`~tvm_pet.relax.adapter.to_relax`, its
-    OPAQUE nodes as their kept Relax expressions.
+    OPAQUE nodes as their kept Relax expressions. Both then go into ``layout``
+    (:func:`~tvm_pet.relax.rewrites.convert_layout`; nothing to do for NCHW), and so do the
+    regions the measured cost lowers on their own.
     """
 
-    def __init__(self, module: tvm.IRModule, lifted: Lifted):
-        self.module, self.lifted = module, lifted
+    def __init__(self, module: tvm.IRModule, lifted: Lifted, layout: str = "NCHW"):
+        self.module, self.lifted, self.layout = module, lifted, layout
+        self._original: tvm.IRModule | None = None
 
     def __call__(self, program: Program) -> tvm.IRModule:
         if program is self.lifted.program:
-            return self.module
+            if self._original is None:
+                self._original = convert_layout(self.module, self.layout)
+            return self._original
         func = to_relax(program, self.lifted)
         lowered = self.module.clone()
         lowered[self.lifted.name] = func
-        return lowered
+        return convert_layout(lowered, self.layout)
 
     def region(self, program: Program) -> tvm.IRModule:
         """A region of a candidate (:mod:`tvm_pet.search.region`) as a module of its own, its
-        OPAQUE nodes as their kept expressions (:func:`~tvm_pet.relax.adapter.region_to_module`)."""
-        return region_to_module(program, self.lifted)
+        OPAQUE nodes as their kept expressions (:func:`~tvm_pet.relax.adapter.region_to_module`),
+        in ``layout``."""
+        return convert_layout(region_to_module(program, self.lifted), self.layout)
 
 
-def import_model(model, *, rewrites: bool = True) -> Imported:
+def import_model(model, *, rewrites: bool = True, layout: str = "NCHW") -> Imported:
     """Import a model with TVM's frontend, run TVM's rewrites, and lift its ``main``.
 
     Args:
         model: an ONNX file path or ``ModelProto``, a ``.pt2`` file saved with
             ``torch.export.save``, or a Relax ``IRModule``.
         rewrites: run :func:`~tvm_pet.relax.rewrites.tvm_rewrites` first.
+        layout: the convolutions' layout programs are lowered into (a key of
+            :data:`~tvm_pet.relax.rewrites.LAYOUTS`): PET lifts the model as imported, and
+            :class:`ModuleLowering` converts what it lowers.
 
     Returns:
         The :class:`Imported` model.
@@ -123,6 +138,8 @@ def import_model(model, *, rewrites: bool = True) -> Imported:
         ModelError: a file that cannot be read, or that TVM's frontend cannot import.
         PetError: a ``.pt2`` file without torch installed (the message names the extra).
     """
+    if layout not in LAYOUTS:
+        raise PetError(f"layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
     module, kind, onnx_model = _read(model)
     if rewrites:
         module = _run(tvm_rewrites, module, "TVM's graph rewrites")
@@ -132,7 +149,9 @@ def import_model(model, *, rewrites: bool = True) -> Imported:
         lifted = from_relax(module["main"])
     except PetError as e:
         raise _non_float_inputs(module["main"], e) or e
-    return Imported(module, lifted, kind, REWRITES if rewrites else (), onnx_model)
+    done = (REWRITES if rewrites else ()) + ((f"ConvertLayout({layout}, when lowered)",)
+                                             if LAYOUTS[layout] else ())
+    return Imported(module, lifted, kind, done, onnx_model, layout)
 
 
 def _non_float_inputs(func: relax.Function, error: PetError) -> ModelError | None:

@@ -19,6 +19,14 @@ parameters, and imported models carry their weights as constants. :func:`tvm_rew
 turns the constants of each function into parameters, runs the rewrites, and binds the weights
 back (``BindParams`` + ``FoldConstant``, which also folds the concatenated weights), so the
 result has exactly the parameters it had.
+
+One more rewrite of TVM's changes the data layout rather than the graph: ``ConvertLayout`` puts
+every convolution in channels-last form (conv2d NHWC with HWIO kernels, conv3d NDHWC with DHWIO
+kernels) and carries that layout through the element-wise ops and pools between them, so that
+only the model's inputs and outputs are transposed. PET cannot lift a channels-last convolution,
+so :func:`convert_layout` runs *after* PET, when a program is lowered
+(:class:`~tvm_pet.relax.frontends.ModuleLowering`): the baseline and every candidate are built,
+tuned and costed in the same layout.
 """
 from __future__ import annotations
 
@@ -31,6 +39,13 @@ ON_CONSTANTS = ("CanonicalizeBindings", "EliminateCommonSubexpr", "FoldBatchnorm
                 "FoldConstant")
 ON_PARAMETERS = ("CombineParallelMatmul", "ReorderPermuteDimsAfterConcat")
 REWRITES = ON_CONSTANTS + ON_PARAMETERS
+
+#: The layouts :func:`convert_layout` can ask ``ConvertLayout`` for, per operator ("NCHW": the
+#: layout the frontends import, nothing to convert).
+LAYOUTS = {
+    "NCHW": {},
+    "NHWC": {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv3d": ["NDHWC", "DHWIO"]},
+}
 
 
 @tvm.transform.module_pass(opt_level=0, name="TVMRewrites")
@@ -47,6 +62,17 @@ def tvm_rewrites(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if bound:
             updated = relax.transform.BindParams(name, bound)(updated)
     return _sequence(("FoldConstant", "CanonicalizeBindings", "DeadCodeElimination"))(updated)
+
+
+def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
+    """``mod`` with its convolutions in ``layout`` (a key of :data:`LAYOUTS`) by TVM's
+    ``ConvertLayout``, the transposes of its weights folded and the bindings cleaned up; ``mod``
+    itself for "NCHW"."""
+    if not LAYOUTS[layout]:
+        return mod
+    return tvm.transform.Sequential([
+        relax.transform.ConvertLayout(LAYOUTS[layout]), relax.transform.FoldConstant(),
+        relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination()])(mod)
 
 
 def _sequence(names: tuple[str, ...]) -> tvm.transform.Pass:
