@@ -105,3 +105,21 @@ def test_an_unknown_layout_is_a_clear_error():
 
     with pytest.raises(PetError, match="layout 'NCWH': choose one of NCHW, NHWC"):
         load(build_model("conv5x5"), layout="NCWH")
+
+
+def test_a_failure_of_convert_layout_is_a_model_error_at_load(monkeypatch):
+    """TVM's pass failing on some model is said at load, before any tuning, as a ModelError
+    that names the step, not a traceback from inside TVM."""
+    from tvm_pet.errors import ModelError
+    from tvm_pet.pipeline.load import load
+    from tvm_pet.relax import frontends
+
+    def broken(mod, layout):
+        if layout == "NCHW":
+            return mod
+        raise tvm.error.InternalError("Check failed: layout of op not inferred")
+
+    monkeypatch.setattr(frontends, "convert_layout", broken)
+    with pytest.raises(ModelError, match="TVM's ConvertLayout to NHWC failed: InternalError"):
+        load(build_model("conv5x5"), layout="NHWC")
+    assert load(build_model("conv5x5")).rewrites  # NCHW: nothing to convert, loads

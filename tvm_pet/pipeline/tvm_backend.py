@@ -276,8 +276,7 @@ def load_with_tvm(model, *, rewrites: bool = True, layout: str = "NCHW") -> Load
     source = "the ONNX model" if hasattr(model, "SerializeToString") else str(model)
     if isinstance(model, tvm.IRModule):
         source = "a Relax module"
-    lowering = ModuleLowering(imported.module, imported.lifted, layout)
-    return LoadedModel(imported.lifted.program, lowering,
+    return LoadedModel(imported.lifted.program, imported.lowering,
                        source, imported.kind, imported.frontend,
                        tuple(InputSpec(*spec) for spec in imported.inputs()), imported.rewrites,
                        imported.onnx_model, time.perf_counter() - start)

@@ -26,6 +26,7 @@ With a ``layout`` other than NCHW, every program is lowered into that layout
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pathlib
 
@@ -67,6 +68,11 @@ class Imported:
     onnx_model: object | None = None
     layout: str = "NCHW"
 
+    @functools.cached_property
+    def lowering(self) -> "ModuleLowering":
+        """Program -> IRModule into this module, in ``layout`` (:class:`ModuleLowering`)."""
+        return ModuleLowering(self.module, self.lifted, self.layout)
+
     @property
     def frontend(self) -> str:
         """The frontend, in words."""
@@ -106,18 +112,23 @@ class ModuleLowering:
     def __call__(self, program: Program) -> tvm.IRModule:
         if program is self.lifted.program:
             if self._original is None:
-                self._original = convert_layout(self.module, self.layout)
+                self._original = self._converted(self.module)
             return self._original
         func = to_relax(program, self.lifted)
         lowered = self.module.clone()
         lowered[self.lifted.name] = func
-        return convert_layout(lowered, self.layout)
+        return self._converted(lowered)
 
     def region(self, program: Program) -> tvm.IRModule:
         """A region of a candidate (:mod:`tvm_pet.search.region`) as a module of its own, its
         OPAQUE nodes as their kept expressions (:func:`~tvm_pet.relax.adapter.region_to_module`),
         in ``layout``."""
-        return convert_layout(region_to_module(program, self.lifted), self.layout)
+        return self._converted(region_to_module(program, self.lifted))
+
+    def _converted(self, module: tvm.IRModule) -> tvm.IRModule:
+        """``module`` in ``layout``; a failure of TVM's pass is a :class:`ModelError`."""
+        return _run(lambda m: convert_layout(m, self.layout), module,
+                    f"TVM's ConvertLayout to {self.layout}")
 
 
 def import_model(model, *, rewrites: bool = True, layout: str = "NCHW") -> Imported:
@@ -151,7 +162,9 @@ def import_model(model, *, rewrites: bool = True, layout: str = "NCHW") -> Impor
         raise _non_float_inputs(module["main"], e) or e
     done = (REWRITES if rewrites else ()) + ((f"ConvertLayout({layout}, when lowered)",)
                                              if LAYOUTS[layout] else ())
-    return Imported(module, lifted, kind, done, onnx_model, layout)
+    imported = Imported(module, lifted, kind, done, onnx_model, layout)
+    imported.lowering(lifted.program)  # the original in its layout: a failure shows here
+    return imported
 
 
 def _non_float_inputs(func: relax.Function, error: PetError) -> ModelError | None:
