@@ -422,8 +422,9 @@ def _add_optimize_and_tune(sub) -> None:
                        help="the convolutions' layout on both sides: NHWC runs TVM's "
                             "ConvertLayout (conv2d NHWC/HWIO, conv3d NDHWC/DHWIO) on the "
                             "original and on every candidate as they are lowered; PET searches "
-                            "the model as imported (default NCHW: as imported). The shipped "
-                            "records are NCHW's")
+                            "the model as imported (default NCHW: as imported). Records are "
+                            "per layout: the shipped ones hold both for four of the paper's "
+                            "models")
         _progress_flags(o)
         o.add_argument("--records", help="tuning records folder (default tuning_logs/<target>)")
         o.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")
