@@ -39,15 +39,20 @@ def test_report_has_the_promised_fields(optimized):
         assert report["speedup"] == 1.0 and report["applied"] == []
 
 
-def test_libraries_load_and_take_the_onnx_inputs(optimized):
-    model, out = optimized
-    x = np.random.default_rng(5).standard_normal((1, 8, 12, 12)).astype(np.float32)
+def _libraries_match_onnxruntime(model, out, seed: int) -> None:
+    """``baseline.so`` and ``optimized.so`` in ``out`` load, take the ONNX input, and compute
+    what onnxruntime computes for ``model``."""
+    x = np.random.default_rng(seed).standard_normal((1, 8, 12, 12)).astype(np.float32)
     want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     for name in ("baseline.so", "optimized.so"):
         vm = relax.VirtualMachine(tvm.runtime.load_module(str(out / name)), tvm.cpu())
         got = vm["main"](tvm.runtime.tensor(x)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_libraries_load_and_take_the_onnx_inputs(optimized):
+    _libraries_match_onnxruntime(*optimized, seed=5)
 
 
 def test_optimized_onnx_and_tvmscript(optimized):
@@ -155,10 +160,4 @@ def test_optimize_in_nhwc_builds_both_sides_channels_last_and_checks_every_candi
     assert looks and all(look.get("refused") is None for look in looks), report["looks"]
     assert report["max_abs_err_vs_onnxruntime"] < 1e-4
     assert 'data_layout="NHWC"' in (out / "optimized.py").read_text()
-    x = np.random.default_rng(7).standard_normal((1, 8, 12, 12)).astype(np.float32)
-    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})[0]
-    for name in ("baseline.so", "optimized.so"):
-        vm = relax.VirtualMachine(tvm.runtime.load_module(str(out / name)), tvm.cpu())
-        got = vm["main"](tvm.runtime.tensor(x)).numpy()
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+    _libraries_match_onnxruntime(model, out, seed=7)
