@@ -39,6 +39,8 @@ ON_CONSTANTS = ("CanonicalizeBindings", "EliminateCommonSubexpr", "FoldBatchnorm
                 "FoldConstant")
 ON_PARAMETERS = ("CombineParallelMatmul", "ReorderPermuteDimsAfterConcat")
 REWRITES = ON_CONSTANTS + ON_PARAMETERS
+#: What runs after a rewrite that leaves folded weights and dead bindings behind.
+CLEAN_UP = ("FoldConstant", "CanonicalizeBindings", "DeadCodeElimination")
 
 #: The layouts :func:`convert_layout` can ask ``ConvertLayout`` for, per operator ("NCHW": the
 #: layout the frontends import, nothing to convert).
@@ -61,7 +63,7 @@ def tvm_rewrites(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     for name, bound in weights.items():
         if bound:
             updated = relax.transform.BindParams(name, bound)(updated)
-    return _sequence(("FoldConstant", "CanonicalizeBindings", "DeadCodeElimination"))(updated)
+    return _sequence(CLEAN_UP)(updated)
 
 
 def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
@@ -70,9 +72,8 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
     itself for "NCHW"."""
     if not LAYOUTS[layout]:
         return mod
-    return tvm.transform.Sequential([
-        relax.transform.ConvertLayout(LAYOUTS[layout]), relax.transform.FoldConstant(),
-        relax.transform.CanonicalizeBindings(), relax.transform.DeadCodeElimination()])(mod)
+    return tvm.transform.Sequential([relax.transform.ConvertLayout(LAYOUTS[layout]),
+                                     _sequence(CLEAN_UP)])(mod)
 
 
 def _sequence(names: tuple[str, ...]) -> tvm.transform.Pass:
