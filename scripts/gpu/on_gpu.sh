@@ -2,6 +2,7 @@
 # On the GPU machine, from the repository root: unpack a pack made by scripts/gpu/pack.py and run.
 #
 #   sh scripts/gpu/on_gpu.sh PACK_DIR RESULTS_DIR      # runtime route: time the dry-run builds
+#                                                      # and the tuning batches' candidates
 #   sh scripts/gpu/on_gpu.sh PACK_DIR --stash          # full route, one call per part: keep the
 #                                                      # part(s) carried by this call, unpack when
 #                                                      # all parts are there, print the PYTHONPATH
@@ -32,4 +33,13 @@ if [ "$MODE" = "--stash" ]; then
     PYTHONPATH="$W/site" python3 -c "import tvm; print('tvm', tvm.__version__, 'cuda', tvm.cuda(0).exist)"
     exit 0
 fi
-TVM_USE_RUNTIME_LIB=1 PYTHONPATH="$W/site" python3 scripts/gpu/run_cuda.py "$W"/dry/* --out "$MODE"
+mkdir -p "$MODE"
+export TVM_USE_RUNTIME_LIB=1 PYTHONPATH="$W/site"
+if [ -d "$W/dry" ]; then
+    python3 scripts/gpu/run_cuda.py "$W"/dry/* --out "$MODE" ${RUN_CUDA_NAME:+--name "$RUN_CUDA_NAME"}
+fi
+if [ -d "$W/batch" ]; then  # tuning batches: every candidate timed (scripts/gpu/run_batch.py)
+    for b in "$W"/batch/*; do
+        python3 scripts/gpu/run_batch.py "$b" --out "$MODE/times_$(basename "$b").json"
+    done
+fi

@@ -88,8 +88,22 @@ def _add_dry_runs(tar: tarfile.TarFile, folders: list[pathlib.Path], mutants: bo
                     tar.add(folder / "kernels" / f"{key}.fatbin", arcname=arc)
 
 
+def _add_batches(tar: tarfile.TarFile, folders: list[pathlib.Path]) -> None:
+    """Add tuning batches (``tvm_pet.tune.cuda_batch.prepare_batch``): ``batch.json``, each
+    task's library and its binaries (the staging records stay here, for ``commit_batch``)."""
+    for folder in folders:
+        batch = json.loads((folder / "batch.json").read_text())
+        tar.add(folder / "batch.json", arcname=f"batch/{folder.name}/batch.json")
+        for task in batch["tasks"]:
+            tar.add(folder / task["library"], arcname=f"batch/{folder.name}/{task['library']}")
+            for key in task["binaries"]:
+                tar.add(folder / "kernels" / f"{key}.fatbin",
+                        arcname=f"batch/{folder.name}/kernels/{key}.fatbin")
+
+
 def pack(out: pathlib.Path, wheel: pathlib.Path, runtime: list[pathlib.Path] | None,
-         part_mib: int, mutants: bool = False) -> list[pathlib.Path]:
+         part_mib: int, mutants: bool = False,
+         batches: list[pathlib.Path] = ()) -> list[pathlib.Path]:
     """Write the pack (xz-compressed tar, split into parts of ``part_mib``); return the parts."""
     if not wheel.exists():
         raise SystemExit(f"pack.py: no wheel at {wheel} (see the module docstring)")
@@ -99,6 +113,7 @@ def pack(out: pathlib.Path, wheel: pathlib.Path, runtime: list[pathlib.Path] | N
         tar.add(wheel, arcname=f"wheels/{wheel.name}")
         if runtime is not None:
             _add_dry_runs(tar, runtime, mutants)
+            _add_batches(tar, list(batches))
     data = buffer.getvalue()
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("pack.tar.xz.part*"):
@@ -125,10 +140,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--part-mib", type=int, default=48,
                         help="largest part (MiB); the working tree travels beside it (48)")
+    parser.add_argument("--batch", nargs="*", type=pathlib.Path, default=[], metavar="DIR",
+                        help="tuning batches to time (tvm_pet.tune.cuda_batch), runtime route")
     parser.add_argument("--mutants", action="store_true",
                         help="also carry every mutant's library (each holds the weights)")
     args = parser.parse_args(argv)
-    parts = pack(args.out, args.ffi_wheel, args.runtime, args.part_mib, args.mutants)
+    parts = pack(args.out, args.ffi_wheel, args.runtime, args.part_mib, args.mutants, args.batch)
     total = sum(p.stat().st_size for p in parts)
     for p in parts:
         print(f"{p}: {p.stat().st_size / 2**20:.1f} MiB")

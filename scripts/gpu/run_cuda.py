@@ -77,21 +77,53 @@ def _outputs(result) -> list[np.ndarray]:
     return [r.numpy() for r in result]
 
 
-def _time(vms: dict, args: list, device, rounds: int, number: int) -> dict[str, list[float]]:
-    """Interleaved rounds, the order rotating each round; each sample a mean over ``number``."""
-    timers = {name: vm.time_evaluator("main", device, number=number, repeat=1)
-              for name, vm in vms.items()}
+def _time(timers: dict, rounds: range) -> dict[str, list[float]]:
+    """Interleaved rounds, the order rotating each round; each sample a mean over the timer's
+    ``number`` calls."""
     names = list(timers)
     samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
+    for r in rounds:
         for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(float(timers[name](*args).mean))
+            samples[name].append(float(timers[name]().mean))
     return samples
 
 
 def _summary(values: list[float]) -> dict:
     ms = [v * 1e3 for v in values]
     return {"median": statistics.median(ms), "min": min(ms), "max": max(ms), "samples": ms}
+
+
+def _weights(manifest: dict, device) -> list:
+    """The weights every build of a ``weights="inputs"`` dry run reads: drawn here, seeded,
+    scaled by 1/sqrt(fan-in) so that deep stacks stay in range."""
+    import tvm
+    rng = np.random.default_rng(manifest.get("param_seed", 0))
+    values = []
+    for _, shape in manifest.get("params", []):
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        value = rng.standard_normal(shape).astype(np.float32) / np.float32(np.sqrt(fan_in))
+        values.append(tvm.runtime.tensor(value, device))
+    return values
+
+
+def _arguments(vm, manifest: dict, inputs: list, weights: list) -> list:
+    """``main``'s arguments for one build: the inputs, then its transformed weights."""
+    if "params" not in manifest:
+        return inputs
+    transformed = vm[manifest["transform"]](weights)
+    return inputs + list(transformed)
+
+
+def _decide(samples: dict[str, list[float]], look: int) -> tuple[str, dict]:
+    """PET's choice, by the rank rule: the build with the lowest median over the first ``look``
+    rounds is kept when it beats the original's median both there and over the rest; else the
+    original. Returns (choice, the medians of each look)."""
+    first = {n: statistics.median(v[:look]) for n, v in samples.items()}
+    second = {n: statistics.median(v[look:]) for n, v in samples.items()}
+    best = min((n for n in samples if n != "original"), key=first.get, default="original")
+    kept = (best != "original" and first[best] < first["original"]
+            and second[best] < second["original"])
+    return (best if kept else "original"), {"first": first, "second": second, "best": best}
 
 
 def run_folder(folder: pathlib.Path, device, rounds: int, number: int) -> dict:
@@ -101,29 +133,46 @@ def run_folder(folder: pathlib.Path, device, rounds: int, number: int) -> dict:
 
     manifest = json.loads((folder / "manifest.json").read_text())
     feeds = np.load(folder / "inputs.npz")
-    args = [tvm.runtime.tensor(feeds[name], device) for name in manifest["inputs"]]
-    vms, errors, load_s = {}, {}, {}
+    inputs = [tvm.runtime.tensor(feeds[name], device) for name in manifest["inputs"]]
+    weights = _weights(manifest, device)
+    vms, args, errors, load_s = {}, {}, {}, {}
     for variant in manifest["variants"]:
         start = time.perf_counter()
         lib = tvm.runtime.load_module(str(folder / variant["library"]))
-        vms[variant["name"]] = VirtualMachine(lib, device)
+        vm = VirtualMachine(lib, device)
+        vms[variant["name"]] = vm
+        args[variant["name"]] = _arguments(vm, manifest, inputs, weights)
         load_s[variant["name"]] = time.perf_counter() - start
-    reference = _outputs(vms["original"]["main"](*args))
+    reference = _outputs(vms["original"]["main"](*args["original"]))
     for name, vm in vms.items():
-        got = _outputs(vm["main"](*args))
+        got = _outputs(vm["main"](*args[name]))
         errors[name] = max(float(np.abs(a - b).max()) for a, b in zip(reference, got))
         scale = max(1.0, max(float(np.abs(a).max()) for a in reference))
         if not all(np.allclose(a, b, rtol=1e-4, atol=1e-4 * scale) for a, b in zip(reference, got)):
             raise SystemExit(f"{folder}: build {name} differs from the original by "
                              f"{errors[name]:.3g}; not timed")
-    samples = _time(vms, args, device, rounds, number)
+    timers = {}
+    for name, vm in vms.items():
+        evaluator = vm.time_evaluator("main", device, number=number, repeat=1)
+        timers[name] = (lambda e, a: lambda: e(*a))(evaluator, args[name])
+    samples = _time(timers, range(rounds))
+    look = rounds // 2
+    choice, looks = _decide(samples, look)
     times = {name: _summary(values) for name, values in samples.items()}
     base = times["original"]["median"]
     pet = manifest["optimized"]
+    second = looks["second"]
     return {
         "model": manifest["model"], "arch": manifest["arch"], "target": manifest["target"],
+        "weights": "inputs (drawn on the GPU machine)" if "params" in manifest else "embedded",
         "tvm_ms": base, "pet_ms": times[pet]["median"], "pet_build": pet,
         "speedup_pet_vs_tvm": base / times[pet]["median"],
+        "measured_choice": {
+            "rule": f"lowest median over rounds 1-{look}; kept if it beats the original there "
+                    f"and over rounds {look + 1}-{rounds}; ratio from those later rounds",
+            "best_first_look": looks["best"], "kept": choice,
+            "tvm_ms": second["original"] * 1e3, "pet_ms": second[choice] * 1e3,
+            "speedup_pet_vs_tvm": second["original"] / second[choice]},
         "variants": [{"name": v["name"], "kind": v["kind"], "mutant": v["mutant"],
                       "median_ms": times[v["name"]]["median"],
                       "ratio_vs_tvm": base / times[v["name"]]["median"],
@@ -137,6 +186,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=pathlib.Path)
     parser.add_argument("--out", type=pathlib.Path, required=True, help="results folder")
+    parser.add_argument("--name", default=None, help="results file name (cuda-<gpu>.json)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--number", type=int, default=20, help="calls averaged per sample")
     args = parser.parse_args(argv)
@@ -157,8 +207,10 @@ def main(argv=None) -> int:
     rows = []
     for folder in args.folders:
         rows.append(run_folder(folder, device, args.rounds, args.number))
-        print(f"{rows[-1]['model']}: tvm {rows[-1]['tvm_ms']:.3f} ms, pet "
-              f"{rows[-1]['pet_ms']:.3f} ms (x{rows[-1]['speedup_pet_vs_tvm']:.3f})", flush=True)
+        chosen = rows[-1]["measured_choice"]
+        print(f"{rows[-1]['model']}: tvm {chosen['tvm_ms']:.3f} ms, pet {chosen['pet_ms']:.3f} ms "
+              f"(x{chosen['speedup_pet_vs_tvm']:.3f}, {chosen['kept']}; "
+              f"{len(rows[-1]['variants'])} builds)", flush=True)
     result = {"device": name, "compute_version": str(device.compute_version),
               "mode": "runtime-only: builds from tvm-pet optimize --dry-run (dlight default "
                       "schedules, tuning records where shipped), timed here",
@@ -166,7 +218,7 @@ def main(argv=None) -> int:
                         f"mean of {args.number} calls (time_evaluator, device-synchronised)",
               "binaries": counts, "wall_s": time.perf_counter() - start, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"cuda-{slug}.json"
+    path = args.out / (args.name or f"cuda-{slug}.json")
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
     return 0

@@ -106,7 +106,7 @@ def _mutants_in_place(program: Program, config: SearchConfig, cost) -> list[tupl
 def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str = "sm_90",
             records_dir: str | None = None, trials: int = 0, seed: int = 0,
             max_mutants: int | None = None, libraries: str = "search",
-            progress=None) -> DryRun:
+            weights: str = "embedded", progress=None) -> DryRun:
     """Run the CUDA flow without a GPU, up to the point where a kernel must run.
 
     Args:
@@ -121,6 +121,13 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
         libraries: ``"search"`` (default) exports ``builds/<name>.so`` for the original and the
             search's programs, ``"all"`` for every build (each holds the weights: 34 MB apiece
             for CSRNet's back end); nvcc compiles every build either way.
+        weights: ``"embedded"`` (default): the weights are constants inside each library.
+            ``"inputs"``: they are parameters, and each library has ``main_transform_params``
+            (``relax.transform.LiftTransformParams``: what a mutant computes from the weights
+            alone, e.g. concatenated or padded kernels), run once before ``main``. The
+            libraries are then small, and ``manifest.json`` lists the weights' names and shapes
+            (``params``) for the GPU machine to fill: every build reads the same weights, so the
+            builds still compute the same function.
         progress: a callable taking one line of progress, or ``None``.
 
     Returns:
@@ -135,7 +142,7 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
 
     say = progress or (lambda line: None)
     start = time.perf_counter()
-    out = _check_and_make_folders(out_dir, libraries)
+    out = _check_and_make_folders(out_dir, libraries, weights)
     program = import_model(model)
     _lowerable(program)
     target, records, n_records, tasks = _target_and_tasks(program, arch, records_dir, say)
@@ -145,11 +152,11 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
         f"{result.stop.value}")
     listed = _mutants_in_place(program, config, cost)
     chosen = listed if max_mutants is None else listed[:max_mutants]
-    variants = [_build_variant(entry, target, records, out, libraries, say)
+    variants = [_build_variant(entry, target, records, out, libraries, weights, say)
                 for entry in _to_build(program, chosen, result)]
     if variants[0].error is not None:
         raise PetError(f"the original model does not build for {arch}: {variants[0].error}")
-    _write_inputs_and_manifest(out, model, program, arch, target, variants, seed)
+    _write_inputs_and_manifest(out, model, program, arch, target, variants, seed, weights)
     distinct = len({key for v in variants for key in v.binaries})
     gpu_work = _gpu_work(len(tasks), trials, target, variants)
     report = DryRun(str(model), str(target), arch, str(records), n_records, len(tasks),
@@ -178,11 +185,14 @@ def _target_and_tasks(program, arch: str, records_dir, say) -> tuple:
     return target, records, n_records, tasks
 
 
-def _check_and_make_folders(out_dir, libraries: str) -> pathlib.Path:
-    """Refuse a bad ``libraries`` or a machine without nvcc; create ``builds/`` and ``kernels/``."""
+def _check_and_make_folders(out_dir, libraries: str, weights: str) -> pathlib.Path:
+    """Refuse a bad ``libraries`` or ``weights`` or a machine without nvcc; create ``builds/``
+    and ``kernels/``."""
     from tvm_pet.tune.cuda import nvcc_path
     if libraries not in ("search", "all"):
         raise PetError(f"libraries={libraries!r}: use 'search' or 'all'")
+    if weights not in ("embedded", "inputs"):
+        raise PetError(f"weights={weights!r}: use 'embedded' or 'inputs'")
     if nvcc_path() is None:
         raise PetError("the CUDA dry run compiles every kernel with nvcc, which is not on PATH")
     out = pathlib.Path(out_dir)
@@ -206,8 +216,28 @@ def _to_build(program, chosen, result) -> list[tuple]:
     return todo
 
 
+def weights_as_inputs(program: Program):
+    """A module whose ``main`` takes the program's inputs, then its weights (sorted by name), with
+    what it computes from the weights alone lifted into ``main_transform_params``.
+
+    ``main`` then takes the inputs followed by the outputs of ``main_transform_params``.
+    Returns a ``tvm.IRModule``.
+    """
+    from tvm import relax
+
+    from tvm_pet.ir.node import TensorSpec
+    from tvm_pet.relax.adapter import program_to_module
+    names = sorted(program.weights)
+    as_inputs = Program(tuple(program.inputs)
+                        + tuple(TensorSpec(n, program.weights[n].shape) for n in names),
+                        {}, program.nodes, program.outputs, program.name)
+    module = program_to_module(as_inputs)
+    module["main"] = module["main"].with_attr("num_input", len(program.inputs))
+    return relax.transform.LiftTransformParams()(module)
+
+
 def _build_variant(entry: tuple, target, records: str, out: pathlib.Path, libraries: str,
-                   say) -> "BuiltVariant":
+                   weights: str, say) -> "BuiltVariant":
     """Build one program for the GPU, compile its device code with nvcc, export its library
     (for the original and the search's programs, or all with ``libraries="all"``)."""
     from tvm_pet.relax.adapter import program_to_module
@@ -215,7 +245,7 @@ def _build_variant(entry: tuple, target, records: str, out: pathlib.Path, librar
     from tvm_pet.tune.cuda import DefaultScheduleFallback, compile_device_code
     name, kind, sub, ops, partial, prog = entry
     t0 = time.perf_counter()
-    module = program_to_module(prog)
+    module = program_to_module(prog) if weights == "embedded" else weights_as_inputs(prog)
     _, applied = apply_records(module, target, records)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DefaultScheduleFallback)
@@ -248,7 +278,7 @@ def _build_variant(entry: tuple, target, records: str, out: pathlib.Path, librar
 
 
 def _write_inputs_and_manifest(out: pathlib.Path, model, program, arch: str, target,
-                               variants: list, seed: int) -> None:
+                               variants: list, seed: int, weights: str) -> None:
     """``inputs.npz`` (seeded) and ``manifest.json``: what the GPU machine runs and compares."""
     rng = np.random.default_rng(seed)
     inputs = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in program.inputs}
@@ -261,6 +291,10 @@ def _write_inputs_and_manifest(out: pathlib.Path, model, program, arch: str, tar
                 "variants": [{"name": v.name, "kind": v.kind, "library": v.library,
                               "mutant": list(v.mutant), "binaries": list(v.binaries)}
                              for v in variants if v.library]}
+    if weights == "inputs":  # the GPU machine draws them (seeded), the same for every build
+        manifest["params"] = [[n, list(program.weights[n].shape)] for n in sorted(program.weights)]
+        manifest["param_seed"] = seed
+        manifest["transform"] = "main_transform_params"
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
 
 

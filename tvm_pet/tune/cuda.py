@@ -106,8 +106,9 @@ def source_key(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def nvcc_arch_flags(arch: str) -> list[str]:
-    """nvcc flags that embed SASS for ``arch`` and its PTX (which newer GPUs can JIT).
+def nvcc_arch_flags(arch: str, ptx: bool = True) -> list[str]:
+    """nvcc flags that embed SASS for ``arch`` and, when ``ptx``, its PTX (which newer GPUs can
+    JIT).
 
     Raises:
         PetError: when ``arch`` is not of the form ``sm_XY``.
@@ -115,11 +116,12 @@ def nvcc_arch_flags(arch: str) -> list[str]:
     if not arch.startswith("sm_") or not arch[3:].rstrip("af").isdigit():
         raise PetError(f"CUDA arch {arch!r} is not of the form sm_XY (e.g. sm_90)")
     number = arch[3:]
-    return ["-gencode", f"arch=compute_{number},code=sm_{number}",
-            "-gencode", f"arch=compute_{number},code=compute_{number}"]
+    flags = ["-gencode", f"arch=compute_{number},code=sm_{number}"]
+    return flags + (["-gencode", f"arch=compute_{number},code=compute_{number}"] if ptx else [])
 
 
-def compile_device_code(executable, target, out_dir: str | Path) -> list[DeviceBinary]:
+def compile_device_code(executable, target, out_dir: str | Path,
+                        ptx: bool = True) -> list[DeviceBinary]:
     """Compile the CUDA source of a built executable with nvcc and keep the binaries.
 
     Each binary is written to ``<out_dir>/<sha256 of the source>.fatbin``; a source compiled
@@ -129,6 +131,8 @@ def compile_device_code(executable, target, out_dir: str | Path) -> list[DeviceB
         executable: a ``relax.VMExecutable`` built for ``target``.
         target: a CUDA target (spec or ``tvm.target.Target``) with an explicit ``arch``.
         out_dir: the folder of the binaries.
+        ptx: also embed the PTX (default); ``False`` keeps only the SASS for ``arch``, about
+            half the size, for binaries that run on that arch alone.
 
     Returns:
         One ``DeviceBinary`` per CUDA module.
@@ -157,7 +161,7 @@ def compile_device_code(executable, target, out_dir: str | Path) -> list[DeviceB
             try:
                 with target:  # TVM's nvcc command reads the compute version of the current target
                     blob = nvcc.compile_cuda(source, target_format="fatbin",
-                                             arch=nvcc_arch_flags(arch), compiler="nvcc")
+                                             arch=nvcc_arch_flags(arch, ptx), compiler="nvcc")
             except RuntimeError as err:  # TVM raises RuntimeError with nvcc's output
                 errors = [line.strip() for line in str(err).splitlines()
                           if "error" in line and "warning" not in line]

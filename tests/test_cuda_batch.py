@@ -1,0 +1,189 @@
+"""Tuning in one batch for a GPU reached a few minutes at a time (``tune/cuda_batch.py``,
+``scripts/gpu/run_batch.py``), and the dry run with the weights as inputs (``run_cuda.py``).
+
+The flow is checked on llvm, where the candidates run here: sampled and built, timed by
+``run_batch.py --device cpu`` in its own process, committed, and applied by a build. The CUDA
+build of a batch needs nvcc and skips without it; nothing here needs a GPU.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+tvm = pytest.importorskip("tvm")
+from tvm import relax  # noqa: E402
+
+from tests.dilated import dilated_chain, dilated_model  # noqa: E402
+from tvm_pet.cost.analytic import AnalyticCost  # noqa: E402
+from tvm_pet.relax.adapter import program_to_module  # noqa: E402
+from tvm_pet.relax.cuda_dry_run import _mutants_in_place, weights_as_inputs  # noqa: E402
+from tvm_pet.search.config import SearchConfig  # noqa: E402
+from tvm_pet.tune import apply_records, build_with_records, extract_tasks  # noqa: E402
+from tvm_pet.tune import records  # noqa: E402
+from tvm_pet.tune.cuda import cuda_target, nvcc_arch_flags, nvcc_path  # noqa: E402
+from tvm_pet.tune.targets import resolve_target  # noqa: E402
+from tvm_pet.tune.cuda_batch import (FAILED_RUN_SECS, build_library,  # noqa: E402
+                                     commit_batch, default_schedule, prepare_batch)
+
+GPU_SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "gpu"
+needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, GPU_SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(vm, args):
+    out = vm["main"](*args)
+    return out.numpy() if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+
+@pytest.mark.parametrize("name", ["dilated_chain", "three_matmuls"])
+def test_weights_as_inputs_compute_what_the_embedded_weights_do(name):
+    """The mutants in place, their weights as inputs and what they compute from the weights
+    alone lifted into main_transform_params (three_matmuls' Concat of the weights), give the
+    original's outputs; run_cuda.py's _arguments feeds them, here with the program's weights."""
+    from tvm_pet.models.operators import three_matmuls
+    from tvm_pet.onnx import import_model
+    program = dilated_chain(layers=2) if name == "dilated_chain" else import_model(three_matmuls())
+    run_cuda = _script("run_cuda")
+    device = tvm.cpu()
+    rng = np.random.default_rng(1)
+    inputs = [tvm.runtime.tensor(rng.standard_normal(t.shape).astype(np.float32), device)
+              for t in program.inputs]
+    expected = _run(relax.VirtualMachine(build_with_records(program_to_module(program), "llvm"),
+                                         device), inputs)
+    mutants = _mutants_in_place(program, SearchConfig(time_limit=60), AnalyticCost())
+    weights = [tvm.runtime.tensor(program.weights[n], device) for n in sorted(program.weights)]
+    manifest = {"params": [[n, list(program.weights[n].shape)] for n in sorted(program.weights)],
+                "transform": "main_transform_params"}
+    lifted = []
+    for _, mutant, whole in mutants[:5]:
+        module = weights_as_inputs(whole)
+        lifted += [mutant.ops for block in module["main_transform_params"].body.blocks
+                   for b in block.bindings if isinstance(b.value, relax.Call)]
+        vm = relax.VirtualMachine(build_with_records(module, "llvm"), device)
+        got = _run(vm, run_cuda._arguments(vm, manifest, inputs, weights))
+        for a, b in zip(expected if isinstance(expected, list) else [expected],
+                        got if isinstance(got, list) else [got]):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
+    assert mutants and (name == "dilated_chain" or any("Concat" in ops for ops in lifted))
+
+
+def test_weights_drawn_on_the_gpu_machine_are_seeded_and_scaled():
+    run_cuda = _script("run_cuda")
+    manifest = {"params": [["w", [16, 4, 3, 3]], ["b", [16]]], "param_seed": 3}
+    first = [w.numpy() for w in run_cuda._weights(manifest, tvm.cpu())]
+    again = [w.numpy() for w in run_cuda._weights(manifest, tvm.cpu())]
+    assert [a.shape for a in first] == [(16, 4, 3, 3), (16,)]
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert 0.1 < float(first[0].std() * np.sqrt(36)) < 10  # 1/sqrt(fan-in) scale
+
+
+@pytest.mark.parametrize("later, kept", [(1.0, "m1"), (2.5, "original")])
+def test_the_measured_choice_must_win_both_looks(later, kept):
+    """run_cuda.py keeps the build that was fastest over the first rounds only when it beats
+    the original over the later rounds too (the rank rule)."""
+    run_cuda = _script("run_cuda")
+    samples = {"original": [2.0] * 4, "m1": [1.0, 1.0, later, later], "m2": [1.5] * 4}
+    choice, looks = run_cuda._decide(samples, 2)
+    assert looks["best"] == "m1" and choice == kept
+
+
+def test_arch_flags_can_leave_out_the_ptx():
+    assert nvcc_arch_flags("sm_90", ptx=False) == ["-gencode", "arch=compute_90,code=sm_90"]
+
+
+def test_a_batch_is_sampled_timed_committed_and_applied_on_llvm(tmp_path):
+    """The whole flow on a CPU: candidates and the default schedule built into one library,
+    timed by run_batch.py in its own process, committed as records with the measured seconds,
+    and applied by the next build, whose outputs equal the untuned build's."""
+    module = program_to_module(dilated_chain(layers=1))
+    tasks = [t for t in extract_tasks(module, "llvm") if "conv" in t.name]
+    batch = prepare_batch(tasks, "llvm", 3, tmp_path / "batch")
+    assert [t.functions[-1] for t in batch] == ["dlight"] * len(tasks)  # measured, on llvm
+    assert all(len(t.candidates) == len(t.record_lines) >= 2 for t in batch)  # not recorded
+    times = tmp_path / "times.json"
+    subprocess.run([sys.executable, str(GPU_SCRIPTS / "run_batch.py"), str(tmp_path / "batch"),
+                    "--out", str(times), "--device", "cpu", "--min-ms", "1"], check=True)
+    measured = json.loads(times.read_text())["tasks"]
+    summary = commit_batch(tmp_path / "batch", times, tmp_path / "records", "llvm")
+    for task in batch:
+        assert summary[task.shash]["records"] == len(task.candidates)
+        assert summary[task.shash]["failed"] == 0
+        assert summary[task.shash]["best_s"] == min(measured[task.shash][c]
+                                                    for c in task.candidates)
+    db = records.open_database(tmp_path / "records", resolve_target("llvm"))
+    for task in tasks:
+        best = records.best_record(db, task.mod)
+        assert records.mean_run_secs(best) == summary[str(task.shash)]["best_s"]
+    _, applied = apply_records(module, "llvm", tmp_path / "records")
+    assert applied == len(tasks)
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    outs = [_run(relax.VirtualMachine(build_with_records(module, "llvm", rec), tvm.cpu()),
+                 [tvm.runtime.tensor(x, tvm.cpu())])
+            for rec in (tmp_path / "records", tmp_path / "none")]
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_a_candidate_that_fails_to_run_is_a_failed_trial(tmp_path):
+    module = program_to_module(dilated_chain(layers=1))
+    tasks = [t for t in extract_tasks(module, "llvm") if "conv" in t.name][:1]
+    (task,) = prepare_batch(tasks, "llvm", 2, tmp_path / "batch")
+    assert task.shash == str(tasks[0].shash)
+    times = {name: 1e-3 for name in task.functions}
+    times[task.candidates[0]] = None
+    (tmp_path / "times.json").write_text(json.dumps({"tasks": {task.shash: times}}))
+    summary = commit_batch(tmp_path / "batch", tmp_path / "times.json", tmp_path / "rec", "llvm")
+    assert summary[task.shash]["failed"] == 1
+    db = records.open_database(tmp_path / "rec", resolve_target("llvm"))
+    secs = sorted(records.mean_run_secs(r) or FAILED_RUN_SECS
+                  for r in records.workload_records(db, tasks[0].mod))
+    assert secs[-1] >= FAILED_RUN_SECS and secs[0] == 1e-3
+
+
+def test_a_function_that_does_not_build_is_left_out(tmp_path):
+    """One library per task: a function TVM cannot build is left out and named, the rest
+    build."""
+    module = program_to_module(dilated_chain(layers=1))
+    task = [t for t in extract_tasks(module, "llvm") if "conv" in t.name][0]
+    good = default_schedule(task, tvm.target.Target("llvm")).mod["main"]
+    broken = good.with_body(tvm.tirx.Evaluate(  # an allreduce outside any thread: no codegen
+        tvm.tirx.call_intrin("int32", "tirx.tvm_thread_allreduce")))
+    runtime, _, unbuilt = build_library({"ok": good, "bad": broken},
+                                        tvm.target.Target("llvm"), tmp_path)
+    assert list(unbuilt) == ["bad"] and unbuilt["bad"]
+    assert runtime.get_function("ok", query_imports=True) is not None
+
+
+@needs_nvcc
+def test_a_cuda_batch_holds_sm_90_binaries_and_the_default_schedule(tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(dilated_model(), model)
+    from tvm_pet.onnx import import_model
+    tasks = extract_tasks(program_to_module(import_model(model)), cuda_target())[:1]
+    (task,) = prepare_batch(tasks, cuda_target(), 2, tmp_path / "batch")
+    assert task.functions[-1] == "dlight" and task.binaries
+    for key in task.binaries:
+        assert (tmp_path / "batch" / "kernels" / f"{key}.fatbin").read_bytes()[:4] == \
+            bytes.fromhex("50ed55ba")
+    assert task.candidates[-1] == "dlight"  # recorded on CUDA: records never lose to it
+    staged = (tmp_path / "batch" / "staging" / records.RECORD_FILE).read_text().splitlines()
+    assert len(staged) == len(task.candidates)
+    assert all(json.loads(line)[1][1] is None for line in staged)  # not measured yet
+    times = {name: 2e-3 for name in task.candidates}
+    times["dlight"] = 1e-3
+    (tmp_path / "times.json").write_text(json.dumps({"tasks": {task.shash: times}}))
+    commit_batch(tmp_path / "batch", tmp_path / "times.json", tmp_path / "rec", cuda_target())
+    db = records.open_database(tmp_path / "rec", cuda_target())
+    assert records.mean_run_secs(records.best_record(db, tasks[0].mod)) == 1e-3
