@@ -187,3 +187,40 @@ def test_a_cuda_batch_holds_sm_90_binaries_and_the_default_schedule(tmp_path):
     commit_batch(tmp_path / "batch", tmp_path / "times.json", tmp_path / "rec", cuda_target())
     db = records.open_database(tmp_path / "rec", cuda_target())
     assert records.mean_run_secs(records.best_record(db, tasks[0].mod)) == 1e-3
+
+
+def test_run_cuda_checks_and_times_a_folder_of_builds(tmp_path):
+    """run_cuda.py's run_folder on a CPU folder laid out as the dry run writes it (weights as
+    inputs, drawn by the script): every build is checked against the original, timed in
+    interleaved rounds, and PET's build chosen by the two looks; a build that computes
+    something else is refused, not timed."""
+    run_cuda = _script("run_cuda")
+    program = dilated_chain(layers=2)
+    mutants = _mutants_in_place(program, SearchConfig(time_limit=60), AnalyticCost())[:2]
+    builds = [("original", program)] + [(f"mutant{i}", w) for i, (_, _, w) in enumerate(mutants)]
+    wrong = dilated_chain(layers=1)  # same input and output shapes, another function
+    builds.append(("wrong", type(program)(wrong.inputs, program.weights, wrong.nodes,
+                                          wrong.outputs)))
+    (tmp_path / "builds").mkdir()
+    for name, prog in builds:
+        build_with_records(weights_as_inputs(prog), "llvm").export_library(
+            str(tmp_path / "builds" / f"{name}.so"))
+    np.savez(tmp_path / "inputs.npz", x=np.ones((1, 4, 8, 8), np.float32))
+    manifest = {"model": "chain", "arch": "", "target": "llvm", "inputs": ["x"],
+                "optimized": "original",
+                "params": [[n, list(program.weights[n].shape)] for n in sorted(program.weights)],
+                "param_seed": 0, "transform": "main_transform_params",
+                "variants": [{"name": n, "kind": "original" if n == "original" else "mutant",
+                              "library": f"builds/{n}.so", "mutant": [], "binaries": []}
+                             for n, _ in builds]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    row = run_cuda.run_folder(tmp_path, tvm.cpu(), rounds=4, number=2)
+    by_name = {v["name"]: v for v in row["variants"]}
+    assert by_name["wrong"]["refused"] and by_name["wrong"]["median_ms"] is None
+    assert all(by_name[n]["refused"] is None and by_name[n]["median_ms"] > 0
+               for n, _ in builds[:-1])
+    assert all(by_name[n]["max_abs_err_vs_original"] < 1e-3 for n, _ in builds[:-1])
+    chosen = row["measured_choice"]
+    assert chosen["kept"] in {n for n, _ in builds[:-1]}
+    assert chosen["speedup_pet_vs_tvm"] == pytest.approx(chosen["tvm_ms"] / chosen["pet_ms"])
+    assert len(row["times_ms"]["original"]["samples"]) == 4

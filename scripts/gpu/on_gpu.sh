@@ -35,11 +35,14 @@ if [ "$MODE" = "--stash" ]; then
 fi
 mkdir -p "$MODE"
 export TVM_USE_RUNTIME_LIB=1 PYTHONPATH="$W/site"
-if [ -d "$W/dry" ]; then
-    python3 scripts/gpu/run_cuda.py "$W"/dry/* --out "$MODE" ${RUN_CUDA_NAME:+--name "$RUN_CUDA_NAME"}
-fi
+# each step on its own: one that fails is reported, and the next still runs
 if [ -d "$W/batch" ]; then  # tuning batches: every candidate timed (scripts/gpu/run_batch.py)
     for b in "$W"/batch/*; do
-        python3 scripts/gpu/run_batch.py "$b" --out "$MODE/times_$(basename "$b").json"
+        python3 scripts/gpu/run_batch.py "$b" --out "$MODE/times_$(basename "$b").json" \
+            || echo "on_gpu.sh: run_batch.py failed on $b (status $?)"
     done
+fi
+if [ -d "$W/dry" ]; then
+    python3 scripts/gpu/run_cuda.py "$W"/dry/* --out "$MODE" ${RUN_CUDA_NAME:+--name "$RUN_CUDA_NAME"} \
+        || echo "on_gpu.sh: run_cuda.py failed (status $?)"
 fi

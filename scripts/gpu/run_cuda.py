@@ -144,13 +144,15 @@ def run_folder(folder: pathlib.Path, device, rounds: int, number: int) -> dict:
         args[variant["name"]] = _arguments(vm, manifest, inputs, weights)
         load_s[variant["name"]] = time.perf_counter() - start
     reference = _outputs(vms["original"]["main"](*args["original"]))
-    for name, vm in vms.items():
+    refused = {}
+    for name, vm in list(vms.items()):
         got = _outputs(vm["main"](*args[name]))
         errors[name] = max(float(np.abs(a - b).max()) for a, b in zip(reference, got))
         scale = max(1.0, max(float(np.abs(a).max()) for a in reference))
         if not all(np.allclose(a, b, rtol=1e-4, atol=1e-4 * scale) for a, b in zip(reference, got)):
-            raise SystemExit(f"{folder}: build {name} differs from the original by "
-                             f"{errors[name]:.3g}; not timed")
+            refused[name] = f"differs from the original by {errors[name]:.3g}; not timed"
+            print(f"{folder}: build {name} {refused[name]}", flush=True)
+            del vms[name]
     timers = {}
     for name, vm in vms.items():
         evaluator = vm.time_evaluator("main", device, number=number, repeat=1)
@@ -160,7 +162,7 @@ def run_folder(folder: pathlib.Path, device, rounds: int, number: int) -> dict:
     choice, looks = _decide(samples, look)
     times = {name: _summary(values) for name, values in samples.items()}
     base = times["original"]["median"]
-    pet = manifest["optimized"]
+    pet = manifest["optimized"] if manifest["optimized"] in times else "original"
     second = looks["second"]
     return {
         "model": manifest["model"], "arch": manifest["arch"], "target": manifest["target"],
@@ -174,8 +176,10 @@ def run_folder(folder: pathlib.Path, device, rounds: int, number: int) -> dict:
             "tvm_ms": second["original"] * 1e3, "pet_ms": second[choice] * 1e3,
             "speedup_pet_vs_tvm": second["original"] / second[choice]},
         "variants": [{"name": v["name"], "kind": v["kind"], "mutant": v["mutant"],
-                      "median_ms": times[v["name"]]["median"],
-                      "ratio_vs_tvm": base / times[v["name"]]["median"],
+                      "median_ms": times[v["name"]]["median"] if v["name"] in times else None,
+                      "ratio_vs_tvm": (base / times[v["name"]]["median"]
+                                       if v["name"] in times else None),
+                      "refused": refused.get(v["name"]),
                       "max_abs_err_vs_original": errors[v["name"]],
                       "load_s": load_s[v["name"]]} for v in manifest["variants"]],
         "times_ms": times,
@@ -204,24 +208,35 @@ def main(argv=None) -> int:
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-")
     slug = slug.split("-")[0] if slug else "gpu"
     start = time.perf_counter()
-    rows = []
+    rows, failed = [], {}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / (args.name or f"cuda-{slug}.json")
     for folder in args.folders:
-        rows.append(run_folder(folder, device, args.rounds, args.number))
+        try:
+            rows.append(run_folder(folder, device, args.rounds, args.number))
+        except Exception as err:  # noqa: BLE001 - report it, and time the next folder
+            failed[str(folder)] = f"{type(err).__name__}: {str(err).strip()[-500:]}"
+            print(f"{folder}: FAILED {failed[str(folder)]}", flush=True)
+            continue
         chosen = rows[-1]["measured_choice"]
         print(f"{rows[-1]['model']}: tvm {chosen['tvm_ms']:.3f} ms, pet {chosen['pet_ms']:.3f} ms "
               f"(x{chosen['speedup_pet_vs_tvm']:.3f}, {chosen['kept']}; "
               f"{len(rows[-1]['variants'])} builds)", flush=True)
+        _write(path, name, device, args, counts, start, rows, failed)
+    _write(path, name, device, args, counts, start, rows, failed)
+    print(f"wrote {path}")
+    return 0 if rows else 1
+
+
+def _write(path, name, device, args, counts, start, rows, failed) -> None:
     result = {"device": name, "compute_version": str(device.compute_version),
               "mode": "runtime-only: builds from tvm-pet optimize --dry-run (dlight default "
                       "schedules, tuning records where shipped), timed here",
               "timing": f"{args.rounds} interleaved rounds, order rotating; each sample the "
                         f"mean of {args.number} calls (time_evaluator, device-synchronised)",
-              "binaries": counts, "wall_s": time.perf_counter() - start, "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / (args.name or f"cuda-{slug}.json")
+              "binaries": counts, "wall_s": time.perf_counter() - start, "rows": rows,
+              "failed": failed}
     path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {path}")
-    return 0
 
 
 if __name__ == "__main__":
