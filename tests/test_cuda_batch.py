@@ -224,3 +224,44 @@ def test_run_cuda_checks_and_times_a_folder_of_builds(tmp_path):
     assert chosen["kept"] in {n for n, _ in builds[:-1]}
     assert chosen["speedup_pet_vs_tvm"] == pytest.approx(chosen["tvm_ms"] / chosen["pet_ms"])
     assert len(row["times_ms"]["original"]["samples"]) == 4
+
+
+@pytest.mark.parametrize("name", ["conv5x5", "three_matmuls", "csrnet_backend"])
+def test_torch_eager_computes_what_onnxruntime_does(name):
+    """torch_eager.py's interpreter of the models' ONNX graphs (PyTorch's column on the GPU),
+    here on the CPU against onnxruntime."""
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    from tvm_pet.models import build_model
+    torch_eager = _script("torch_eager")
+    model = build_model(name)
+    x = np.random.default_rng(0).standard_normal(
+        [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]).astype(np.float32)
+    got = torch_eager.torch_function(model, "cpu")(torch.from_numpy(x))
+    want = ort.InferenceSession(model.SerializeToString()).run(
+        None, {model.graph.input[0].name: x})
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-4)
+
+
+def test_the_cuda_table_pairs_default_and_tuned_builds_of_a_model():
+    import benchmarks.cuda_table as cuda_table
+
+    def run(folder, tvm_ms, pet_ms, kept):
+        return {"folder": folder, "measured_choice": {
+            "tvm_ms": tvm_ms, "pet_ms": pet_ms, "speedup_pet_vs_tvm": tvm_ms / pet_ms,
+            "kept": kept, "best_first_look": "m1"},
+            "variants": [{"name": "original", "mutant": [], "median_ms": tvm_ms},
+                         {"name": "m1", "mutant": ["Pad", "Conv"], "median_ms": pet_ms},
+                         {"name": "m2", "mutant": ["Conv"], "median_ms": None}]}
+    results = {"device": "NVIDIA H100 80GB HBM3", "compute_version": "9.0", "timing": "t",
+               "rows": [run("conv5x5", 2.0, 1.0, "m1"), run("conv5x5-tuned", 1.0, 1.0,
+                                                             "original")]}
+    data = cuda_table.table(results, {"rows": {"conv5x5": {"median_ms": 0.5}}}, None)
+    (row,) = data["rows"]
+    assert row["default"]["ratio"] == 2.0 and row["default"]["kept_mutant"] == "Pad → Conv"
+    assert row["tuned"]["ratio"] == 1.0 and row["tuned"]["builds_refused"] == 1
+    assert data["geo_mean_pet_over_tvm"] == {"default": 2.0, "tuned": 1.0}
+    text = cuda_table.markdown(data)
+    assert "| conv5x5 | 2.000 | 1.000 | ×2.000 |" in text and "0.500" in text

@@ -13,7 +13,8 @@ parallel processes writing separate batch folders).
         [--records tuning_logs] [--no-e2e]
 
 After the GPU call: ``python scripts/gpu/commit_cuda.py`` commits the measured records, and a
-second run of this script (``--no-batch``, records now applying) builds the tuned programs.
+second run of this script (records now applying; ``--suffix -tuned``, ``--combine TIMES...``
+to add each model's combination of winning mutants, ``combined``) builds the tuned programs.
 """
 from __future__ import annotations
 
@@ -53,6 +54,91 @@ def tasks_of(model: pathlib.Path, target, say) -> list:
     return list(tasks.values())
 
 
+def kernel_times(paths: list[pathlib.Path]) -> dict[str, float]:
+    """Each timed task's fastest schedule (seconds), from run_batch.py's ``times.json`` files."""
+    best = {}
+    for path in paths:
+        for shash, times in json.loads(path.read_text())["tasks"].items():
+            ran = [v for k, v in times.items() if k != "errors" and v]
+            if ran:
+                best[shash] = min(ran)
+    return best
+
+
+def combined(model: pathlib.Path, target, times: dict[str, float], say):
+    """PET's choice across subprograms by the GPU's kernel times: for each subprogram, the
+    mutant (corrected, in place) whose tuned kernels cost least, when that is less than the
+    original's; all of them applied together. Returns (program, mutant ops) or ``None``.
+
+    The cost of a program is the sum over its tasks of calls × the fastest measured schedule
+    (``kernel_times``); kernels that were not tuned (pads, slices, layout copies) were not
+    timed and count 0, so the estimate favours mutants that add them: it only proposes, and the
+    GPU's end-to-end timing decides (run_cuda.py's rank rule).
+    """
+    import numpy as np
+
+    from tvm_pet.cost.analytic import AnalyticCost
+    from tvm_pet.onnx import import_model
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.search.config import SearchConfig
+    from tvm_pet.search.optimizer import Optimizer, operator_subsets
+    from tvm_pet.search.partition import partition, replace_subprogram
+    from tvm_pet.tune.compile import extract_tasks
+    from tvm_pet.verify.interpreter import evaluate
+
+    def cost(prog) -> float:
+        return sum(t.weight * times.get(str(t.shash), 0.0)
+                   for t in extract_tasks(program_to_module(prog), target))
+
+    program = import_model(model)
+    opt = Optimizer(SearchConfig(), AnalyticCost())
+    base = cost(program)
+    picks = []
+    for sub in partition(program):
+        best = None
+        for subset in operator_subsets(program, sub, SearchConfig().max_subset):
+            part, mutants = opt.mutants_of(program, subset, sub.name)
+            for mutant, corrected in mutants:
+                gain = base - cost(replace_subprogram(program, part, corrected))
+                if gain > 0 and (best is None or gain > best[0]):
+                    best = (gain, part, mutant, corrected)
+        if best is not None:
+            picks.append(best)
+    if len(picks) < 2:
+        say(f"{model.stem}: {len(picks)} subprogram(s) gain by the kernel times; no combination")
+        return None
+    whole = program
+    for _, part, _, corrected in sorted(picks, key=lambda p: -min(p[1].nodes)):
+        whole = replace_subprogram(whole, part, corrected)
+    rng = np.random.default_rng(0)
+    feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in program.inputs}
+    want, got = evaluate(program, feeds), evaluate(whole, feeds)
+    for name in program.outputs:
+        scale = max(1.0, float(np.abs(want[name]).max()))
+        if not np.allclose(got[name], want[name], rtol=1e-3, atol=1e-3 * scale):
+            say(f"{model.stem}: the combination computes something else; left out")
+            return None
+    ops = tuple(" -> ".join(p[2].ops) for p in picks)
+    say(f"{model.stem}: combination of {len(picks)} mutants, estimated "
+        f"x{base / (base - sum(p[0] for p in picks)):.2f} on the tuned kernels")
+    return whole, ops
+
+
+def add_build(folder: pathlib.Path, name: str, program, ops: tuple, target, records) -> None:
+    """Build one more program into a dry-run folder (weights as inputs) and list it."""
+    from tvm_pet.relax.cuda_dry_run import _build_variant
+    variant = _build_variant((name, "search", None, ops, True, program), target, records,
+                             folder, "all", "inputs", print)
+    if variant.error is not None:
+        print(f"{folder.name}: {name} does not build: {variant.error}")
+        return
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["variants"] = [v for v in manifest["variants"] if v["name"] != name] + [
+        {"name": name, "kind": "search", "library": variant.library, "mutant": list(ops),
+         "binaries": list(variant.binaries)}]
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", type=pathlib.Path)
@@ -63,6 +149,10 @@ def main(argv=None) -> int:
     parser.add_argument("--shard", default="0/1")
     parser.add_argument("--no-e2e", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--suffix", default="", help="appended to each e2e folder's name")
+    parser.add_argument("--combine", nargs="*", type=pathlib.Path, default=[],
+                        metavar="TIMES", help="run_batch.py times: also build each model's "
+                        "combination of the mutants that gain by them (see combined)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
 
@@ -75,13 +165,19 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     if not args.no_e2e:
         for model in args.models:
-            report = dry_run(model, args.out / "e2e" / model.stem, SearchConfig(time_limit=60),
+            folder = args.out / "e2e" / (model.stem + args.suffix)
+            report = dry_run(model, folder, SearchConfig(time_limit=60),
                              arch=args.arch, records_dir=args.records, libraries="all",
                              weights="inputs", seed=args.seed)
             failed = [v.name for v in report.variants if v.error]
             say(f"{model.stem}: {len(report.variants)} builds ({len(failed)} failed: "
                 f"{', '.join(failed) or '-'}), {report.records} records, "
                 f"{report.seconds:.0f} s")
+            if args.combine:
+                found = combined(model, target, kernel_times(args.combine), say)
+                if found is not None:
+                    add_build(folder, "combined", found[0], found[1], target,
+                              args.records or "tuning_logs")
     if args.batch_trials:
         shard, shards = (int(x) for x in args.shard.split("/"))
         tasks = {}

@@ -165,6 +165,7 @@ def run_folder(folder: pathlib.Path, device, rounds: int, number: int) -> dict:
     pet = manifest["optimized"] if manifest["optimized"] in times else "original"
     second = looks["second"]
     return {
+        "folder": folder.name,
         "model": manifest["model"], "arch": manifest["arch"], "target": manifest["target"],
         "weights": "inputs (drawn on the GPU machine)" if "params" in manifest else "embedded",
         "tvm_ms": base, "pet_ms": times[pet]["median"], "pet_build": pet,

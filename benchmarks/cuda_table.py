@@ -1,0 +1,115 @@
+"""The CUDA table of record: TVM against PET + TVM on a lent GPU, from what the GPU calls wrote.
+
+    python benchmarks/cuda_table.py RESULTS_DIR [--commit-summary S.json] [--out NAME]
+
+RESULTS_DIR holds what ``scripts/gpu/on_gpu.sh`` and ``scripts/gpu/torch_eager.py`` wrote on
+the GPU machine (device tool ``$OUT``): ``run_cuda.py``'s JSON, with each model's folder once
+as built with TVM's default GPU schedules (``<model>``) and once with the CUDA records
+(``<model>-tuned``), and ``torch_eager.json``. Every ratio compares two builds timed in the same
+process, interleaved, so rows taken on another GPU kind are never mixed. Writes
+``benchmarks/results/<NAME>.{json,md}`` (NAME: ``cuda-<gpu>``, from the device's name).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+#: What the PET paper reports on a V100 (batch 1) that these rows can stand beside. Its
+#: per-graph Table-3 ratios are not in this repository's sources; its whole-model CSRNet figure
+#: (the back end is CSRNet's dilated part) and its operator-level figure for Ansor are.
+PAPER_V100 = {"csrnet_backend": "whole CSRNet ×2.21"}
+PAPER_NOTE = ("the paper (V100, batch 1): whole CSRNet ×2.21, BERT ×1.40, Inception-v3 ×1.24; "
+              "PET + Ansor over Ansor per operator ×1.21 at 1,024 trials")
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def _row(run: dict | None) -> dict | None:
+    if run is None:
+        return None
+    chosen = run["measured_choice"]
+    timed = [v for v in run["variants"] if v["median_ms"] is not None]
+    return {"tvm_ms": chosen["tvm_ms"], "pet_ms": chosen["pet_ms"],
+            "ratio": chosen["speedup_pet_vs_tvm"], "kept": chosen["kept"],
+            "kept_mutant": next((" → ".join(v["mutant"]) for v in run["variants"]
+                                 if v["name"] == chosen["kept"] and v["mutant"]), ""),
+            "builds_timed": len(timed), "builds_refused": len(run["variants"]) - len(timed),
+            "best_build_ratio_first_look": chosen["best_first_look"]}
+
+
+def table(results: dict, eager: dict, batch: dict | None) -> dict:
+    """One row per model: default schedules and tuned, each TVM vs PET + TVM."""
+    by_folder = {r["folder"]: r for r in results["rows"]}
+    models = sorted({f.removesuffix("-tuned") for f in by_folder}, key=list(by_folder).index)
+    rows = []
+    for model in models:
+        rows.append({"model": model,
+                     "default": _row(by_folder.get(model)),
+                     "tuned": _row(by_folder.get(f"{model}-tuned")),
+                     "torch_eager_ms": eager.get("rows", {}).get(model, {}).get("median_ms"),
+                     "paper_v100": PAPER_V100.get(model, "")})
+    summary = {form: geomean([r[form]["ratio"] for r in rows if r[form]])
+               for form in ("default", "tuned")}
+    return {"device": results["device"], "compute_version": results.get("compute_version"),
+            "timing": results["timing"], "rule": "PET's build: lowest median over the first "
+            "half of the rounds, kept when it beats the original there and over the second half; "
+            "ratios from the second half", "batch": batch, "rows": rows,
+            "geo_mean_pet_over_tvm": summary, "paper": PAPER_NOTE,
+            "torch_eager": {k: v for k, v in eager.items() if k != "rows"}}
+
+
+def markdown(data: dict) -> str:
+    def cell(part: dict | None, key: str, fmt: str) -> str:
+        return "-" if part is None else format(part[key], fmt)
+
+    lines = [f"**{data['device']}** (compute {data['compute_version']}), batch 1. "
+             f"{data['timing']}. {data['rule']}.", "",
+             "| graph | TVM default ms | PET+TVM ms | PET / TVM | TVM tuned ms | PET+TVM tuned ms "
+             "| PET / TVM tuned | kept (tuned) | PyTorch eager ms | paper (V100) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        d, t = r["default"], r["tuned"]
+        kept = "-" if t is None else (t["kept"] + (f" ({t['kept_mutant']})"
+                                                   if t["kept_mutant"] else ""))
+        eager = "-" if r["torch_eager_ms"] is None else f"{r['torch_eager_ms']:.3f}"
+        lines.append(f"| {r['model']} | {cell(d, 'tvm_ms', '.3f')} | {cell(d, 'pet_ms', '.3f')} "
+                     f"| ×{cell(d, 'ratio', '.3f')} | {cell(t, 'tvm_ms', '.3f')} "
+                     f"| {cell(t, 'pet_ms', '.3f')} | ×{cell(t, 'ratio', '.3f')} | {kept} "
+                     f"| {eager} | {r['paper_v100'] or '-'} |")
+    g = data["geo_mean_pet_over_tvm"]
+    lines += ["", f"Geo-mean PET / TVM: default schedules ×{g['default']:.3f}, tuned "
+              f"×{g['tuned']:.3f}. Beside: {data['paper']}."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=pathlib.Path)
+    parser.add_argument("--commit-summary", type=pathlib.Path, default=None)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    runs = [json.loads(p.read_text()) for p in sorted(args.results.glob("cuda-*.json"))]
+    if not runs:
+        raise SystemExit(f"cuda_table.py: no run_cuda.py results (cuda-*.json) in {args.results}")
+    eager_path = args.results / "torch_eager.json"
+    eager = json.loads(eager_path.read_text()) if eager_path.exists() else {}
+    batch = json.loads(args.commit_summary.read_text()) if args.commit_summary else None
+    data = table(runs[-1], eager, batch)
+    name = args.out or "cuda-" + re.sub(r"[^a-z0-9]+", "-",
+                                        data["device"].lower().replace("nvidia", "")).strip("-")
+    out = ROOT / "benchmarks" / "results"
+    (out / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (out / f"{name}.md").write_text(markdown(data))
+    print(markdown(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""PyTorch eager on the GPU: the same models, built from code with the same seeded weights.
+
+Runs on the GPU machine (PyTorch, onnx and numpy there; no TVM) from the repository root::
+
+    python scripts/gpu/torch_eager.py conv5x5 dilated_conv ... --out RESULTS/torch_eager.json
+
+Each model is built by ``tvm_pet.models.build_model`` (ONNX, seeded weights) and run by a small
+interpreter of its ONNX graph with ``torch.nn.functional`` (Conv, MatMul, Relu: the ops of the
+Table-3 graphs and the CSRNet back end). TF32 is off, so that PyTorch computes in float32 as TVM
+does. Times: CUDA events around ``--number`` calls, ``--rounds`` samples, median kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def _attrs(node) -> dict:
+    from onnx import helper
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def torch_function(model, device):
+    """A callable running the ONNX graph with PyTorch on ``device``."""
+    import torch
+    import torch.nn.functional as F
+    from onnx import numpy_helper
+    weights = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()).to(device)
+               for t in model.graph.initializer}
+
+    def run(*inputs):
+        env = dict(weights)
+        env.update({i.name: x for i, x in zip(model.graph.input, inputs)})
+        for node in model.graph.node:
+            args = [env[n] for n in node.input if n]
+            a = _attrs(node)
+            if node.op_type == "Conv":
+                pads = a.get("pads", [0, 0, 0, 0])
+                if pads[:2] != pads[2:]:
+                    raise SystemExit(f"torch_eager.py: asymmetric pads {pads}")
+                out = F.conv2d(args[0], args[1], args[2] if len(args) > 2 else None,
+                               stride=a.get("strides", 1), padding=tuple(pads[:2]),
+                               dilation=a.get("dilations", 1), groups=a.get("group", 1))
+            elif node.op_type == "MatMul":
+                out = torch.matmul(args[0], args[1])
+            elif node.op_type == "Relu":
+                out = torch.relu(args[0])
+            else:
+                raise SystemExit(f"torch_eager.py: no rule for {node.op_type}")
+            env[node.output[0]] = out
+        return [env[o.name] for o in model.graph.output]
+    return run
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--number", type=int, default=20)
+    args = parser.parse_args(argv)
+    import torch
+    from tvm_pet.models import build_model
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    device = torch.device("cuda")
+    rows = {}
+    for name in args.models:
+        model = build_model(name)
+        rng = np.random.default_rng(0)
+        inputs = [torch.from_numpy(rng.standard_normal(
+            [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)).to(device)
+            for i in model.graph.input]
+        run = torch_function(model, device)
+        with torch.inference_mode():
+            for _ in range(3):
+                run(*inputs)
+            samples = []
+            for _ in range(args.rounds):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                    enable_timing=True)
+                start.record()
+                for _ in range(args.number):
+                    run(*inputs)
+                end.record()
+                torch.cuda.synchronize()
+                samples.append(start.elapsed_time(end) / args.number)
+        rows[name] = {"median_ms": statistics.median(samples), "samples_ms": samples}
+        print(f"{name}: torch eager {rows[name]['median_ms']:.3f} ms", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(0),
+                                    "torch": torch.__version__, "tf32": False,
+                                    "rounds": args.rounds, "number": args.number,
+                                    "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
