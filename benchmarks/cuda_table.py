@@ -3,10 +3,11 @@
     python benchmarks/cuda_table.py RESULTS_DIR [--commit-summary S.json] [--out NAME]
 
 RESULTS_DIR holds what ``scripts/gpu/on_gpu.sh`` and ``scripts/gpu/torch_eager.py`` wrote on
-the GPU machine (device tool ``$OUT``): ``run_cuda.py``'s JSON, with each model's folder once
-as built with TVM's default GPU schedules (``<model>``) and once with the CUDA records
-(``<model>-tuned``), and ``torch_eager.json``. Every ratio compares two builds timed in the same
-process, interleaved, so rows taken on another GPU kind are never mixed. Writes
+the GPU machine (device tool ``$OUT``), one file per process: ``run_cuda.py``'s
+``cuda-run*.json``, with each model's folder once as built with TVM's default GPU schedules
+(``<model>``) and once with the CUDA records (``<model>-tuned``), and ``torch_eager*.json``.
+Every ratio compares two builds timed in the same process, interleaved, so rows taken on
+another GPU kind are never mixed. Writes
 ``benchmarks/results/<NAME>.{json,md}`` (NAME: ``cuda-<gpu>``, from the device's name).
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import math
 import pathlib
 import re
+import statistics
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -31,46 +33,58 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def _row(run: dict | None) -> dict | None:
-    if run is None:
+def _row(runs: list[dict | None]) -> dict | None:
+    """One form of one model over the processes that timed it: the first process's times, the
+    ratio as the geo-mean of each process's ratio, and what each process kept."""
+    runs = [r for r in runs if r is not None]
+    if not runs:
         return None
-    chosen = run["measured_choice"]
-    timed = [v for v in run["variants"] if v["median_ms"] is not None]
-    return {"tvm_ms": chosen["tvm_ms"], "pet_ms": chosen["pet_ms"],
-            "ratio": chosen["speedup_pet_vs_tvm"], "kept": chosen["kept"],
-            "kept_mutant": next((" → ".join(v["mutant"]) for v in run["variants"]
-                                 if v["name"] == chosen["kept"] and v["mutant"]), ""),
-            "builds_timed": len(timed), "builds_refused": len(run["variants"]) - len(timed),
-            "best_build_ratio_first_look": chosen["best_first_look"]}
+    chosen = [r["measured_choice"] for r in runs]
+    first = runs[0]
+    kept = chosen[0]["kept"]
+    timed = [v for v in first["variants"] if v["median_ms"] is not None]
+    return {"tvm_ms": chosen[0]["tvm_ms"], "pet_ms": chosen[0]["pet_ms"],
+            "ratio": geomean([c["speedup_pet_vs_tvm"] for c in chosen]),
+            "ratios_by_process": [c["speedup_pet_vs_tvm"] for c in chosen],
+            "kept": kept, "kept_by_process": [c["kept"] for c in chosen],
+            "kept_mutant": next((" → ".join(v["mutant"]) for v in first["variants"]
+                                 if v["name"] == kept and v["mutant"]), ""),
+            "builds_timed": len(timed), "builds_refused": len(first["variants"]) - len(timed)}
 
 
-def table(results: dict, eager: dict, batch: dict | None) -> dict:
-    """One row per model: default schedules and tuned, each TVM vs PET + TVM."""
-    by_folder = {r["folder"]: r for r in results["rows"]}
-    models = sorted({f.removesuffix("-tuned") for f in by_folder}, key=list(by_folder).index)
+def table(runs: list[dict], eagers: list[dict], batch: dict | None) -> dict:
+    """One row per model: default schedules and tuned, each TVM vs PET + TVM, over the runs
+    (processes) given; PyTorch eager's median over its runs."""
+    folders = [{r["folder"]: r for r in run["rows"]} for run in runs]
+    order = list(folders[0])
+    models = sorted({f.removesuffix("-tuned") for f in order},
+                    key=lambda m: order.index(m) if m in order else len(order))
     rows = []
     for model in models:
+        eager = [e["rows"][model]["median_ms"] for e in eagers if model in e.get("rows", {})]
         rows.append({"model": model,
-                     "default": _row(by_folder.get(model)),
-                     "tuned": _row(by_folder.get(f"{model}-tuned")),
-                     "torch_eager_ms": eager.get("rows", {}).get(model, {}).get("median_ms"),
+                     "default": _row([f.get(model) for f in folders]),
+                     "tuned": _row([f.get(f"{model}-tuned") for f in folders]),
+                     "torch_eager_ms": statistics.median(eager) if eager else None,
                      "paper_v100": PAPER_V100.get(model, "")})
     summary = {form: geomean([r[form]["ratio"] for r in rows if r[form]])
                for form in ("default", "tuned")}
-    return {"device": results["device"], "compute_version": results.get("compute_version"),
-            "timing": results["timing"], "rule": "PET's build: lowest median over the first "
-            "half of the rounds, kept when it beats the original there and over the second half; "
-            "ratios from the second half", "batch": batch, "rows": rows,
+    return {"device": runs[0]["device"], "compute_version": runs[0].get("compute_version"),
+            "processes": len(runs), "timing": runs[0]["timing"],
+            "rule": "PET's build: lowest median over the first half of the rounds, kept when it "
+            "beats the original there and over the second half; ratios from the second half, "
+            "geo-mean over the processes", "batch": batch, "rows": rows,
             "geo_mean_pet_over_tvm": summary, "paper": PAPER_NOTE,
-            "torch_eager": {k: v for k, v in eager.items() if k != "rows"}}
+            "torch_eager": {k: v for k, v in (eagers[0] if eagers else {}).items()
+                            if k != "rows"}}
 
 
 def markdown(data: dict) -> str:
     def cell(part: dict | None, key: str, fmt: str) -> str:
         return "-" if part is None else format(part[key], fmt)
 
-    lines = [f"**{data['device']}** (compute {data['compute_version']}), batch 1. "
-             f"{data['timing']}. {data['rule']}.", "",
+    lines = [f"**{data['device']}** (compute {data['compute_version']}), batch 1, "
+             f"{data['processes']} processes. {data['timing']}. {data['rule']}.", "",
              "| graph | TVM default ms | PET+TVM ms | PET / TVM | TVM tuned ms | PET+TVM tuned ms "
              "| PET / TVM tuned | kept (tuned) | PyTorch eager ms | paper (V100) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -95,13 +109,13 @@ def main(argv=None) -> int:
     parser.add_argument("--commit-summary", type=pathlib.Path, default=None)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    runs = [json.loads(p.read_text()) for p in sorted(args.results.glob("cuda-*.json"))]
+    runs = [json.loads(p.read_text()) for p in sorted(args.results.glob("cuda-run*.json"))]
     if not runs:
-        raise SystemExit(f"cuda_table.py: no run_cuda.py results (cuda-*.json) in {args.results}")
-    eager_path = args.results / "torch_eager.json"
-    eager = json.loads(eager_path.read_text()) if eager_path.exists() else {}
+        raise SystemExit(f"cuda_table.py: no run_cuda.py results (cuda-run*.json) in "
+                         f"{args.results}")
+    eagers = [json.loads(p.read_text()) for p in sorted(args.results.glob("torch_eager*.json"))]
     batch = json.loads(args.commit_summary.read_text()) if args.commit_summary else None
-    data = table(runs[-1], eager, batch)
+    data = table(runs, eagers, batch)
     name = args.out or "cuda-" + re.sub(r"[^a-z0-9]+", "-",
                                         data["device"].lower().replace("nvidia", "")).strip("-")
     out = ROOT / "benchmarks" / "results"

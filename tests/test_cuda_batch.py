@@ -258,10 +258,30 @@ def test_the_cuda_table_pairs_default_and_tuned_builds_of_a_model():
     results = {"device": "NVIDIA H100 80GB HBM3", "compute_version": "9.0", "timing": "t",
                "rows": [run("conv5x5", 2.0, 1.0, "m1"), run("conv5x5-tuned", 1.0, 1.0,
                                                              "original")]}
-    data = cuda_table.table(results, {"rows": {"conv5x5": {"median_ms": 0.5}}}, None)
+    again = dict(results, rows=[run("conv5x5", 2.0, 0.5, "m1"), run("conv5x5-tuned", 1.0, 1.0,
+                                                                   "original")])
+    data = cuda_table.table([results, again], [{"rows": {"conv5x5": {"median_ms": 0.5}}}], None)
     (row,) = data["rows"]
-    assert row["default"]["ratio"] == 2.0 and row["default"]["kept_mutant"] == "Pad → Conv"
+    assert row["default"]["ratios_by_process"] == [2.0, 4.0]
+    assert row["default"]["ratio"] == pytest.approx(8 ** 0.5)  # geo-mean over the processes
+    assert row["default"]["kept_mutant"] == "Pad → Conv"
     assert row["tuned"]["ratio"] == 1.0 and row["tuned"]["builds_refused"] == 1
-    assert data["geo_mean_pet_over_tvm"] == {"default": 2.0, "tuned": 1.0}
+    assert data["geo_mean_pet_over_tvm"] == pytest.approx({"default": 8 ** 0.5, "tuned": 1.0})
     text = cuda_table.markdown(data)
-    assert "| conv5x5 | 2.000 | 1.000 | ×2.000 |" in text and "0.500" in text
+    assert "| conv5x5 | 2.000 | 1.000 | ×2.828 |" in text and "0.500" in text
+
+
+@pytest.mark.parametrize("name", ["conv5x5", "dilated_conv", "two_1x1_convs", "three_matmuls",
+                                  "csrnet_backend"])
+def test_shipped_cuda_records_schedule_every_tuned_kernel_of_the_originals(name):
+    """tuning_logs/cuda-sm_90 holds the measured records of the GPU batch (H100): every kernel
+    of the original that reduces (a conv, a matmul) has one, and building with them needs no
+    GPU."""
+    from tvm_pet.models import build_model
+    from tvm_pet.onnx import import_model
+    prepare = _script("prepare_cuda")
+    module = program_to_module(import_model(build_model(name)))
+    tasks = extract_tasks(module, cuda_target())
+    tuned = [t for t in tasks if prepare.has_reduction(t)]
+    _, applied = apply_records(module, cuda_target(), records.SHIPPED_RECORDS_DIR)
+    assert tuned and applied == len(tuned)

@@ -5,7 +5,8 @@
 
 Each BATCH=TIMES pair is committed with ``tvm_pet.tune.cuda_batch.commit_batch`` into
 ``<records>/cuda-<arch>/``, then each workload keeps its ``--keep`` fastest records
-(``tvm_pet.tune.dbfile.prune``, as the CPU records: the dropped ones still count as trials).
+(``tvm_pet.tune.dbfile.prune``, as the CPU records: the dropped ones still count as trials),
+and the packed copies a repository ships are written (``dbfile.pack``).
 Prints, per task, the best candidate against TVM's default schedule, and the geo-mean of their
 ratio.
 """
@@ -38,6 +39,7 @@ def main(argv=None) -> int:
         batch, times = pair.split("=", 1)
         summary.update(commit_batch(batch, times, args.records, target))
     dropped = dbfile.prune(db_dir(args.records, target), args.keep)
+    packed = dbfile.pack(db_dir(args.records, target))  # the copies a repository ships
     ratios = [t["dlight_s"] / t["best_s"] for t in summary.values()
               if t["best_s"] and t["dlight_s"]]
     for shash, t in sorted(summary.items(), key=lambda kv: kv[1]["name"]):
@@ -49,7 +51,7 @@ def main(argv=None) -> int:
     print(f"{len(summary)} tasks committed to {args.records}/cuda-{args.arch}; best over the "
           f"default schedule: geo-mean x{geo:.2f} over {len(ratios)} tasks, "
           f"{sum(r > 1 for r in ratios)} faster; pruned to {args.keep} a workload "
-          f"({dropped} dropped)")
+          f"({dropped} dropped), packed {packed / 2**20:.1f} MiB")
     if args.summary:
         args.summary.write_text(json.dumps({"tasks": summary, "geo_mean_best_over_default": geo},
                                            indent=1) + "\n")

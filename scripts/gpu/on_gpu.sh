@@ -43,6 +43,6 @@ if [ -d "$W/batch" ]; then  # tuning batches: every candidate timed (scripts/gpu
     done
 fi
 if [ -d "$W/dry" ]; then
-    python3 scripts/gpu/run_cuda.py "$W"/dry/* --out "$MODE" ${RUN_CUDA_NAME:+--name "$RUN_CUDA_NAME"} \
+    python3 scripts/gpu/run_cuda.py "$W"/dry/* --out "$MODE" ${RUN_CUDA_NAME:+--name "$RUN_CUDA_NAME"} ${RUN_CUDA_ARGS:-} \
         || echo "on_gpu.sh: run_cuda.py failed (status $?)"
 fi

@@ -104,12 +104,21 @@ def combined(model: pathlib.Path, target, times: dict[str, float], say):
                     best = (gain, part, mutant, corrected)
         if best is not None:
             picks.append(best)
+    whole, used, applied = program, set(), []
+    for pick in sorted(picks, key=lambda p: -min(p[1].nodes)):  # later parts first: the
+        if used & set(pick[1].nodes):                            # earlier ones keep their
+            continue                                             # node indices
+        try:
+            whole = replace_subprogram(whole, pick[1], pick[3])
+        except ValueError:  # the parts of two subprograms interleave: leave this one out
+            continue
+        used |= set(pick[1].nodes)
+        applied.append(pick)
+    picks = applied
     if len(picks) < 2:
-        say(f"{model.stem}: {len(picks)} subprogram(s) gain by the kernel times; no combination")
+        say(f"{model.stem}: {len(picks)} subprogram(s) gain by the kernel times and combine; "
+            "no combination to add")
         return None
-    whole = program
-    for _, part, _, corrected in sorted(picks, key=lambda p: -min(p[1].nodes)):
-        whole = replace_subprogram(whole, part, corrected)
     rng = np.random.default_rng(0)
     feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in program.inputs}
     want, got = evaluate(program, feeds), evaluate(whole, feeds)

@@ -1,0 +1,60 @@
+#!/bin/sh
+# The CUDA recipe: TVM against PET + TVM on a lent GPU, tuned, in two GPU calls.
+#
+# The GPU machine has no TVM and no network, and a call carries at most 64 MiB; everything
+# that needs TVM's compiler runs here (nvcc for sm_90 included), and only TVM's runtime and the
+# built libraries travel (scripts/gpu/pack.py). From the repository root, with the venv active:
+#
+#   sh scripts/gpu/recipe.sh prepare     # here: ~35 min on 2 cores (the batch dominates)
+#   (device call 1, carry build/gpu_pack:)   sh scripts/gpu/recipe.sh time1   # ~3 min there
+#   (copy its $OUT to build/gpu_call1)
+#   sh scripts/gpu/recipe.sh tuned       # here: records committed, tuned builds, ~15 min
+#   (device call 2, carry build/gpu_pack2:)  sh scripts/gpu/recipe.sh time2   # ~2 min there
+#   (copy its $OUT to build/gpu_call2)
+#   sh scripts/gpu/recipe.sh table       # here: benchmarks/results/cuda-<gpu>.{json,md}
+set -eu
+MODELS="three_matmuls conv5x5 dilated_conv two_1x1_convs csrnet_backend"
+ARCH=${ARCH:-sm_90}
+TRIALS=${TRIALS:-16}
+WHEEL_DIR=build/wheels
+onnx_paths() { for m in $MODELS; do printf 'build/models/%s.onnx ' "$m"; done; }
+wheel() { ls $WHEEL_DIR/apache_tvm_ffi-*cp312*.whl; }
+
+case "${1:-}" in
+prepare)
+    mkdir -p build/models
+    for m in $MODELS; do tvm-pet model "$m" "build/models/$m.onnx"; done
+    pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 apache-tvm-ffi==0.1.14.post1 -d $WHEEL_DIR
+    # every verified mutant in place, weights as inputs, TVM's default GPU schedules
+    python scripts/gpu/prepare_cuda.py $(onnx_paths) --out build/gpu --arch $ARCH
+    # the tuning batch: TRIALS MetaSchedule candidates per task that reduces, two shards
+    for s in 0 1; do
+        python scripts/gpu/prepare_cuda.py $(onnx_paths) --out build/gpu --arch $ARCH \
+            --no-e2e --batch-trials $TRIALS --shard $s/2 &
+    done
+    wait
+    python scripts/gpu/pack.py --runtime build/gpu/e2e/* --mutants \
+        --batch build/gpu/batch_0 build/gpu/batch_1 --ffi-wheel "$(wheel)" --out build/gpu_pack \
+        --part-mib 60 ;;
+time1)  # on the GPU machine
+    RUN_CUDA_NAME=cuda-default.json sh scripts/gpu/on_gpu.sh build/gpu_pack "$OUT" ;;
+tuned)
+    python scripts/gpu/commit_cuda.py build/gpu/batch_0=build/gpu_call1/times_batch_0.json \
+        build/gpu/batch_1=build/gpu_call1/times_batch_1.json --arch $ARCH \
+        --summary build/gpu_call1/commit_summary.json
+    python scripts/gpu/prepare_cuda.py $(onnx_paths) --out build/gpu2 --arch $ARCH \
+        --suffix=-tuned --records tuning_logs \
+        --combine build/gpu_call1/times_batch_0.json build/gpu_call1/times_batch_1.json
+    python scripts/gpu/pack.py --runtime build/gpu/e2e/* build/gpu2/e2e/* --mutants \
+        --ffi-wheel "$(wheel)" --out build/gpu_pack2 --part-mib 60 ;;
+time2)  # on the GPU machine
+    RUN_CUDA_NAME=cuda-run.json RUN_CUDA_ARGS="--rounds 20" \
+        sh scripts/gpu/on_gpu.sh build/gpu_pack2 "$OUT"
+    python3 scripts/gpu/torch_eager.py $MODELS --out "$OUT/torch_eager.json" ;;
+table)
+    python benchmarks/cuda_table.py build/gpu_call2 \
+        --commit-summary build/gpu_call1/commit_summary.json ;;
+*)
+    echo "usage: sh scripts/gpu/recipe.sh prepare|time1|tuned|time2|table" >&2; exit 2 ;;
+esac
