@@ -195,33 +195,38 @@ def prepare_batch(tasks: list[Task], target, trials: int, out_dir: str | Path, *
     line = _count_lines(out / STAGING / records.RECORD_FILE)
     start = time.perf_counter()
     for k, task in enumerate(todo):
-        candidates = sample_candidates(task, target, trials, seed)
-        default = default_schedule(task, target)
-        workload = staging.commit_workload(task.mod)
-        traced = [(f"c{i}", c.sch.trace) for i, c in enumerate(candidates)]
-        if default is not None and target.kind.name == "cuda":  # llvm's is the empty trace,
-            traced.append(("dlight", default.trace))             # which top-k passes over
-        args_info = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])
-        lines = []
-        for _, trace in traced:
-            staging.commit_tuning_record(ms.database.TuningRecord(
-                trace, workload, run_secs=None, target=target, args_info=args_info))
-            lines.append(line)
-            line += 1
-        library = f"libs/{task.shash}.so"
-        funcs = _library_functions(candidates, default)
-        runtime, binaries, unbuilt = build_library(funcs, target, out / "kernels")
-        runtime.export_library(str(out / library))
-        batch.append(BatchTask(task.name, str(task.shash), task.weight, library,
-                               tuple(name for name in funcs if name not in unbuilt),
-                               tuple(name for name, _ in traced), tuple(lines),
-                               unbuilt, _arg_specs(task), tuple(b.sha256 for b in binaries)))
+        batch.append(_prepare_task(task, target, trials, seed, staging, line, out))
+        line += len(batch[-1].record_lines)
         _write_batch(out, batch, target, trials, seed)
         elapsed = time.perf_counter() - start
-        say(f"[{k + 1}/{len(todo)}] {task.name}: {len(candidates) - len(unbuilt)} of "
-            f"{len(candidates)} candidates built, "
+        built = len([f for f in batch[-1].functions if f != "dlight"])
+        say(f"[{k + 1}/{len(todo)}] {task.name}: {built} candidates built, "
             f"{elapsed:.0f} s, about {elapsed / (k + 1) * (len(todo) - k - 1):.0f} s left")
     return batch
+
+
+def _prepare_task(task: Task, target, trials: int, seed: int, staging, line: int,
+                  out: Path) -> BatchTask:
+    """Sample one task's candidates, stage their records from line ``line`` on, build them."""
+    candidates = sample_candidates(task, target, trials, seed)
+    default = default_schedule(task, target)
+    workload = staging.commit_workload(task.mod)
+    traced = [(f"c{i}", c.sch.trace) for i, c in enumerate(candidates)]
+    if default is not None and target.kind.name == "cuda":  # llvm's is the empty trace,
+        traced.append(("dlight", default.trace))             # which top-k passes over
+    args_info = ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])
+    for _, trace in traced:
+        staging.commit_tuning_record(ms.database.TuningRecord(
+            trace, workload, run_secs=None, target=target, args_info=args_info))
+    library = f"libs/{task.shash}.so"
+    funcs = _library_functions(candidates, default)
+    runtime, binaries, unbuilt = build_library(funcs, target, out / "kernels")
+    runtime.export_library(str(out / library))
+    return BatchTask(task.name, str(task.shash), task.weight, library,
+                     tuple(name for name in funcs if name not in unbuilt),
+                     tuple(name for name, _ in traced),
+                     tuple(range(line, line + len(traced))),
+                     unbuilt, _arg_specs(task), tuple(b.sha256 for b in binaries))
 
 
 def commit_batch(batch_dir: str | Path, times_path: str | Path, records_dir, target) -> dict:
