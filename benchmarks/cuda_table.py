@@ -14,23 +14,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import pathlib
 import re
 import statistics
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.run import geomean  # noqa: E402
+
 #: What the PET paper reports on a V100 (batch 1) that these rows can stand beside. Its
 #: per-graph Table-3 ratios are not in this repository's sources; its whole-model CSRNet figure
 #: (the back end is CSRNet's dilated part) and its operator-level figure for Ansor are.
 PAPER_V100 = {"csrnet_backend": "whole CSRNet ×2.21"}
 PAPER_NOTE = ("the paper (V100, batch 1): whole CSRNet ×2.21, BERT ×1.40, Inception-v3 ×1.24; "
               "PET + Ansor over Ansor per operator ×1.21 at 1,024 trials")
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def _row(runs: list[dict | None]) -> dict | None:
