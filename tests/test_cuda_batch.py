@@ -30,7 +30,8 @@ from tvm_pet.tune import records  # noqa: E402
 from tvm_pet.tune.cuda import cuda_target, nvcc_arch_flags, nvcc_path  # noqa: E402
 from tvm_pet.tune.targets import resolve_target  # noqa: E402
 from tvm_pet.tune.cuda_batch import (FAILED_RUN_SECS, build_library,  # noqa: E402
-                                     commit_batch, default_schedule, prepare_batch)
+                                     commit_batch, prepare_batch,
+                                     traced_default_schedule)
 
 GPU_SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "gpu"
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
@@ -157,7 +158,7 @@ def test_a_function_that_does_not_build_is_left_out(tmp_path):
     build."""
     module = program_to_module(dilated_chain(layers=1))
     task = [t for t in extract_tasks(module, "llvm") if "conv" in t.name][0]
-    good = default_schedule(task, tvm.target.Target("llvm")).mod["main"]
+    good = traced_default_schedule(task, tvm.target.Target("llvm")).mod["main"]
     broken = good.with_body(tvm.tirx.Evaluate(  # an allreduce outside any thread: no codegen
         tvm.tirx.call_intrin("int32", "tirx.tvm_thread_allreduce")))
     runtime, _, unbuilt = build_library({"ok": good, "bad": broken},

@@ -80,9 +80,9 @@ def combined(model: pathlib.Path, target, times: dict[str, float], say):
     from tvm_pet.cost.analytic import AnalyticCost
     from tvm_pet.onnx import import_model
     from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.relax.cuda_dry_run import mutants_by_part
     from tvm_pet.search.config import SearchConfig
-    from tvm_pet.search.optimizer import Optimizer, operator_subsets
-    from tvm_pet.search.partition import partition, replace_subprogram
+    from tvm_pet.search.partition import replace_subprogram
     from tvm_pet.tune.compile import extract_tasks
     from tvm_pet.verify.interpreter import evaluate
 
@@ -91,19 +91,13 @@ def combined(model: pathlib.Path, target, times: dict[str, float], say):
                    for t in extract_tasks(program_to_module(prog), target))
 
     program = import_model(model)
-    opt = Optimizer(SearchConfig(), AnalyticCost())
     base = cost(program)
-    picks = []
-    for sub in partition(program):
-        best = None
-        for subset in operator_subsets(program, sub, SearchConfig().max_subset):
-            part, mutants = opt.mutants_of(program, subset, sub.name)
-            for mutant, corrected in mutants:
-                gain = base - cost(replace_subprogram(program, part, corrected))
-                if gain > 0 and (best is None or gain > best[0]):
-                    best = (gain, part, mutant, corrected)
-        if best is not None:
-            picks.append(best)
+    best = {}  # subprogram name -> (gain, part, mutant, corrected)
+    for name, part, mutant, corrected in mutants_by_part(program, SearchConfig(), AnalyticCost()):
+        gain = base - cost(replace_subprogram(program, part, corrected))
+        if gain > 0 and (name not in best or gain > best[name][0]):
+            best[name] = (gain, part, mutant, corrected)
+    picks = list(best.values())
     whole, used, applied = program, set(), []
     for pick in sorted(picks, key=lambda p: -min(p[1].nodes)):  # later parts first: the
         if used & set(pick[1].nodes):                            # earlier ones keep their

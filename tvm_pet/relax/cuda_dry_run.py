@@ -89,18 +89,26 @@ def _lowerable(program: Program) -> None:
                                   f"own import, as tvm-pet optimize does") from None
 
 
-def _mutants_in_place(program: Program, config: SearchConfig, cost) -> list[tuple]:
-    """Every verified mutant of every subset, corrected and put in place in the whole program:
-    (subprogram name, mutant, whole program), as ``tvm-pet tune`` lists them."""
+def mutants_by_part(program: Program, config: SearchConfig, cost) -> list[tuple]:
+    """Every verified mutant of every subset, corrected: (subprogram name, the subset's
+    ``Subprogram``, mutant, corrected program), as ``tvm-pet tune`` lists them."""
     from tvm_pet.search.optimizer import Optimizer, operator_subsets
-    from tvm_pet.search.partition import partition, replace_subprogram
+    from tvm_pet.search.partition import partition
     opt = Optimizer(config, cost)
     listed = []
     for sub in partition(program):
         for subset in operator_subsets(program, sub, config.max_subset):
             part, mutants = opt.mutants_of(program, subset, sub.name)
-            listed += [(sub.name, m, replace_subprogram(program, part, c)) for m, c in mutants]
+            listed += [(sub.name, part, m, c) for m, c in mutants]
     return listed
+
+
+def _mutants_in_place(program: Program, config: SearchConfig, cost) -> list[tuple]:
+    """Every verified mutant of every subset, corrected and put in place in the whole program:
+    (subprogram name, mutant, whole program)."""
+    from tvm_pet.search.partition import replace_subprogram
+    return [(name, m, replace_subprogram(program, part, c))
+            for name, part, m, c in mutants_by_part(program, config, cost)]
 
 
 def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str = "sm_90",

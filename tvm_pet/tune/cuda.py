@@ -203,7 +203,7 @@ def default_schedule(target, rules: list | None = None) -> tvm.transform.Pass:
         target: a CUDA target or spec.
         rules: the dlight rules, in order (default: those of TVM's CUDA pipeline).
     """
-    from tvm import s_tir, tirx
+    from tvm import tirx
 
     target = resolve_target(target)
     rules = _pipeline_rules(target) if rules is None else list(rules)
@@ -215,31 +215,53 @@ def default_schedule(target, rules: list | None = None) -> tvm.transform.Pass:
             if not isinstance(func, tirx.PrimFunc) or _is_scheduled(func):
                 continue
             func_target = func.attrs.get("target") if func.attrs is not None else None
-            raised = []
-            for rule in rules:
-                try:
-                    space = rule.apply(func, func_target or target, False)
-                except (AssertionError, ValueError, RuntimeError) as err:  # TVM's builtin errors
-                    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                    warnings.warn(DefaultScheduleFallback(
-                        f"dlight {type(rule).__name__} failed on {gvar.name_hint} "
-                        f"({type(err).__name__}: {first}); trying the next rule"), stacklevel=2)
-                    raised.append(type(rule).__name__)
-                    continue
-                if space is None:
-                    continue
-                sch = space if isinstance(space, s_tir.Schedule) else space[0]
+            sch = schedule_by_rules(func, func_target or target, rules, gvar.name_hint)
+            if sch is not None:
                 updated[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
-                if raised:
-                    warnings.warn(DefaultScheduleFallback(
-                        f"{gvar.name_hint} scheduled by dlight {type(rule).__name__} after "
-                        f"{', '.join(raised)} raised"), stacklevel=2)
-                break
         for gvar, func in updated.items():
             mod[gvar] = func
         return mod
 
     return apply
+
+
+def schedule_by_rules(func, target, rules: list | None = None, name: str = "main"):
+    """Schedule one PrimFunc by the first dlight rule that returns a schedule, as
+    ``default_schedule`` does for each kernel of a module.
+
+    A rule that raises is reported as a ``DefaultScheduleFallback`` warning naming ``name``, and
+    the next rule is tried.
+
+    Args:
+        func: the PrimFunc.
+        target: a CUDA target (``Target``).
+        rules: the dlight rules, in order (default: those of TVM's CUDA pipeline).
+        name: the kernel's name, for the warnings.
+
+    Returns:
+        The traced ``s_tir.Schedule``, or ``None`` when no rule schedules the function.
+    """
+    from tvm import s_tir
+
+    raised = []
+    for rule in _pipeline_rules(target) if rules is None else rules:
+        try:
+            space = rule.apply(func, target, False)
+        except (AssertionError, ValueError, RuntimeError) as err:  # TVM's builtin errors
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            warnings.warn(DefaultScheduleFallback(
+                f"dlight {type(rule).__name__} failed on {name} "
+                f"({type(err).__name__}: {first}); trying the next rule"), stacklevel=3)
+            raised.append(type(rule).__name__)
+            continue
+        if space is None:
+            continue
+        if raised:
+            warnings.warn(DefaultScheduleFallback(
+                f"{name} scheduled by dlight {type(rule).__name__} after "
+                f"{', '.join(raised)} raised"), stacklevel=3)
+        return space if isinstance(space, s_tir.Schedule) else space[0]
+    return None
 
 
 def with_default_schedule(passes: list, target) -> list:

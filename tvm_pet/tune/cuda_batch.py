@@ -82,21 +82,15 @@ def sample_candidates(task: Task, target, trials: int, seed: int = 0) -> list:
     return list(candidates)[:trials]
 
 
-def default_schedule(task: Task, target):
+def traced_default_schedule(task: Task, target):
     """TVM's default schedule of a task as a traced ``Schedule``: on CUDA, the first dlight rule
-    of TVM's pipeline that schedules it (``None`` when none does); on llvm, the kernel as it is.
+    of TVM's pipeline that schedules it (``cuda.schedule_by_rules``; ``None`` when none does);
+    on llvm, the kernel as it is.
     """
-    from tvm_pet.tune.cuda import _pipeline_rules
+    from tvm_pet.tune.cuda import schedule_by_rules
     if target.kind.name != "cuda":
         return tvm.s_tir.Schedule(task.mod)
-    for rule in _pipeline_rules(target):
-        try:
-            space = rule.apply(task.mod["main"], target, False)
-        except (AssertionError, ValueError, RuntimeError):  # the rule does not apply
-            continue
-        if space is not None:
-            return space if isinstance(space, tvm.s_tir.Schedule) else space[0]
-    return None
+    return schedule_by_rules(task.mod["main"], target, name=task.name)
 
 
 def _library_functions(candidates: list, default) -> dict:
@@ -192,7 +186,7 @@ def prepare_batch(tasks: list[Task], target, trials: int, out_dir: str | Path, *
     todo = list({str(t.shash): t for t in tasks if str(t.shash) not in done}.values())
     staging = ms.database.JSONDatabase(work_dir=str(out / STAGING),
                                        module_equality=records.MODULE_EQUALITY)
-    line = _count_lines(out / STAGING / records.RECORD_FILE)
+    line = records._count_lines(out / STAGING / records.RECORD_FILE)
     start = time.perf_counter()
     for k, task in enumerate(todo):
         batch.append(_prepare_task(task, target, trials, seed, staging, line, out))
@@ -209,7 +203,7 @@ def _prepare_task(task: Task, target, trials: int, seed: int, staging, line: int
                   out: Path) -> BatchTask:
     """Sample one task's candidates, stage their records from line ``line`` on, build them."""
     candidates = sample_candidates(task, target, trials, seed)
-    default = default_schedule(task, target)
+    default = traced_default_schedule(task, target)
     workload = staging.commit_workload(task.mod)
     traced = [(f"c{i}", c.sch.trace) for i, c in enumerate(candidates)]
     if default is not None and target.kind.name == "cuda":  # llvm's is the empty trace,
@@ -249,11 +243,11 @@ def commit_batch(batch_dir: str | Path, times_path: str | Path, records_dir, tar
     lines = (out / STAGING / records.RECORD_FILE).read_text().splitlines()
     summary = {}
     timed = [t for t in _read_batch(out) if t.shash in times]
-    with records.pending_database(records_dir, target, [_workload_mod(workloads, lines, t)
-                                                        for t in timed]) as database:
+    mods = {t.shash: _workload_mod(workloads, lines, t) for t in timed}
+    with records.pending_database(records_dir, target, list(mods.values())) as database:
         for task in timed:
             measured = times[task.shash]
-            workload = database.commit_workload(_workload_mod(workloads, lines, task))
+            workload = database.commit_workload(mods[task.shash])
             secs = []
             for name, index in zip(task.candidates, task.record_lines):
                 record = json.loads(lines[index])[1]
@@ -275,10 +269,6 @@ def _workload_mod(workloads: list[str], lines: list[str], task: BatchTask) -> tv
     if index is None:
         raise PetError(f"task {task.name} of the batch has no candidates")
     return ms.database.Workload.from_json(json.loads(workloads[index])).mod
-
-
-def _count_lines(path: Path) -> int:
-    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
 
 
 def _read_batch(out: Path) -> list[BatchTask]:
