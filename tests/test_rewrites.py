@@ -123,3 +123,35 @@ def test_a_failure_of_convert_layout_is_a_model_error_at_load(monkeypatch):
     with pytest.raises(ModelError, match="TVM's ConvertLayout to NHWC failed: InternalError"):
         load(build_model("conv5x5"), layout="NHWC")
     assert load(build_model("conv5x5")).rewrites  # NCHW: nothing to convert, loads
+
+
+@pytest.mark.parametrize("rank", [4, 5])
+def test_a_pad_between_convolutions_is_padded_channels_last_in_nhwc(rank):
+    """ConvertLayout has no layout for nn.pad and leaves it between two transposes; the lowering
+    pads the channels-last tensor itself, and the outputs are the same."""
+    from tvm_pet.relax.rewrites import convert_layout
+
+    conv = relax.op.nn.conv2d if rank == 4 else relax.op.nn.conv3d
+    spatial = [9, 8] if rank == 4 else [5, 6, 4]
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 8] + spatial, "float32"))
+    w = relax.Var("w", relax.TensorType([8, 8] + [3] * (rank - 2), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.nn.relu(conv(x, w, padding=[1] * (2 * rank - 4))))
+            widths = [0, 0, 0, 0] + [2, 1] * (rank - 2)  # per axis, before and after
+            b = bb.emit(relax.op.nn.pad(a, widths))
+            out = bb.emit_output(relax.op.nn.relu(conv(b, w, dilation=[2] * (rank - 2))))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    converted = convert_layout(mod, "NHWC")
+    pads = [b.value for block in converted["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.pad"]
+    assert len(pads) == 1
+    assert [int(d) for d in pads[0].args[0].ty.shape] == [1] + spatial + [8]
+    assert [int(v) for v in pads[0].attrs.pad_width] == [0, 0] + [2, 1] * (rank - 2) + [0, 0]
+    assert _ops(converted)["relax.permute_dims"] == 3  # input, weight, output: none at the pad
+    x = _inputs(mod)
+    want = _outputs(mod, x)[0]
+    np.testing.assert_allclose(_outputs(converted, x)[0], want, rtol=1e-5,
+                               atol=1e-5 * np.abs(want).max())

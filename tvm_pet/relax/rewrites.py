@@ -27,6 +27,12 @@ only the model's inputs and outputs are transposed. PET cannot lift a channels-l
 so :func:`convert_layout` runs *after* PET, when a program is lowered
 (:class:`~tvm_pet.relax.frontends.ModuleLowering`): the baseline and every candidate are built,
 tuned and costed in the same layout.
+
+``ConvertLayout`` knows no layout for ``nn.pad`` (TVM 0.27 registers none), so it leaves a pad in
+the imported layout between two transposes: ``permute_dims`` back to NCHW, ``nn.pad``,
+``permute_dims`` to NHWC, a kernel of its own in front of every ``Pad -> Conv`` mutant's
+convolution. :func:`convert_layout` then pads the channels-last tensor itself
+(:func:`pads_in_place`), with the pad widths permuted, so the pad fuses as it does in NCHW.
 """
 from __future__ import annotations
 
@@ -73,7 +79,43 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
     if not LAYOUTS[layout]:
         return mod
     return tvm.transform.Sequential([relax.transform.ConvertLayout(LAYOUTS[layout]),
-                                     _sequence(CLEAN_UP)])(mod)
+                                     pads_in_place, _sequence(CLEAN_UP)])(mod)
+
+
+@tvm.transform.module_pass(opt_level=0, name="PadsInPlace")
+def pads_in_place(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Rewrite ``permute_dims(nn.pad(permute_dims(x, p), widths), q)``, where ``q`` undoes
+    ``p``, to ``nn.pad(x, widths')`` with each axis of ``x`` padded as its image under ``p``
+    was: the transposes ``ConvertLayout`` leaves around a pad it has no layout for."""
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    inner = is_op("relax.permute_dims")(wildcard())
+    pad = is_op("relax.nn.pad")(inner)
+    outer = is_op("relax.permute_dims")(pad)
+
+    def rewriter(expr, matches):
+        axes_p = _axes(matches[inner])
+        axes_q = _axes(expr)
+        if axes_p is None or axes_q is None or [axes_p[q] for q in axes_q] != list(
+                range(len(axes_p))):
+            return expr
+        attrs = matches[pad].attrs
+        widths = [int(w) for w in attrs.pad_width]
+        moved = [w for q in axes_q for w in widths[2 * q:2 * q + 2]]
+        return relax.op.nn.pad(matches[inner].args[0], moved, attrs.pad_mode,
+                               float(attrs.pad_value))
+
+    updated = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            updated[gvar] = rewrite_call(outer, rewriter, func)
+    return updated
+
+
+def _axes(call: relax.Call) -> list[int] | None:
+    """The axes of a ``permute_dims`` call (None: reversed, the default)."""
+    axes = call.attrs.axes
+    return None if axes is None else [int(a) for a in axes]
 
 
 def _sequence(names: tuple[str, ...]) -> tvm.transform.Pass:
