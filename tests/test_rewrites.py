@@ -155,3 +155,17 @@ def test_a_pad_between_convolutions_is_padded_channels_last_in_nhwc(rank):
     want = _outputs(mod, x)[0]
     np.testing.assert_allclose(_outputs(converted, x)[0], want, rtol=1e-5,
                                atol=1e-5 * np.abs(want).max())
+
+
+def test_the_weights_transposes_folded_with_numpy_are_what_fold_constant_gives():
+    """convert_layout folds ConvertLayout's weight transposes with numpy (FoldConstant compiles
+    a kernel for each); the module is the one FoldConstant gives."""
+    from tvm_pet.relax import rewrites
+
+    mod = from_onnx(build_model("csrnet_backend"), keep_params_in_input=False)
+    by_tvm = tvm.transform.Sequential([relax.transform.ConvertLayout(rewrites.LAYOUTS["NHWC"]),
+                                       rewrites.pads_in_place,
+                                       rewrites._sequence(rewrites.CLEAN_UP)])(mod)
+    converted = rewrites.convert_layout(mod, "NHWC")
+    assert _ops(converted)["relax.permute_dims"] == 2  # the input and the output
+    tvm.ir.assert_structural_equal(converted, by_tvm)

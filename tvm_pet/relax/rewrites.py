@@ -33,9 +33,13 @@ the imported layout between two transposes: ``permute_dims`` back to NCHW, ``nn.
 ``permute_dims`` to NHWC, a kernel of its own in front of every ``Pad -> Conv`` mutant's
 convolution. :func:`convert_layout` then pads the channels-last tensor itself
 (:func:`pads_in_place`), with the pad widths permuted, so the pad fuses as it does in NCHW.
+The weights' transposes are folded with numpy (:func:`weights_in_place`): ``FoldConstant`` would
+compile a kernel for each, about 0.1 s a weight, paid again for every candidate and region the
+search lowers.
 """
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -79,7 +83,21 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
     if not LAYOUTS[layout]:
         return mod
     return tvm.transform.Sequential([relax.transform.ConvertLayout(LAYOUTS[layout]),
-                                     pads_in_place, _sequence(CLEAN_UP)])(mod)
+                                     pads_in_place, weights_in_place,
+                                     _sequence(CLEAN_UP)])(mod)
+
+
+@tvm.transform.module_pass(opt_level=0, name="WeightsInPlace")
+def weights_in_place(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Fold each ``permute_dims`` of a constant (a weight ``ConvertLayout`` transposed) into a
+    constant, with numpy."""
+    from tvm.relax.dpl import is_const, is_op
+
+    def rewriter(expr, _matches):
+        value = expr.args[0].value.numpy()
+        return relax.const(np.ascontiguousarray(np.transpose(value, _axes(expr))), value.dtype)
+
+    return _rewrite_calls(mod, is_op("relax.permute_dims")(is_const()), rewriter)
 
 
 @tvm.transform.module_pass(opt_level=0, name="PadsInPlace")
@@ -87,7 +105,7 @@ def pads_in_place(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """Rewrite ``permute_dims(nn.pad(permute_dims(x, p), widths), q)``, where ``q`` undoes
     ``p``, to ``nn.pad(x, widths')`` with each axis of ``x`` padded as its image under ``p``
     was: the transposes ``ConvertLayout`` leaves around a pad it has no layout for."""
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, wildcard
 
     inner = is_op("relax.permute_dims")(wildcard())
     pad = is_op("relax.nn.pad")(inner)
@@ -105,10 +123,17 @@ def pads_in_place(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return relax.op.nn.pad(matches[inner].args[0], moved, attrs.pad_mode,
                                float(attrs.pad_value))
 
+    return _rewrite_calls(mod, outer, rewriter)
+
+
+def _rewrite_calls(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
+    """``mod`` with ``rewrite_call(pattern, rewriter, ...)`` run on each Relax function."""
+    from tvm.relax.dpl import rewrite_call
+
     updated = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
     for gvar, func in mod.functions.items():
         if isinstance(func, relax.Function):
-            updated[gvar] = rewrite_call(outer, rewriter, func)
+            updated[gvar] = rewrite_call(pattern, rewriter, func)
     return updated
 
 
