@@ -93,11 +93,13 @@ def weights_in_place(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     constant, with numpy."""
     from tvm.relax.dpl import is_const, is_op
 
-    def rewriter(expr, _matches):
-        value = expr.args[0].value.numpy()
+    weight = is_const()
+
+    def rewriter(expr, matches):  # the argument may be a variable bound to the constant
+        value = matches[weight].value.numpy()
         return relax.const(np.ascontiguousarray(np.transpose(value, _axes(expr))), value.dtype)
 
-    return _rewrite_calls(mod, is_op("relax.permute_dims")(is_const()), rewriter)
+    return _rewrite_calls(mod, is_op("relax.permute_dims")(weight), rewriter)
 
 
 @tvm.transform.module_pass(opt_level=0, name="PadsInPlace")
