@@ -125,12 +125,9 @@ def test_a_failure_of_convert_layout_is_a_model_error_at_load(monkeypatch):
     assert load(build_model("conv5x5")).rewrites  # NCHW: nothing to convert, loads
 
 
-@pytest.mark.parametrize("rank", [4, 5])
-def test_a_pad_between_convolutions_is_padded_channels_last_in_nhwc(rank):
-    """ConvertLayout has no layout for nn.pad and leaves it between two transposes; the lowering
-    pads the channels-last tensor itself, and the outputs are the same."""
-    from tvm_pet.relax.rewrites import convert_layout
-
+def _pad_between_convs(rank: int, pad: bool) -> tvm.IRModule:
+    """conv, ReLU, then a dilated conv: padded by its own padding, or (``pad``) behind an
+    explicit pad, as a ``Pad -> Conv`` mutant has it."""
     conv = relax.op.nn.conv2d if rank == 4 else relax.op.nn.conv3d
     spatial = [9, 8] if rank == 4 else [5, 6, 4]
     bb = relax.BlockBuilder()
@@ -139,20 +136,36 @@ def test_a_pad_between_convolutions_is_padded_channels_last_in_nhwc(rank):
     with bb.function("main", [x, w]):
         with bb.dataflow():
             a = bb.emit(relax.op.nn.relu(conv(x, w, padding=[1] * (2 * rank - 4))))
-            widths = [0, 0, 0, 0] + [2, 1] * (rank - 2)  # per axis, before and after
-            b = bb.emit(relax.op.nn.pad(a, widths))
-            out = bb.emit_output(relax.op.nn.relu(conv(b, w, dilation=[2] * (rank - 2))))
+            if pad:
+                a = bb.emit(relax.op.nn.pad(a, [0, 0, 0, 0] + [2, 2] * (rank - 2)))
+            own = [0 if pad else 2] * (2 * rank - 4)
+            out = bb.emit_output(relax.op.nn.relu(conv(a, w, padding=own,
+                                                       dilation=[2] * (rank - 2))))
         bb.emit_func_output(out)
-    mod = bb.get()
-    converted = convert_layout(mod, "NHWC")
-    pads = [b.value for block in converted["main"].body.blocks for b in block.bindings
-            if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.pad"]
-    assert len(pads) == 1
-    assert [int(d) for d in pads[0].args[0].ty.shape] == [1] + spatial + [8]
-    assert [int(v) for v in pads[0].attrs.pad_width] == [0, 0] + [2, 1] * (rank - 2) + [0, 0]
-    assert _ops(converted)["relax.permute_dims"] == 3  # input, weight, output: none at the pad
-    x = _inputs(mod)
-    want = _outputs(mod, x)[0]
+    return bb.get()
+
+
+@pytest.mark.parametrize("rank", [4, 5])
+def test_a_mutants_pad_stays_its_own_kernel_in_nhwc_and_the_conv_before_keeps_its_task(rank):
+    """ConvertLayout has no layout for nn.pad and leaves it between two transposes, which fuse
+    into a copy kernel of their own; the conv before it stays the task the model without the
+    pad has (so the original's records serve it), and the outputs are equal."""
+    from tvm_pet.relax.rewrites import convert_layout
+    from tvm_pet.tune.compile import extract_tasks
+
+    mutant, original = _pad_between_convs(rank, True), _pad_between_convs(rank, False)
+    converted = convert_layout(mutant, "NHWC")
+    assert _ops(converted)["relax.nn.pad"] == 1
+    plain = convert_layout(original, "NHWC")
+    assert _ops(converted)["relax.permute_dims"] == _ops(plain)["relax.permute_dims"] + 2
+    tasks = {t.name: t.shash for t in extract_tasks(converted, "llvm")}
+    pads = [name for name in tasks if "pad" in name]
+    assert pads and all("conv" not in name for name in pads), tasks
+    before = {t.shash for t in extract_tasks(plain, "llvm")}
+    producer = [h for name, h in tasks.items() if "conv" in name and h in before]
+    assert producer, (tasks, before)  # the first conv + ReLU: the original's task
+    x = _inputs(mutant)
+    want = _outputs(original, x)[0]
     np.testing.assert_allclose(_outputs(converted, x)[0], want, rtol=1e-5,
                                atol=1e-5 * np.abs(want).max())
 
@@ -166,7 +179,6 @@ def test_the_weights_transposes_folded_with_numpy_are_what_fold_constant_gives(n
 
     mod = _rewritten(build_model(name))[1]
     by_tvm = tvm.transform.Sequential([relax.transform.ConvertLayout(rewrites.LAYOUTS["NHWC"]),
-                                       rewrites.pads_in_place,
                                        rewrites._sequence(rewrites.CLEAN_UP)])(mod)
     converted = rewrites.convert_layout(mod, "NHWC")
     assert _ops(converted)["relax.permute_dims"] == 2  # the input and the output

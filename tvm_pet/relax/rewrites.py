@@ -28,11 +28,12 @@ so :func:`convert_layout` runs *after* PET, when a program is lowered
 (:class:`~tvm_pet.relax.frontends.ModuleLowering`): the baseline and every candidate are built,
 tuned and costed in the same layout.
 
-``ConvertLayout`` knows no layout for ``nn.pad`` (TVM 0.27 registers none), so it leaves a pad in
-the imported layout between two transposes: ``permute_dims`` back to NCHW, ``nn.pad``,
-``permute_dims`` to NHWC, a kernel of its own in front of every ``Pad -> Conv`` mutant's
-convolution. :func:`convert_layout` then pads the channels-last tensor itself
-(:func:`pads_in_place`), with the pad widths permuted, so the pad fuses as it does in NCHW.
+``ConvertLayout`` knows no layout for ``nn.pad`` (TVM 0.27 registers none), so a ``Pad -> Conv``
+mutant's pad stays in the imported layout between two transposes, and the three fuse into one
+copy kernel of their own. Padding the channels-last tensor in place instead (a pattern rewrite
+after ``ConvertLayout``, tried on 2026-11-26) measured no better on the CSRNet back end's three
+tuning draws (PET / TVM x1.12, x1 and x1.08, against x1.51, x1 and x1.07 with the transposes),
+and the shipped NHWC records hold the transposed form's kernels, so the pass stays as TVM has it.
 The weights' transposes are folded with numpy (:func:`weights_in_place`): ``FoldConstant`` would
 compile a kernel for each, about 0.1 s a weight, paid again for every candidate and region the
 search lowers.
@@ -83,7 +84,7 @@ def convert_layout(mod: tvm.IRModule, layout: str) -> tvm.IRModule:
     if not LAYOUTS[layout]:
         return mod
     return tvm.transform.Sequential([relax.transform.ConvertLayout(LAYOUTS[layout]),
-                                     pads_in_place, weights_in_place,
+                                     weights_in_place,
                                      _sequence(CLEAN_UP)])(mod)
 
 
@@ -100,32 +101,6 @@ def weights_in_place(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         return relax.const(np.ascontiguousarray(np.transpose(value, _axes(expr))), value.dtype)
 
     return _rewrite_calls(mod, is_op("relax.permute_dims")(weight), rewriter)
-
-
-@tvm.transform.module_pass(opt_level=0, name="PadsInPlace")
-def pads_in_place(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """Rewrite ``permute_dims(nn.pad(permute_dims(x, p), widths), q)``, where ``q`` undoes
-    ``p``, to ``nn.pad(x, widths')`` with each axis of ``x`` padded as its image under ``p``
-    was: the transposes ``ConvertLayout`` leaves around a pad it has no layout for."""
-    from tvm.relax.dpl import is_op, wildcard
-
-    inner = is_op("relax.permute_dims")(wildcard())
-    pad = is_op("relax.nn.pad")(inner)
-    outer = is_op("relax.permute_dims")(pad)
-
-    def rewriter(expr, matches):
-        axes_p = _axes(matches[inner])
-        axes_q = _axes(expr)
-        if axes_p is None or axes_q is None or [axes_p[q] for q in axes_q] != list(
-                range(len(axes_p))):
-            return expr
-        attrs = matches[pad].attrs
-        widths = [int(w) for w in attrs.pad_width]
-        moved = [w for q in axes_q for w in widths[2 * q:2 * q + 2]]
-        return relax.op.nn.pad(matches[inner].args[0], moved, attrs.pad_mode,
-                               float(attrs.pad_value))
-
-    return _rewrite_calls(mod, outer, rewriter)
 
 
 def _rewrite_calls(mod: tvm.IRModule, pattern, rewriter) -> tvm.IRModule:
