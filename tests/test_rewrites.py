@@ -170,14 +170,16 @@ def test_a_mutants_pad_stays_its_own_kernel_in_nhwc_and_the_conv_before_keeps_it
                                atol=1e-5 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("name", ["csrnet_backend", "resnet18"])
+@pytest.mark.parametrize("name", ["csrnet_backend", "resnet18", "resnet3d_18"])
 def test_the_weights_transposes_folded_with_numpy_are_what_fold_constant_gives(name):
     """convert_layout folds ConvertLayout's weight transposes with numpy (FoldConstant compiles
-    a kernel for each); the module is the one FoldConstant gives. After TVM's rewrites some
-    weights are variables bound to constants (ResNet-18's folded batch norms)."""
+    a kernel for each) and runs no FoldConstant after; the module is the one FoldConstant gives.
+    After TVM's rewrites some weights are variables bound to constants (ResNet-18's folded batch
+    norms)."""
     from tvm_pet.relax import rewrites
 
-    mod = _rewritten(build_model(name))[1]
+    small = {"resnet3d_18": {"batch": 1, "frames": 8, "image": 16}}.get(name, {})
+    mod = _rewritten(build_model(name, **small))[1]
     by_tvm = tvm.transform.Sequential([relax.transform.ConvertLayout(rewrites.LAYOUTS["NHWC"]),
                                        rewrites._sequence(rewrites.CLEAN_UP)])(mod)
     converted = rewrites.convert_layout(mod, "NHWC")
