@@ -161,3 +161,18 @@ def test_optimize_in_nhwc_builds_both_sides_channels_last_and_checks_every_candi
     assert report["max_abs_err_vs_onnxruntime"] < 1e-4
     assert 'data_layout="NHWC"' in (out / "optimized.py").read_text()
     _libraries_match_onnxruntime(model, out, seed=7)
+
+
+def test_layout_hint_on_a_cpu_convnet_built_channels_first(optimized):
+    from tvm_pet.cli import _layout_hint
+    _, out = optimized
+    report = json.loads((out / "report.json").read_text())
+    assert "Conv" in report["coverage"]["lifted"]
+    hint = _layout_hint("NCHW", report["target"], report["coverage"])
+    assert hint is not None and "--layout NHWC" in hint
+    assert _layout_hint("NHWC", report["target"], report["coverage"]) is None
+    assert _layout_hint("NCHW", "llvm -mcpu=haswell", report["coverage"]) == hint
+    assert _layout_hint("NCHW", "cuda -arch=sm_90", report["coverage"]) is None
+    assert _layout_hint("NCHW", '{"kind":"cuda","arch":"sm_90"}', report["coverage"]) is None
+    no_convs = {**report["coverage"], "lifted": {"MatMul": 3, "Add": 1}}
+    assert _layout_hint("NCHW", report["target"], no_convs) is None
