@@ -198,9 +198,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     for a in report.applied:
         print(f"  applied {' -> '.join(a.mutant_ops)} on {a.subprogram}"
               + (f" ({a.corrected_boxes} boxes corrected)" if a.partially_equivalent else ""))
-    _print_trust(report)
-    if hint := _layout_hint(args.layout, report.target, report.to_json()["coverage"]):
-        print(f"  {hint}")
+    _print_trust(report, args)
     onnx_file = "" if _onnx_missing(report) else "optimized.onnx, "
     print(f"  wrote {args.out}/report.json, optimized.so, baseline.so, {onnx_file}optimized.py")
     return 0
@@ -216,9 +214,9 @@ def _by_process(look) -> str:
 
 def _layout_hint(layout: str, target: str, coverage: dict | None) -> str | None:
     """The line pointing a CPU model with convolutions, built channels-first, at ``--layout
-    NHWC``: TVM's own layout change, on both sides, which PET's ratio does not show."""
-    kind = json.loads(target).get("kind") if target.startswith("{") else target.split()[0]
-    if layout != "NCHW" or kind != "llvm" or not coverage:
+    NHWC``: TVM's own layout change, on both sides, which PET's ratio does not show. ``target``
+    is ``--target`` as given (``llvm``, ``llvm -mcpu=haswell``, ``cuda``)."""
+    if layout != "NCHW" or target.split()[0] != "llvm" or not coverage:
         return None
     if "Conv" not in coverage.get("lifted", {}):
         return None
@@ -230,8 +228,9 @@ def _onnx_missing(report) -> bool:
     return (report.optimized_onnx or "").startswith("not written")
 
 
-def _print_trust(report) -> None:
-    """The lines that say what the figures stand on: import, coverage, kernels, timing budget."""
+def _print_trust(report, args: argparse.Namespace) -> None:
+    """The lines that say what the figures stand on: import, coverage, kernels, timing budget,
+    and the layout they were built in."""
     facts = report.to_json()
     source, cov = facts["source"], facts["coverage"]
     rewrites = ", ".join(facts["tvm_rewrites"]) or "none (--no-tvm-rewrites)"
@@ -276,6 +275,8 @@ def _print_trust(report) -> None:
           + "".join(f"; {n}" for n in c.notes))
     if _onnx_missing(report):
         print(f"  optimized.onnx {report.optimized_onnx}")
+    if hint := _layout_hint(args.layout, args.target, cov):
+        print(f"  {hint}")
     print(f"  total {report.total_time_s:.1f} s")
 
 
