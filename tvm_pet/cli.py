@@ -156,7 +156,8 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
     if args.target != "cuda":
         raise PetError("--dry-run is for --target cuda (it builds for a GPU without running)")
     report = dry_run(args.model, args.out, _search_config(args), arch=args.arch,
-                     records_dir=args.records, trials=args.trials or 0, progress=print)
+                     records_dir=args.records, trials=args.trials or 0,
+                     rewrites=not args.no_tvm_rewrites, progress=print)
     failed = [v for v in report.variants if v.error]
     print(f"dry run for {report.arch}: {len(report.variants) - len(failed)} of "
           f"{len(report.variants)} builds compiled by nvcc ({report.distinct_binaries} distinct "

@@ -7,8 +7,9 @@ stage that needs none and stops where a kernel must run:
 2. plan: the records under ``tuning_logs/cuda-<arch>/`` (how many), and the tuning tasks of the
    original (what ``--trials N`` would tune on a GPU);
 3. search with the analytic cost model (the measured one times untuned kernels on the GPU);
-4. build for the target, with TVM's default GPU schedules (dlight) for kernels without records:
-   the original, every verified mutant put in place with its corrections, and the search's best
+4. build for the target, with TVM's default GPU schedules (dlight) for kernels without records,
+   after TVM's own graph rewrites (:func:`cuda_module`; on both sides, as on the CPU): the
+   original, every verified mutant put in place with its corrections, and the search's best
    program and runners-up; nvcc compiles each build's device code for ``arch``
    (:func:`tvm_pet.tune.cuda.compile_device_code`);
 5. write the artifacts for ``scripts/gpu/run_cuda.py``: ``builds/<name>.so`` (the original and
@@ -72,6 +73,7 @@ class DryRun:
     distinct_binaries: int
     seconds: float
     gpu_work: tuple[str, ...]
+    tvm_rewrites: tuple[str, ...] = ()  # TVM's graph rewrites every build had (both sides)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -114,7 +116,7 @@ def _mutants_in_place(program: Program, config: SearchConfig, cost) -> list[tupl
 def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str = "sm_90",
             records_dir: str | None = None, trials: int = 0, seed: int = 0,
             max_mutants: int | None = None, libraries: str = "search",
-            weights: str = "embedded", progress=None) -> DryRun:
+            weights: str = "embedded", rewrites: bool = True, progress=None) -> DryRun:
     """Run the CUDA flow without a GPU, up to the point where a kernel must run.
 
     Args:
@@ -136,6 +138,8 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
             libraries are then small, and ``manifest.json`` lists the weights' names and shapes
             (``params``) for the GPU machine to fill: every build reads the same weights, so the
             builds still compute the same function.
+        rewrites: run TVM's own graph rewrites on every build, original and mutants alike
+            (:func:`cuda_module`), as the CPU flow does (``--no-tvm-rewrites`` turns them off).
         progress: a callable taking one line of progress, or ``None``.
 
     Returns:
@@ -153,33 +157,37 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
     out = _check_and_make_folders(out_dir, libraries, weights)
     program = import_model(model)
     _lowerable(program)
-    target, records, n_records, tasks = _target_and_tasks(program, arch, records_dir, say)
+    target, records, n_records, tasks = _target_and_tasks(program, arch, records_dir, rewrites,
+                                                          say)
     cost = AnalyticCost()
     result = optimize(program, config, cost)
     say(f"search (analytic cost): {len(result.applied)} mutants applied, stopped: "
         f"{result.stop.value}")
     listed = _mutants_in_place(program, config, cost)
     chosen = listed if max_mutants is None else listed[:max_mutants]
-    variants = [_build_variant(entry, target, records, out, libraries, weights, say)
-                for entry in _to_build(program, chosen, result)]
+    variants = [_build_variant(entry, target, records, out, libraries, (weights, rewrites), say)
+                if weights == "embedded" or _same_weights(program, entry[-1])
+                else _not_built(entry, say) for entry in _to_build(program, chosen, result)]
     if variants[0].error is not None:
         raise PetError(f"the original model does not build for {arch}: {variants[0].error}")
-    _write_inputs_and_manifest(out, model, program, arch, target, variants, seed, weights)
+    _write_inputs_and_manifest(out, model, program, arch, target, variants, seed, weights,
+                               rewrites)
     distinct = len({key for v in variants for key in v.binaries})
     gpu_work = _gpu_work(len(tasks), trials, target, variants)
     report = DryRun(str(model), str(target), arch, str(records), n_records, len(tasks),
                     cost.name, result.stop.value, tuple(variants), len(listed), len(chosen),
-                    distinct, time.perf_counter() - start, gpu_work)
+                    distinct, time.perf_counter() - start, gpu_work,
+                    _rewrites_run(rewrites))
     atomic_write(out / "dry_run.json", json.dumps(report.to_json(), indent=2) + "\n")
     return report
 
 
-__all__ = ["BuiltVariant", "DryRun", "dry_run", "MANIFEST_VERSION"]
+__all__ = ["BuiltVariant", "DryRun", "cuda_module", "dry_run", "MANIFEST_VERSION",
+           "weights_as_inputs"]
 
 
-def _target_and_tasks(program, arch: str, records_dir, say) -> tuple:
+def _target_and_tasks(program, arch: str, records_dir, rewrites: bool, say) -> tuple:
     """(the CUDA target, its records folder, how many records it holds, the original's tasks)."""
-    from tvm_pet.relax.adapter import program_to_module
     from tvm_pet.tune.compile import extract_tasks
     from tvm_pet.tune.cuda import cuda_target
     from tvm_pet.tune.records import count_records, default_records_dir
@@ -187,7 +195,7 @@ def _target_and_tasks(program, arch: str, records_dir, say) -> tuple:
     target = cuda_target(arch)
     records = records_dir or default_records_dir(target)
     n_records = count_records(records, target) if pathlib.Path(records).exists() else 0
-    tasks = extract_tasks(program_to_module(program), target)
+    tasks = extract_tasks(cuda_module(program, rewrites=rewrites), target)
     say(f"target {target_dir(target)}: {n_records} tuning records in {records}, "
         f"{len(tasks)} tuning tasks in the original")
     return target, records, n_records, tasks
@@ -224,9 +232,47 @@ def _to_build(program, chosen, result) -> list[tuple]:
     return todo
 
 
-def weights_as_inputs(program: Program):
+def _rewrites_run(rewrites: bool) -> tuple[str, ...]:
+    from tvm_pet.relax.rewrites import REWRITES
+    return REWRITES if rewrites else ()
+
+
+def cuda_module(program: Program, weights: str = "embedded", rewrites: bool = True):
+    """The ``tvm.IRModule`` a CUDA build of ``program`` starts from: tvm_pet's lowering, then TVM's
+    own graph rewrites (:func:`~tvm_pet.relax.rewrites.tvm_rewrites`: ``CombineParallelMatmul``
+    and the others, the baseline the CPU flow also gives both sides) unless ``rewrites`` is off;
+    with ``weights="inputs"``, as :func:`weights_as_inputs`. Tuning tasks are extracted from the
+    same module, so that a combined matmul is a task of its own."""
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.relax.rewrites import tvm_rewrites
+    if weights == "inputs":
+        return weights_as_inputs(program, rewrites)
+    module = program_to_module(program)
+    return tvm_rewrites(module) if rewrites else module
+
+
+def _same_weights(a: Program, b: Program) -> bool:
+    """Whether two programs read the same weights (names and shapes)."""
+    return ({n: w.shape for n, w in a.weights.items()}
+            == {n: w.shape for n, w in b.weights.items()})
+
+
+def _not_built(entry: tuple, say) -> "BuiltVariant":
+    """A build left out with the weights as inputs: the program reads other weights than the
+    original (the search's post-optimizations fold a reshape into a new weight), and the GPU
+    machine feeds every build the original's."""
+    name, kind, sub, ops, partial, _ = entry
+    why = ("its weights are not the original's (folded by the search's post-optimizations); "
+           "with the weights as inputs every build must read the original's")
+    say(f"left out {name}: {why}")
+    return BuiltVariant(name, kind, sub, ops, partial, "", 0, (), 0, 0, 0.0, 0.0, (), why)
+
+
+def weights_as_inputs(program: Program, rewrites: bool = False):
     """A module whose ``main`` takes the program's inputs, then its weights (sorted by name), with
-    what it computes from the weights alone lifted into ``main_transform_params``.
+    what it computes from the weights alone lifted into ``main_transform_params``; with
+    ``rewrites``, TVM's graph rewrites run before the lifting (a combined matmul's concatenated
+    weights are then lifted too).
 
     ``main`` then takes the inputs followed by the outputs of ``main_transform_params``.
     Returns a ``tvm.IRModule``.
@@ -235,25 +281,28 @@ def weights_as_inputs(program: Program):
 
     from tvm_pet.ir.node import TensorSpec
     from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.relax.rewrites import tvm_rewrites
     names = sorted(program.weights)
     as_inputs = Program(tuple(program.inputs)
                         + tuple(TensorSpec(n, program.weights[n].shape) for n in names),
                         {}, program.nodes, program.outputs, program.name)
     module = program_to_module(as_inputs)
     module["main"] = module["main"].with_attr("num_input", len(program.inputs))
+    if rewrites:
+        module = tvm_rewrites(module)
     return relax.transform.LiftTransformParams()(module)
 
 
 def _build_variant(entry: tuple, target, records: str, out: pathlib.Path, libraries: str,
-                   weights: str, say) -> "BuiltVariant":
+                   form: tuple[str, bool], say) -> "BuiltVariant":
     """Build one program for the GPU, compile its device code with nvcc, export its library
-    (for the original and the search's programs, or all with ``libraries="all"``)."""
-    from tvm_pet.relax.adapter import program_to_module
+    (for the original and the search's programs, or all with ``libraries="all"``). ``form``:
+    ``(weights, rewrites)`` of :func:`cuda_module`."""
     from tvm_pet.tune.compile import apply_records, build_with_records
     from tvm_pet.tune.cuda import DefaultScheduleFallback, compile_device_code
     name, kind, sub, ops, partial, prog = entry
     t0 = time.perf_counter()
-    module = program_to_module(prog) if weights == "embedded" else weights_as_inputs(prog)
+    module = cuda_module(prog, *form)
     _, applied = apply_records(module, target, records)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DefaultScheduleFallback)
@@ -286,14 +335,15 @@ def _build_variant(entry: tuple, target, records: str, out: pathlib.Path, librar
 
 
 def _write_inputs_and_manifest(out: pathlib.Path, model, program, arch: str, target,
-                               variants: list, seed: int, weights: str) -> None:
+                               variants: list, seed: int, weights: str,
+                               rewrites: bool = True) -> None:
     """``inputs.npz`` (seeded) and ``manifest.json``: what the GPU machine runs and compares."""
     rng = np.random.default_rng(seed)
     inputs = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in program.inputs}
     np.savez(out / "inputs.npz", **inputs)
     manifest = {"version": MANIFEST_VERSION, "model": str(model), "arch": arch,
                 "target": str(target), "inputs": [t.name for t in program.inputs],
-                "baseline": "original",
+                "baseline": "original", "tvm_rewrites": list(_rewrites_run(rewrites)),
                 "optimized": next((v.name for v in variants
                                    if v.kind == "search" and v.error is None), "original"),
                 "variants": [{"name": v.name, "kind": v.kind, "library": v.library,
