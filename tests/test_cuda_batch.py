@@ -81,6 +81,36 @@ def test_weights_as_inputs_compute_what_the_embedded_weights_do(name):
     assert mutants and (name == "dilated_chain" or any("Concat" in ops for ops in lifted))
 
 
+def test_the_cuda_flow_gives_both_sides_tvms_rewrites():
+    """CUDA builds start from TVM's graph rewrites by default, as on the CPU: three_matmuls'
+    original is one combined matmul (its weights concatenated in main_transform_params), it
+    computes what the three matmuls do, and the tuning tasks are the combined matmul's."""
+    from tvm_pet.models.operators import three_matmuls
+    from tvm_pet.onnx import import_model
+    from tvm_pet.relax.cuda_dry_run import cuda_module
+    program = import_model(three_matmuls())
+    device = tvm.cpu()
+    rng = np.random.default_rng(2)
+    inputs = [tvm.runtime.tensor(rng.standard_normal(t.shape).astype(np.float32), device)
+              for t in program.inputs]
+    weights = [tvm.runtime.tensor(program.weights[n], device) for n in sorted(program.weights)]
+    manifest = {"params": [[n, list(program.weights[n].shape)] for n in sorted(program.weights)],
+                "transform": "main_transform_params"}
+    expected = _run(relax.VirtualMachine(
+        build_with_records(cuda_module(program, rewrites=False), "llvm"), device), inputs)
+    module = cuda_module(program, "inputs")
+    assert module["main"].script().count("R.matmul") == 1
+    assert "R.concat" in module["main_transform_params"].script()
+    vm = relax.VirtualMachine(build_with_records(module, "llvm"), device)
+    got = _run(vm, _script("run_cuda")._arguments(vm, manifest, inputs, weights))
+    for a, b in zip(expected, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
+    target = cuda_target("sm_90")
+    calls = {r: [t.weight for t in extract_tasks(cuda_module(program, rewrites=r), target)
+                 if "matmul" in t.name] for r in (True, False)}
+    assert calls == {True: [1], False: [3]}  # one wide matmul, against three of one task
+
+
 def test_weights_drawn_on_the_gpu_machine_are_seeded_and_scaled():
     run_cuda = _script("run_cuda")
     manifest = {"params": [["w", [16, 4, 3, 3]], ["b", [16]]], "param_seed": 3}
@@ -194,7 +224,8 @@ def test_run_cuda_checks_and_times_a_folder_of_builds(tmp_path):
     """run_cuda.py's run_folder on a CPU folder laid out as the dry run writes it (weights as
     inputs, drawn by the script): every build is checked against the original, timed in
     interleaved rounds, and PET's build chosen by the two looks; a build that computes
-    something else is refused, not timed."""
+    something else, or that cannot take the drawn weights (it reads others), is refused, not
+    timed, and the others still are."""
     run_cuda = _script("run_cuda")
     program = dilated_chain(layers=2)
     mutants = _mutants_in_place(program, SearchConfig(time_limit=60), AnalyticCost())[:2]
@@ -202,6 +233,7 @@ def test_run_cuda_checks_and_times_a_folder_of_builds(tmp_path):
     wrong = dilated_chain(layers=1)  # same input and output shapes, another function
     builds.append(("wrong", type(program)(wrong.inputs, program.weights, wrong.nodes,
                                           wrong.outputs)))
+    builds.append(("foreign", dilated_chain(layers=3)))  # six weights, not the original's four
     (tmp_path / "builds").mkdir()
     for name, prog in builds:
         build_with_records(weights_as_inputs(prog), "llvm").export_library(
@@ -218,16 +250,19 @@ def test_run_cuda_checks_and_times_a_folder_of_builds(tmp_path):
     row = run_cuda.run_folder(tmp_path, tvm.cpu(), rounds=4, number=2)
     by_name = {v["name"]: v for v in row["variants"]}
     assert by_name["wrong"]["refused"] and by_name["wrong"]["median_ms"] is None
+    assert by_name["foreign"]["refused"].startswith("raised")
+    assert by_name["foreign"]["median_ms"] is None
     assert all(by_name[n]["refused"] is None and by_name[n]["median_ms"] > 0
-               for n, _ in builds[:-1])
-    assert all(by_name[n]["max_abs_err_vs_original"] < 1e-3 for n, _ in builds[:-1])
+               for n, _ in builds[:-2])
+    assert all(by_name[n]["max_abs_err_vs_original"] < 1e-3 for n, _ in builds[:-2])
     chosen = row["measured_choice"]
-    assert chosen["kept"] in {n for n, _ in builds[:-1]}
+    assert chosen["kept"] in {n for n, _ in builds[:-2]}
     assert chosen["speedup_pet_vs_tvm"] == pytest.approx(chosen["tvm_ms"] / chosen["pet_ms"])
     assert len(row["times_ms"]["original"]["samples"]) == 4
 
 
-@pytest.mark.parametrize("name", ["conv5x5", "three_matmuls", "csrnet_backend"])
+@pytest.mark.parametrize("name", ["conv5x5", "three_matmuls", "csrnet_backend", "csrnet",
+                                  "bert_encoder"])
 def test_torch_eager_computes_what_onnxruntime_does(name):
     """torch_eager.py's interpreter of the models' ONNX graphs (PyTorch's column on the GPU),
     here on the CPU against onnxruntime."""
@@ -270,6 +305,15 @@ def test_the_cuda_table_pairs_default_and_tuned_builds_of_a_model():
     assert data["geo_mean_pet_over_tvm"] == pytest.approx({"default": 8 ** 0.5, "tuned": 1.0})
     text = cuda_table.markdown(data)
     assert "| conv5x5 | 2.000 | 1.000 | ×2.828 |" in text and "0.500" in text
+    # a whole model's default-schedule folder with the original alone: PET was not tried there,
+    # so no ratio is shown and none enters the geo-mean
+    alone = run("csrnet", 5.0, 5.0, "original")
+    alone["variants"] = alone["variants"][:1]
+    data = cuda_table.table([dict(results, rows=[alone, run("csrnet-tuned", 3.0, 2.5, "m1")])],
+                            [], None)
+    assert data["geo_mean_pet_over_tvm"] == pytest.approx({"default": 1.0, "tuned": 1.2})
+    assert "| csrnet | 5.000 | - | not tried | 3.000 | 2.500 | ×1.200 |" in \
+        cuda_table.markdown(data)
 
 
 @pytest.mark.parametrize("name", ["conv5x5", "dilated_conv", "two_1x1_convs", "three_matmuls",
@@ -286,3 +330,53 @@ def test_shipped_cuda_records_schedule_every_tuned_kernel_of_the_originals(name)
     tuned = [t for t in tasks if prepare.has_reduction(t)]
     _, applied = apply_records(module, cuda_target(), records.SHIPPED_RECORDS_DIR)
     assert tuned and applied == len(tuned)
+
+
+def test_kernel_times_propose_singles_and_a_combination_that_compute_the_original(tmp_path):
+    """prepare_cuda.py's proposals for a whole model after the GPU's batch: per subprogram the
+    mutant whose kernels cost least by the measured times (here: the original's kernels timed,
+    so every mutant that replaces one gains), the largest gain first; each alone in place, and
+    all of them together, compute what the original does."""
+    from tvm_pet.models import build_model
+    from tvm_pet.onnx import import_model
+    from tvm_pet.search.partition import replace_subprogram
+    from tvm_pet.verify.interpreter import evaluate
+    prepare = _script("prepare_cuda")
+    model = tmp_path / "backend.onnx"
+    onnx.save(build_model("csrnet_backend", h=6, w=6, seed=1), model)
+    target = cuda_target()
+    original = import_model(model)
+    times = {str(t.shash): 1e-3 for t in extract_tasks(program_to_module(original), target)}
+    program, base, picks = prepare.gains_by_subprogram(model, target, times)
+    gains = [p[0] for p in picks]
+    assert len(picks) >= 2 and gains == sorted(gains, reverse=True) and gains[-1] > 0
+    assert base == pytest.approx(sum(times.values()), rel=0.5)
+    feeds = {t.name: np.random.default_rng(3).standard_normal(t.shape).astype(np.float32)
+             for t in original.inputs}
+    want = evaluate(original, feeds)
+    for _, part, _, corrected in picks[:2]:
+        got = evaluate(replace_subprogram(program, part, corrected), feeds)
+        for name in original.outputs:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-3, atol=1e-3)
+    said = []
+    whole, ops = prepare.combined("backend", program, base, picks, said.append)
+    assert len(ops) >= 2 and "estimated" in said[-1]
+    got = evaluate(whole, feeds)
+    for name in original.outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-3, atol=1e-3)
+
+
+def test_with_weights_as_inputs_a_build_reading_other_weights_is_left_out():
+    """The GPU machine feeds every build the original's weights, so the dry run leaves out a
+    program whose weights differ (the search's post-optimizations fold a bias's reshape into a
+    new weight) and says why, instead of writing a library that cannot run."""
+    from tvm_pet.relax.cuda_dry_run import _not_built, _same_weights
+    program = dilated_chain(layers=2)
+    mutants = _mutants_in_place(program, SearchConfig(time_limit=60), AnalyticCost())
+    assert mutants and all(_same_weights(program, whole) for _, _, whole in mutants)
+    other = dilated_chain(layers=3)
+    assert not _same_weights(program, other)
+    said = []
+    variant = _not_built(("search_best", "search", None, ("Pad -> Conv",), True, other),
+                         said.append)
+    assert variant.library == "" and "weights" in variant.error and said

@@ -34,13 +34,12 @@ def has_reduction(task) -> bool:
     return "T.axis.reduce" in text or bool(re.search(r'T\.axis\.remap\("[SR]*R', text))
 
 
-def tasks_of(model: pathlib.Path, target, say) -> list:
+def tasks_of(model: pathlib.Path, target, say, rewrites: bool = True) -> list:
     """The tasks of the original and of every verified mutant in place (analytic-cost search's
-    listing, as the dry run builds them)."""
+    listing, as the dry run builds them: after TVM's graph rewrites unless ``rewrites`` is off)."""
     from tvm_pet.cost.analytic import AnalyticCost
     from tvm_pet.onnx import import_model
-    from tvm_pet.relax.adapter import program_to_module
-    from tvm_pet.relax.cuda_dry_run import _mutants_in_place
+    from tvm_pet.relax.cuda_dry_run import _mutants_in_place, cuda_module
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.tune.compile import extract_tasks
     program = import_model(model)
@@ -48,7 +47,7 @@ def tasks_of(model: pathlib.Path, target, say) -> list:
                             _mutants_in_place(program, SearchConfig(), AnalyticCost())]
     tasks = {}
     for prog in programs:
-        for task in extract_tasks(program_to_module(prog), target):
+        for task in extract_tasks(cuda_module(prog, rewrites=rewrites), target):
             tasks.setdefault(task.shash, task)
     say(f"{model.stem}: {len(programs)} programs, {len(tasks)} distinct tasks")
     return list(tasks.values())
@@ -65,30 +64,28 @@ def kernel_times(paths: list[pathlib.Path]) -> dict[str, float]:
     return best
 
 
-def combined(model: pathlib.Path, target, times: dict[str, float], say):
-    """PET's choice across subprograms by the GPU's kernel times: for each subprogram, the
-    mutant (corrected, in place) whose tuned kernels cost least, when that is less than the
-    original's; all of them applied together. Returns (program, mutant ops) or ``None``.
+def gains_by_subprogram(model: pathlib.Path, target, times: dict[str, float],
+                        rewrites: bool = True) -> tuple:
+    """Each subprogram's best mutant by the GPU's kernel times: ``(program, base, picks)`` with
+    ``base`` the original's estimated cost and ``picks`` one ``(gain, part, mutant, corrected)``
+    per subprogram whose best mutant (corrected, in place) costs less than the original, the
+    largest gain first.
 
     The cost of a program is the sum over its tasks of calls × the fastest measured schedule
     (``kernel_times``); kernels that were not tuned (pads, slices, layout copies) were not
     timed and count 0, so the estimate favours mutants that add them: it only proposes, and the
     GPU's end-to-end timing decides (run_cuda.py's rank rule).
     """
-    import numpy as np
-
     from tvm_pet.cost.analytic import AnalyticCost
     from tvm_pet.onnx import import_model
-    from tvm_pet.relax.adapter import program_to_module
-    from tvm_pet.relax.cuda_dry_run import mutants_by_part
+    from tvm_pet.relax.cuda_dry_run import cuda_module, mutants_by_part
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.search.partition import replace_subprogram
     from tvm_pet.tune.compile import extract_tasks
-    from tvm_pet.verify.interpreter import evaluate
 
     def cost(prog) -> float:
         return sum(t.weight * times.get(str(t.shash), 0.0)
-                   for t in extract_tasks(program_to_module(prog), target))
+                   for t in extract_tasks(cuda_module(prog, rewrites=rewrites), target))
 
     program = import_model(model)
     base = cost(program)
@@ -97,7 +94,17 @@ def combined(model: pathlib.Path, target, times: dict[str, float], say):
         gain = base - cost(replace_subprogram(program, part, corrected))
         if gain > 0 and (name not in best or gain > best[name][0]):
             best[name] = (gain, part, mutant, corrected)
-    picks = list(best.values())
+    return program, base, sorted(best.values(), key=lambda p: -p[0])
+
+
+def combined(stem: str, program, base: float, picks: list, say):
+    """PET's choice across subprograms: every pick of :func:`gains_by_subprogram` applied
+    together, checked against the original with tvm_pet's interpreter. Returns (program,
+    mutant ops) or ``None`` when fewer than two combine."""
+    import numpy as np
+
+    from tvm_pet.search.partition import replace_subprogram
+    from tvm_pet.verify.interpreter import evaluate
     whole, used, applied = program, set(), []
     for pick in sorted(picks, key=lambda p: -min(p[1].nodes)):  # later parts first: the
         if used & set(pick[1].nodes):                            # earlier ones keep their
@@ -110,7 +117,7 @@ def combined(model: pathlib.Path, target, times: dict[str, float], say):
         applied.append(pick)
     picks = applied
     if len(picks) < 2:
-        say(f"{model.stem}: {len(picks)} subprogram(s) gain by the kernel times and combine; "
+        say(f"{stem}: {len(picks)} subprogram(s) gain by the kernel times and combine; "
             "no combination to add")
         return None
     rng = np.random.default_rng(0)
@@ -119,19 +126,46 @@ def combined(model: pathlib.Path, target, times: dict[str, float], say):
     for name in program.outputs:
         scale = max(1.0, float(np.abs(want[name]).max()))
         if not np.allclose(got[name], want[name], rtol=1e-3, atol=1e-3 * scale):
-            say(f"{model.stem}: the combination computes something else; left out")
+            say(f"{stem}: the combination computes something else; left out")
             return None
     ops = tuple(" -> ".join(p[2].ops) for p in picks)
-    say(f"{model.stem}: combination of {len(picks)} mutants, estimated "
-        f"x{base / (base - sum(p[0] for p in picks)):.2f} on the tuned kernels")
+    say(f"{stem}: combination of {len(picks)} mutants, estimated "
+        f"{_estimate(base, sum(p[0] for p in picks))} on the tuned kernels")
     return whole, ops
 
 
-def add_build(folder: pathlib.Path, name: str, program, ops: tuple, target, records) -> None:
+def _estimate(base: float, saved: float) -> str:
+    """The estimated speed-up in words; unbounded when every timed kernel is gone (what
+    replaces them was not timed)."""
+    left = base - saved
+    return f"x{base / left:.3f}" if left > 0 else "unbounded (its kernels were not timed)"
+
+
+def add_choices(folder: pathlib.Path, model: pathlib.Path, target, args, say) -> None:
+    """Add to a dry-run folder what the kernel times propose: the combination, and with
+    ``--singles K`` the K subprograms' best mutants that gain most, each alone in place."""
+    from tvm_pet.search.partition import replace_subprogram
+    rewrites = not args.no_tvm_rewrites
+    records = args.records or "tuning_logs"
+    program, base, picks = gains_by_subprogram(model, target, kernel_times(args.combine),
+                                               rewrites)
+    say(f"{model.stem}: {len(picks)} subprogram(s) gain by the kernel times")
+    found = combined(model.stem, program, base, picks, say)
+    if found is not None:
+        add_build(folder, "combined", found[0], found[1], target, records, rewrites)
+    for i, (gain, part, mutant, corrected) in enumerate(picks[:args.singles]):
+        say(f"{model.stem}: single{i} {' -> '.join(mutant.ops)}, estimated "
+            f"{_estimate(base, gain)}")
+        add_build(folder, f"single{i}", replace_subprogram(program, part, corrected),
+                  (" -> ".join(mutant.ops),), target, records, rewrites)
+
+
+def add_build(folder: pathlib.Path, name: str, program, ops: tuple, target, records,
+              rewrites: bool = True) -> None:
     """Build one more program into a dry-run folder (weights as inputs) and list it."""
     from tvm_pet.relax.cuda_dry_run import _build_variant
     variant = _build_variant((name, "search", None, ops, True, program), target, records,
-                             folder, "all", "inputs", print)
+                             folder, "all", ("inputs", rewrites), print)
     if variant.error is not None:
         print(f"{folder.name}: {name} does not build: {variant.error}")
         return
@@ -152,6 +186,13 @@ def main(argv=None) -> int:
     parser.add_argument("--shard", default="0/1")
     parser.add_argument("--no-e2e", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-mutants", type=int, default=None,
+                        help="build at most this many mutants end to end (default: all)")
+    parser.add_argument("--singles", type=int, default=0, metavar="K",
+                        help="with --combine: also build the K best single mutants by the "
+                        "kernel times (for whole models built with --max-mutants 0)")
+    parser.add_argument("--no-tvm-rewrites", action="store_true",
+                        help="build without TVM's graph rewrites (on both sides by default)")
     parser.add_argument("--suffix", default="", help="appended to each e2e folder's name")
     parser.add_argument("--combine", nargs="*", type=pathlib.Path, default=[],
                         metavar="TIMES", help="run_batch.py times: also build each model's "
@@ -171,21 +212,19 @@ def main(argv=None) -> int:
             folder = args.out / "e2e" / (model.stem + args.suffix)
             report = dry_run(model, folder, SearchConfig(time_limit=60),
                              arch=args.arch, records_dir=args.records, libraries="all",
-                             weights="inputs", seed=args.seed)
+                             weights="inputs", seed=args.seed, max_mutants=args.max_mutants,
+                             rewrites=not args.no_tvm_rewrites)
             failed = [v.name for v in report.variants if v.error]
             say(f"{model.stem}: {len(report.variants)} builds ({len(failed)} failed: "
                 f"{', '.join(failed) or '-'}), {report.records} records, "
                 f"{report.seconds:.0f} s")
             if args.combine:
-                found = combined(model, target, kernel_times(args.combine), say)
-                if found is not None:
-                    add_build(folder, "combined", found[0], found[1], target,
-                              args.records or "tuning_logs")
+                add_choices(folder, model, target, args, say)
     if args.batch_trials:
         shard, shards = (int(x) for x in args.shard.split("/"))
         tasks = {}
         for model in args.models:
-            for task in tasks_of(model, target, say):
+            for task in tasks_of(model, target, say, not args.no_tvm_rewrites):
                 tasks.setdefault(task.shash, task)
         tuned = [t for t in tasks.values() if has_reduction(t)]
         ordered = sorted(tuned, key=lambda t: t.shash)[shard::shards]

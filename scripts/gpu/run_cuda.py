@@ -135,18 +135,28 @@ def run_folder(folder: pathlib.Path, device, rounds: int, number: int) -> dict:
     feeds = np.load(folder / "inputs.npz")
     inputs = [tvm.runtime.tensor(feeds[name], device) for name in manifest["inputs"]]
     weights = _weights(manifest, device)
-    vms, args, errors, load_s = {}, {}, {}, {}
+    vms, args, errors, load_s, refused = {}, {}, {}, {}, {}
     for variant in manifest["variants"]:
         start = time.perf_counter()
         lib = tvm.runtime.load_module(str(folder / variant["library"]))
         vm = VirtualMachine(lib, device)
         vms[variant["name"]] = vm
-        args[variant["name"]] = _arguments(vm, manifest, inputs, weights)
+        try:
+            args[variant["name"]] = _arguments(vm, manifest, inputs, weights)
+        except Exception as err:  # noqa: BLE001 - this build is refused, the others are timed
+            args[variant["name"]] = err
         load_s[variant["name"]] = time.perf_counter() - start
     reference = _outputs(vms["original"]["main"](*args["original"]))
-    refused = {}
     for name, vm in list(vms.items()):
-        got = _outputs(vm["main"](*args[name]))
+        try:
+            if isinstance(args[name], Exception):
+                raise args[name]
+            got = _outputs(vm["main"](*args[name]))
+        except Exception as err:  # noqa: BLE001 - e.g. a build whose weights are not these
+            refused[name] = f"raised {type(err).__name__}: {str(err).strip()[:300]}; not timed"
+            print(f"{folder}: build {name} {refused[name]}", flush=True)
+            del vms[name]
+            continue
         errors[name] = max(float(np.abs(a - b).max()) for a, b in zip(reference, got))
         scale = max(1.0, max(float(np.abs(a).max()) for a in reference))
         if not all(np.allclose(a, b, rtol=1e-4, atol=1e-4 * scale) for a, b in zip(reference, got)):
@@ -181,7 +191,7 @@ def run_folder(folder: pathlib.Path, device, rounds: int, number: int) -> dict:
                       "ratio_vs_tvm": (base / times[v["name"]]["median"]
                                        if v["name"] in times else None),
                       "refused": refused.get(v["name"]),
-                      "max_abs_err_vs_original": errors[v["name"]],
+                      "max_abs_err_vs_original": errors.get(v["name"]),
                       "load_s": load_s[v["name"]]} for v in manifest["variants"]],
         "times_ms": times,
     }

@@ -5,9 +5,11 @@ Runs on the GPU machine (PyTorch, onnx and numpy there; no TVM) from the reposit
     python scripts/gpu/torch_eager.py conv5x5 dilated_conv ... --out RESULTS/torch_eager.json
 
 Each model is built by ``tvm_pet.models.build_model`` (ONNX, seeded weights) and run by a small
-interpreter of its ONNX graph with ``torch.nn.functional`` (Conv, MatMul, Relu: the ops of the
-Table-3 graphs and the CSRNet back end). TF32 is off, so that PyTorch computes in float32 as TVM
-does. Times: CUDA events around ``--number`` calls, ``--rounds`` samples, median kept.
+interpreter of its ONNX graph with ``torch.nn.functional`` (Conv, MatMul, Relu and MaxPool for
+the Table-3 graphs and CSRNet; Add, Mul, Reshape, Transpose, Softmax, LayerNormalization and
+Erf for BERT; an op without a rule stops it with its name). TF32 is off, so that PyTorch
+computes in float32 as TVM does. Times: CUDA events around ``--number`` calls, ``--rounds``
+samples, median kept.
 """
 from __future__ import annotations
 
@@ -28,11 +30,56 @@ def _attrs(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
+def _conv(args, a):
+    import torch.nn.functional as F
+    pads = a.get("pads", [0, 0, 0, 0])
+    if pads[:2] != pads[2:]:
+        raise SystemExit(f"torch_eager.py: asymmetric pads {pads}")
+    return F.conv2d(args[0], args[1], args[2] if len(args) > 2 else None,
+                    stride=a.get("strides", 1), padding=tuple(pads[:2]),
+                    dilation=a.get("dilations", 1), groups=a.get("group", 1))
+
+
+def _max_pool(args, a):
+    import torch.nn.functional as F
+    pads = a.get("pads", [0, 0, 0, 0])
+    if pads[:2] != pads[2:]:
+        raise SystemExit(f"torch_eager.py: asymmetric pads {pads}")
+    return F.max_pool2d(args[0], a["kernel_shape"], a.get("strides", a["kernel_shape"]),
+                        tuple(pads[:2]), ceil_mode=bool(a.get("ceil_mode", 0)))
+
+
+def _reshape(args, a):
+    shape = [int(d) for d in args[1].tolist()]  # ONNX: 0 keeps the input's dimension
+    return args[0].reshape([args[0].shape[i] if d == 0 else d for i, d in enumerate(shape)])
+
+
+def _layer_norm(args, a):
+    import torch.nn.functional as F
+    axis = a.get("axis", -1) % args[0].dim()
+    return F.layer_norm(args[0], args[0].shape[axis:], args[1],
+                        args[2] if len(args) > 2 else None, a.get("epsilon", 1e-5))
+
+
+def _rules() -> dict:
+    import torch
+    return {"Conv": _conv, "MaxPool": _max_pool, "Reshape": _reshape,
+            "LayerNormalization": _layer_norm,
+            "MatMul": lambda args, a: torch.matmul(args[0], args[1]),
+            "Relu": lambda args, a: torch.relu(args[0]),
+            "Add": lambda args, a: args[0] + args[1],
+            "Mul": lambda args, a: args[0] * args[1],
+            "Div": lambda args, a: args[0] / args[1],
+            "Erf": lambda args, a: torch.erf(args[0]),
+            "Transpose": lambda args, a: args[0].permute(*a["perm"]),
+            "Softmax": lambda args, a: torch.softmax(args[0], a.get("axis", -1))}
+
+
 def torch_function(model, device):
     """A callable running the ONNX graph with PyTorch on ``device``."""
     import torch
-    import torch.nn.functional as F
     from onnx import numpy_helper
+    RULES = _rules()
     weights = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()).to(device)
                for t in model.graph.initializer}
 
@@ -42,17 +89,8 @@ def torch_function(model, device):
         for node in model.graph.node:
             args = [env[n] for n in node.input if n]
             a = _attrs(node)
-            if node.op_type == "Conv":
-                pads = a.get("pads", [0, 0, 0, 0])
-                if pads[:2] != pads[2:]:
-                    raise SystemExit(f"torch_eager.py: asymmetric pads {pads}")
-                out = F.conv2d(args[0], args[1], args[2] if len(args) > 2 else None,
-                               stride=a.get("strides", 1), padding=tuple(pads[:2]),
-                               dilation=a.get("dilations", 1), groups=a.get("group", 1))
-            elif node.op_type == "MatMul":
-                out = torch.matmul(args[0], args[1])
-            elif node.op_type == "Relu":
-                out = torch.relu(args[0])
+            if node.op_type in RULES:
+                out = RULES[node.op_type](args, a)
             else:
                 raise SystemExit(f"torch_eager.py: no rule for {node.op_type}")
             env[node.output[0]] = out
