@@ -6,7 +6,8 @@ Runs on the GPU machine (PyTorch, onnx and numpy there; no TVM) from the reposit
 
 Each model is built by ``tvm_pet.models.build_model`` (ONNX, seeded weights) and run by a small
 interpreter of its ONNX graph with ``torch.nn.functional`` (Conv, MatMul, Relu and MaxPool for
-the Table-3 graphs and CSRNet; Add, Mul, Reshape, Transpose, Softmax, LayerNormalization and
+the Table-3 graphs and CSRNet; BatchNormalization, GlobalAveragePool, Flatten and Gemm for
+ResNet-18; Add, Mul, Reshape, Transpose, Softmax, LayerNormalization and
 Erf for BERT; an op without a rule stops it with its name). TF32 is off, so that PyTorch
 computes in float32 as TVM does. Times: CUDA events around ``--number`` calls, ``--rounds``
 samples, median kept.
@@ -61,10 +62,27 @@ def _layer_norm(args, a):
                         args[2] if len(args) > 2 else None, a.get("epsilon", 1e-5))
 
 
+def _batch_norm(args, a):  # inference: the running statistics
+    import torch.nn.functional as F
+    return F.batch_norm(args[0], args[3], args[4], args[1], args[2], training=False,
+                        eps=a.get("epsilon", 1e-5))
+
+
+def _gemm(args, a):
+    import torch
+    x = args[0].T if a.get("transA", 0) else args[0]
+    w = args[1].T if a.get("transB", 0) else args[1]
+    out = a.get("alpha", 1.0) * torch.matmul(x, w)
+    return out + a.get("beta", 1.0) * args[2] if len(args) > 2 else out
+
+
 def _rules() -> dict:
     import torch
     return {"Conv": _conv, "MaxPool": _max_pool, "Reshape": _reshape,
-            "LayerNormalization": _layer_norm,
+            "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
+            "Gemm": _gemm,
+            "GlobalAveragePool": lambda args, a: args[0].mean(dim=(2, 3), keepdim=True),
+            "Flatten": lambda args, a: args[0].flatten(a.get("axis", 1)),
             "MatMul": lambda args, a: torch.matmul(args[0], args[1]),
             "Relu": lambda args, a: torch.relu(args[0]),
             "Add": lambda args, a: args[0] + args[1],
