@@ -138,8 +138,7 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
             libraries are then small, and ``manifest.json`` lists the weights' names and shapes
             (``params``) for the GPU machine to fill: every build reads the same weights, so the
             builds still compute the same function.
-        rewrites: run TVM's own graph rewrites on every build, original and mutants alike
-            (:func:`cuda_module`), as the CPU flow does (``--no-tvm-rewrites`` turns them off).
+        rewrites: TVM's graph rewrites on every build, both sides alike (:func:`cuda_module`).
         progress: a callable taking one line of progress, or ``None``.
 
     Returns:
@@ -165,9 +164,8 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
         f"{result.stop.value}")
     listed = _mutants_in_place(program, config, cost)
     chosen = listed if max_mutants is None else listed[:max_mutants]
-    variants = [_build_variant(entry, target, records, out, libraries, (weights, rewrites), say)
-                if weights == "embedded" or _same_weights(program, entry[-1])
-                else _not_built(entry, say) for entry in _to_build(program, chosen, result)]
+    variants = _build_all(_to_build(program, chosen, result), program, target, records, out,
+                          libraries, (weights, rewrites), say)
     if variants[0].error is not None:
         raise PetError(f"the original model does not build for {arch}: {variants[0].error}")
     _write_inputs_and_manifest(out, model, program, arch, target, variants, seed, weights,
@@ -249,6 +247,15 @@ def cuda_module(program: Program, weights: str = "embedded", rewrites: bool = Tr
         return weights_as_inputs(program, rewrites)
     module = program_to_module(program)
     return tvm_rewrites(module) if rewrites else module
+
+
+def _build_all(todo: list, program: Program, target, records: str, out: pathlib.Path,
+               libraries: str, form: tuple[str, bool], say) -> list:
+    """Each entry of :func:`_to_build` built (:func:`_build_variant`), or left out when its
+    weights are inputs and not the original's (:func:`_not_built`)."""
+    return [_build_variant(entry, target, records, out, libraries, form, say)
+            if form[0] == "embedded" or _same_weights(program, entry[-1])
+            else _not_built(entry, say) for entry in todo]
 
 
 def _same_weights(a: Program, b: Program) -> bool:
