@@ -136,33 +136,35 @@ def run_folder(folder: pathlib.Path, device, rounds: int, number: int) -> dict:
     inputs = [tvm.runtime.tensor(feeds[name], device) for name in manifest["inputs"]]
     weights = _weights(manifest, device)
     vms, args, errors, load_s, refused = {}, {}, {}, {}, {}
+
+    def refuse(name: str, why: str) -> None:  # this build is not timed; the others still are
+        refused[name] = f"{why}; not timed"
+        print(f"{folder}: build {name} {refused[name]}", flush=True)
+        del vms[name]
+
+    def raised(err: Exception) -> str:
+        return f"raised {type(err).__name__}: {str(err).strip()[:300]}"
+
     for variant in manifest["variants"]:
         start = time.perf_counter()
         lib = tvm.runtime.load_module(str(folder / variant["library"]))
-        vm = VirtualMachine(lib, device)
-        vms[variant["name"]] = vm
-        try:
-            args[variant["name"]] = _arguments(vm, manifest, inputs, weights)
-        except Exception as err:  # noqa: BLE001 - this build is refused, the others are timed
-            args[variant["name"]] = err
+        vms[variant["name"]] = VirtualMachine(lib, device)
+        try:  # e.g. a build whose weights are not the ones drawn here
+            args[variant["name"]] = _arguments(vms[variant["name"]], manifest, inputs, weights)
+        except Exception as err:  # noqa: BLE001
+            refuse(variant["name"], raised(err))
         load_s[variant["name"]] = time.perf_counter() - start
     reference = _outputs(vms["original"]["main"](*args["original"]))
     for name, vm in list(vms.items()):
         try:
-            if isinstance(args[name], Exception):
-                raise args[name]
             got = _outputs(vm["main"](*args[name]))
-        except Exception as err:  # noqa: BLE001 - e.g. a build whose weights are not these
-            refused[name] = f"raised {type(err).__name__}: {str(err).strip()[:300]}; not timed"
-            print(f"{folder}: build {name} {refused[name]}", flush=True)
-            del vms[name]
+        except Exception as err:  # noqa: BLE001
+            refuse(name, raised(err))
             continue
         errors[name] = max(float(np.abs(a - b).max()) for a, b in zip(reference, got))
         scale = max(1.0, max(float(np.abs(a).max()) for a in reference))
         if not all(np.allclose(a, b, rtol=1e-4, atol=1e-4 * scale) for a, b in zip(reference, got)):
-            refused[name] = f"differs from the original by {errors[name]:.3g}; not timed"
-            print(f"{folder}: build {name} {refused[name]}", flush=True)
-            del vms[name]
+            refuse(name, f"differs from the original by {errors[name]:.3g}")
     timers = {}
     for name, vm in vms.items():
         evaluator = vm.time_evaluator("main", device, number=number, repeat=1)

@@ -31,23 +31,25 @@ def _attrs(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _conv(args, a):
-    import torch.nn.functional as F
+def _padding(a) -> tuple:
+    """ONNX's ``pads`` (begins, then ends) as PyTorch's padding, which is symmetric."""
     pads = a.get("pads", [0, 0, 0, 0])
     if pads[:2] != pads[2:]:
         raise SystemExit(f"torch_eager.py: asymmetric pads {pads}")
+    return tuple(pads[:2])
+
+
+def _conv(args, a):
+    import torch.nn.functional as F
     return F.conv2d(args[0], args[1], args[2] if len(args) > 2 else None,
-                    stride=a.get("strides", 1), padding=tuple(pads[:2]),
+                    stride=a.get("strides", 1), padding=_padding(a),
                     dilation=a.get("dilations", 1), groups=a.get("group", 1))
 
 
 def _max_pool(args, a):
     import torch.nn.functional as F
-    pads = a.get("pads", [0, 0, 0, 0])
-    if pads[:2] != pads[2:]:
-        raise SystemExit(f"torch_eager.py: asymmetric pads {pads}")
     return F.max_pool2d(args[0], a["kernel_shape"], a.get("strides", a["kernel_shape"]),
-                        tuple(pads[:2]), ceil_mode=bool(a.get("ceil_mode", 0)))
+                        _padding(a), ceil_mode=bool(a.get("ceil_mode", 0)))
 
 
 def _reshape(args, a):
