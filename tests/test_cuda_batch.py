@@ -366,6 +366,31 @@ def test_kernel_times_propose_singles_and_a_combination_that_compute_the_origina
         np.testing.assert_allclose(got[name], want[name], rtol=1e-3, atol=1e-3)
 
 
+def test_a_longer_tuning_takes_the_kernels_of_the_originals_and_of_the_choices(tmp_path):
+    """prepare_cuda.py --batch-trials with --combine (a longer tuning of what an earlier round
+    chose): the tasks of the original and of the builds the earlier times propose, which are
+    fewer than those of every verified mutant and hold every task of the original."""
+    import argparse
+    import json
+
+    from tvm_pet.models import build_model
+    from tvm_pet.onnx import import_model
+    prepare = _script("prepare_cuda")
+    model = tmp_path / "backend.onnx"
+    onnx.save(build_model("csrnet_backend", h=6, w=6, seed=1), model)
+    target = cuda_target()
+    original = extract_tasks(program_to_module(import_model(model)), target)
+    times = tmp_path / "times.json"
+    times.write_text(json.dumps({"tasks": {str(t.shash): {"default": 1e-3} for t in original}}))
+    args = argparse.Namespace(combine=[times], singles=1, no_tvm_rewrites=True)
+    program, builds = prepare.choices(model, target, args, lambda line: None)
+    assert [b[0] for b in builds] == ["combined", "single0"]
+    chosen = prepare.tasks_of(model, target, lambda line: None, False,
+                              [program] + [b[1] for b in builds])
+    every = prepare.tasks_of(model, target, lambda line: None, False)
+    assert {t.shash for t in original} <= {t.shash for t in chosen} < {t.shash for t in every}
+
+
 def test_with_weights_as_inputs_a_build_reading_other_weights_is_left_out():
     """The GPU machine feeds every build the original's weights, so the dry run leaves out a
     program whose weights differ (the search's post-optimizations fold a bias's reshape into a

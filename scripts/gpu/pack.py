@@ -126,15 +126,16 @@ def pack(out: pathlib.Path, wheel: pathlib.Path, runtime: list[pathlib.Path] | N
         parts.append(path)
     (out / "parts.json").write_text(json.dumps({"parts": [p.name for p in parts],
                                                 "bytes": len(data),
-                                                "route": "runtime" if runtime else "full"}) + "\n")
+                                                "route": "full" if runtime is None else "runtime"}) + "\n")
     return parts
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     route = parser.add_mutually_exclusive_group(required=True)
-    route.add_argument("--runtime", nargs="+", type=pathlib.Path, metavar="DIR",
-                       help="dry-run folders to carry with TVM's runtime")
+    route.add_argument("--runtime", nargs="*", type=pathlib.Path, metavar="DIR",
+                       help="dry-run folders to carry with TVM's runtime (none: tuning "
+                       "batches only, with --batch)")
     route.add_argument("--full", action="store_true", help="all of TVM, in parts")
     parser.add_argument("--ffi-wheel", type=pathlib.Path, required=True)
     parser.add_argument("--out", type=pathlib.Path, required=True)
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
         print(f"{p}: {p.stat().st_size / 2**20:.1f} MiB")
     print(f"pack: {total / 2**20:.1f} MiB in {len(parts)} part(s); each call carries one part "
           f"plus the working tree, at most {CALL_LIMIT // 2**20} MiB")
-    if len(parts) > 1 and args.runtime:
+    if len(parts) > 1 and args.runtime is not None:
         print("pack.py: the runtime pack needs several calls; pack fewer dry-run folders per "
               "pack (one model per call) to time them in one call each", file=sys.stderr)
     return 0

@@ -34,17 +34,20 @@ def has_reduction(task) -> bool:
     return "T.axis.reduce" in text or bool(re.search(r'T\.axis\.remap\("[SR]*R', text))
 
 
-def tasks_of(model: pathlib.Path, target, say, rewrites: bool = True) -> list:
+def tasks_of(model: pathlib.Path, target, say, rewrites: bool = True,
+             programs: list | None = None) -> list:
     """The tasks of the original and of every verified mutant in place (analytic-cost search's
-    listing, as the dry run builds them: after TVM's graph rewrites unless ``rewrites`` is off)."""
+    listing, as the dry run builds them: after TVM's graph rewrites unless ``rewrites`` is off),
+    or of the given ``programs`` only."""
     from tvm_pet.cost.analytic import AnalyticCost
     from tvm_pet.onnx import import_model
     from tvm_pet.relax.cuda_dry_run import _mutants_in_place, cuda_module
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.tune.compile import extract_tasks
-    program = import_model(model)
-    programs = [program] + [whole for _, _, whole in
-                            _mutants_in_place(program, SearchConfig(), AnalyticCost())]
+    if programs is None:
+        program = import_model(model)
+        programs = [program] + [whole for _, _, whole in
+                                _mutants_in_place(program, SearchConfig(), AnalyticCost())]
     tasks = {}
     for prog in programs:
         for task in extract_tasks(cuda_module(prog, rewrites=rewrites), target):
@@ -141,23 +144,32 @@ def _estimate(base: float, saved: float) -> str:
     return f"x{base / left:.3f}" if left > 0 else "unbounded (its kernels were not timed)"
 
 
-def add_choices(folder: pathlib.Path, model: pathlib.Path, target, args, say) -> None:
-    """Add to a dry-run folder what the kernel times propose: the combination, and with
-    ``--singles K`` the K subprograms' best mutants that gain most, each alone in place."""
+def choices(model: pathlib.Path, target, args, say) -> tuple:
+    """What the kernel times (``--combine``) propose for a model: ``(program, builds)`` with
+    ``program`` the original and ``builds`` a list of ``(name, program, mutant ops)``: the
+    combination, and with ``--singles K`` the K subprograms' best mutants that gain most, each
+    alone in place."""
     from tvm_pet.search.partition import replace_subprogram
-    rewrites = not args.no_tvm_rewrites
-    records = args.records or "tuning_logs"
     program, base, picks = gains_by_subprogram(model, target, kernel_times(args.combine),
-                                               rewrites)
+                                               not args.no_tvm_rewrites)
     say(f"{model.stem}: {len(picks)} subprogram(s) gain by the kernel times")
+    builds = []
     found = combined(model.stem, program, base, picks, say)
     if found is not None:
-        add_build(folder, "combined", found[0], found[1], target, records, rewrites)
+        builds.append(("combined", found[0], found[1]))
     for i, (gain, part, mutant, corrected) in enumerate(picks[:args.singles]):
         say(f"{model.stem}: single{i} {' -> '.join(mutant.ops)}, estimated "
             f"{_estimate(base, gain)}")
-        add_build(folder, f"single{i}", replace_subprogram(program, part, corrected),
-                  (" -> ".join(mutant.ops),), target, records, rewrites)
+        builds.append((f"single{i}", replace_subprogram(program, part, corrected),
+                       (" -> ".join(mutant.ops),)))
+    return program, builds
+
+
+def add_choices(folder: pathlib.Path, model: pathlib.Path, target, args, say) -> None:
+    """Add to a dry-run folder what the kernel times propose (:func:`choices`)."""
+    records = args.records or "tuning_logs"
+    for name, program, ops in choices(model, target, args, say)[1]:
+        add_build(folder, name, program, ops, target, records, not args.no_tvm_rewrites)
 
 
 def add_build(folder: pathlib.Path, name: str, program, ops: tuple, target, records,
@@ -196,7 +208,9 @@ def main(argv=None) -> int:
     parser.add_argument("--suffix", default="", help="appended to each e2e folder's name")
     parser.add_argument("--combine", nargs="*", type=pathlib.Path, default=[],
                         metavar="TIMES", help="run_batch.py times: also build each model's "
-                        "combination of the mutants that gain by them (see combined)")
+                        "combination of the mutants that gain by them (see combined); with "
+                        "--batch-trials, tune only the kernels of the originals and of those "
+                        "choices (a longer tuning of what an earlier round chose)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
 
@@ -224,7 +238,11 @@ def main(argv=None) -> int:
         shard, shards = (int(x) for x in args.shard.split("/"))
         tasks = {}
         for model in args.models:
-            for task in tasks_of(model, target, say, not args.no_tvm_rewrites):
+            programs = None
+            if args.combine:  # a longer tuning of what an earlier round's times chose
+                program, builds = choices(model, target, args, say)
+                programs = [program] + [b[1] for b in builds]
+            for task in tasks_of(model, target, say, not args.no_tvm_rewrites, programs):
                 tasks.setdefault(task.shash, task)
         tuned = [t for t in tasks.values() if has_reduction(t)]
         ordered = sorted(tuned, key=lambda t: t.shash)[shard::shards]
