@@ -73,8 +73,10 @@ def table(runs: list[dict], eagers: list[dict], batch: dict | None) -> dict:
                      "tuned": _row([f.get(f"{model}-tuned") for f in folders]),
                      "torch_eager_ms": statistics.median(eager) if eager else None,
                      "paper_v100": PAPER_V100.get(model, "")})
-    summary = {form: geomean([r[form]["ratio"] for r in rows if _tried(r[form])] or [1.0])
-               for form in ("default", "tuned")}
+    tried = {form: [r[form]["ratio"] for r in rows if _tried(r[form])]
+             for form in ("default", "tuned")}
+    summary = {form: geomean(v) if v else None  # None: PET was tried on no row in that form
+               for form, v in tried.items()}
     return {"device": runs[0]["device"], "compute_version": runs[0].get("compute_version"),
             "processes": len(runs), "timing": runs[0]["timing"],
             "rule": "PET's build: lowest median over the first half of the rounds, kept when it "
@@ -108,9 +110,10 @@ def markdown(data: dict) -> str:
                      f"| {ratio(d)} | {cell(t, 'tvm_ms', '.3f')} "
                      f"| {cell(t, 'pet_ms', '.3f')} | {ratio(t)} | {kept} "
                      f"| {eager} | {r['paper_v100'] or '-'} |")
-    g = data["geo_mean_pet_over_tvm"]
+    g = {form: "not tried" if v is None else f"×{v:.3f}"
+         for form, v in data["geo_mean_pet_over_tvm"].items()}
     lines += ["", f"Geo-mean PET / TVM over the rows PET was tried on: default schedules "
-              f"×{g['default']:.3f}, tuned ×{g['tuned']:.3f}. Beside: {data['paper']}."]
+              f"{g['default']}, tuned {g['tuned']}. Beside: {data['paper']}."]
     return "\n".join(lines) + "\n"
 
 
