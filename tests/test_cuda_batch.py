@@ -412,3 +412,19 @@ def test_with_weights_as_inputs_a_build_reading_other_weights_is_left_out():
     variant = _not_built(("search_best", "search", None, ("Pad -> Conv",), True, other),
                          said.append)
     assert variant.library == "" and "weights" in variant.error and said
+
+
+def test_the_cuda_sweep_lines_up_each_models_tuned_rows_by_budget():
+    """benchmarks/cuda_sweep.py: one row per model, one column per budget, each cell from the
+    table of that budget; a model missing from a table is '-'."""
+    import benchmarks.cuda_sweep as cuda_sweep
+
+    def table(*rows):
+        return {"rows": [{"model": m, "tuned": {"tvm_ms": t, "pet_ms": p, "ratio": t / p,
+                                                "kept": "combined"}} for m, t, p in rows]}
+    rows = cuda_sweep.sweep({8: table(("resnet18", 2.6, 0.9), ("csrnet", 3.2, 2.9)),
+                             40: table(("resnet18", 1.2, 0.8))})
+    assert rows["resnet18"][40]["ratio"] == pytest.approx(1.5) and 40 not in rows["csrnet"]
+    text = cuda_sweep.markdown(rows, [8, 40])
+    assert "| resnet18 | 2.600, 0.900, ×2.889 | 1.200, 0.800, ×1.500 |" in text
+    assert "| csrnet | 3.200, 2.900, ×1.103 | - |" in text
