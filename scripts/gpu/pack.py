@@ -124,9 +124,9 @@ def pack(out: pathlib.Path, wheel: pathlib.Path, runtime: list[pathlib.Path] | N
         path = out / f"pack.tar.xz.part{i // size:02d}"
         path.write_bytes(data[i:i + size])
         parts.append(path)
+    route = "full" if runtime is None else "runtime"  # runtime may be [] (batches only)
     (out / "parts.json").write_text(json.dumps({"parts": [p.name for p in parts],
-                                                "bytes": len(data),
-                                                "route": "full" if runtime is None else "runtime"}) + "\n")
+                                                "bytes": len(data), "route": route}) + "\n")
     return parts
 
 
