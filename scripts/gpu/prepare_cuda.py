@@ -77,33 +77,46 @@ def gains_by_subprogram(model: pathlib.Path, target, times: dict[str, float],
     The cost of a program is the sum over its tasks of calls × the fastest measured schedule
     (``kernel_times``); kernels that were not tuned (pads, slices, layout copies) were not
     timed and count 0, so the estimate favours mutants that add them: it only proposes, and the
-    GPU's end-to-end timing decides (run_cuda.py's rank rule).
+    GPU's end-to-end timing decides (run_cuda.py's rank rule). A mutant with a kernel that
+    reduces (:func:`has_reduction`) and has no time, beyond those of the original, is never
+    proposed: it would run on TVM's default schedule, which the batch never measured (one such
+    fused conv + pad does not even build on sm_90).
     """
     from tvm_pet.cost.analytic import AnalyticCost
     from tvm_pet.onnx import import_model
-    from tvm_pet.relax.cuda_dry_run import cuda_module, mutants_by_part
+    from tvm_pet.relax.cuda_dry_run import mutants_by_part
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.search.partition import replace_subprogram
-    from tvm_pet.tune.compile import extract_tasks
-
-    def cost(prog) -> float:
-        return sum(t.weight * times.get(str(t.shash), 0.0)
-                   for t in extract_tasks(cuda_module(prog, rewrites=rewrites), target))
 
     program = import_model(model)
-    base = cost(program)
+    base, untimed = estimated_cost(program, target, times, rewrites)
     best = {}  # subprogram name -> (gain, part, mutant, corrected)
     for name, part, mutant, corrected in mutants_by_part(program, SearchConfig(), AnalyticCost()):
-        gain = base - cost(replace_subprogram(program, part, corrected))
-        if gain > 0 and (name not in best or gain > best[name][0]):
+        spent, left_untimed = estimated_cost(replace_subprogram(program, part, corrected),
+                                             target, times, rewrites)
+        gain = base - spent
+        if left_untimed <= untimed and gain > 0 and (name not in best or gain > best[name][0]):
             best[name] = (gain, part, mutant, corrected)
     return program, base, sorted(best.values(), key=lambda p: -p[0])
 
 
-def combined(stem: str, program, base: float, picks: list, say):
+def estimated_cost(program, target, times: dict[str, float], rewrites: bool = True) -> tuple:
+    """``(seconds, untimed)``: a program's cost by the kernel times (calls × the fastest
+    schedule; kernels not timed count 0) and the structural hashes of its kernels that reduce
+    but have no time."""
+    from tvm_pet.relax.cuda_dry_run import cuda_module
+    from tvm_pet.tune.compile import extract_tasks
+    tasks = extract_tasks(cuda_module(program, rewrites=rewrites), target)
+    untimed = {str(t.shash) for t in tasks if str(t.shash) not in times and has_reduction(t)}
+    return sum(t.weight * times.get(str(t.shash), 0.0) for t in tasks), untimed
+
+
+def combined(stem: str, program, base: float, picks: list, say, timed=None):
     """PET's choice across subprograms: every pick of :func:`gains_by_subprogram` applied
     together, checked against the original with tvm_pet's interpreter. Returns (program,
-    mutant ops) or ``None`` when fewer than two combine."""
+    mutant ops) or ``None`` when fewer than two combine. With ``timed`` (a program -> bool), a
+    pick whose kernels, beside those already applied, are not all timed is left out: two
+    mutants next to each other may fuse into a kernel that neither has alone."""
     import numpy as np
 
     from tvm_pet.search.partition import replace_subprogram
@@ -113,9 +126,14 @@ def combined(stem: str, program, base: float, picks: list, say):
         if used & set(pick[1].nodes):                            # earlier ones keep their
             continue                                             # node indices
         try:
-            whole = replace_subprogram(whole, pick[1], pick[3])
+            joined = replace_subprogram(whole, pick[1], pick[3])
         except ValueError:  # the parts of two subprograms interleave: leave this one out
             continue
+        if timed is not None and not timed(joined):
+            say(f"{stem}: {' -> '.join(pick[2].ops)} left out of the combination: a kernel "
+                "that reduces and was not timed")
+            continue
+        whole = joined
         used |= set(pick[1].nodes)
         applied.append(pick)
     picks = applied
@@ -150,11 +168,13 @@ def choices(model: pathlib.Path, target, args, say) -> tuple:
     combination, and with ``--singles K`` the K subprograms' best mutants that gain most, each
     alone in place."""
     from tvm_pet.search.partition import replace_subprogram
-    program, base, picks = gains_by_subprogram(model, target, kernel_times(args.combine),
-                                               not args.no_tvm_rewrites)
+    times, rewrites = kernel_times(args.combine), not args.no_tvm_rewrites
+    program, base, picks = gains_by_subprogram(model, target, times, rewrites)
     say(f"{model.stem}: {len(picks)} subprogram(s) gain by the kernel times")
     builds = []
-    found = combined(model.stem, program, base, picks, say)
+    untimed = estimated_cost(program, target, times, rewrites)[1]
+    found = combined(model.stem, program, base, picks, say, lambda whole: estimated_cost(
+        whole, target, times, rewrites)[1] <= untimed)
     if found is not None:
         builds.append(("combined", found[0], found[1]))
     for i, (gain, part, mutant, corrected) in enumerate(picks[:args.singles]):
