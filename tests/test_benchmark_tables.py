@@ -214,15 +214,23 @@ def test_the_draws_table_counts_each_tuning_and_the_geo_mean_over_them(tmp_path,
     for seed, kept, ratio in ((1, "optimized", 1.44), (2, "original", 0.9)):
         run.write_results([dict(_row("resnet18", kept, ratio), applied=["Pad -> Conv"] * 2)],
                           dict(RUN, seed=seed), tmp_path / "draws" / f"resnet18-s{seed}")
+    # NHWC draws are counted apart; a folder of another PET variant is not a draw
+    for folder, ratio in (("resnet18-nhwc-s1", 1.21), ("resnet18-nhwc-padsinplace-s1", 2.0)):
+        run.write_results([dict(_row("resnet18", "optimized", ratio), applied=["Pad -> Conv"])],
+                          dict(RUN, seed=1, layout="NHWC"), tmp_path / "draws" / folder)
     found = draws.collect(tmp_path)
-    assert [(d["seed"], d["pet_vs_tvm"]) for d in found] == [(1, 1.44), (2, 1.0)]
+    assert [(d["layout"], d["seed"], d["pet_vs_tvm"]) for d in found] == [
+        ("NCHW", 1, 1.44), ("NCHW", 2, 1.0), ("NHWC", 1, 1.21)]
     table = draws.render(found, tmp_path)
-    assert "| resnet18 | 32 | 1 | 10.0 | ×1.440 | 2 rewrites (Pad -> Conv) |" in table
+    assert "| resnet18 | NCHW | 32 | 1 | 10.0 | ×1.440 | 2 rewrites (Pad -> Conv) |" in table
+    assert "| resnet18 | NHWC | 32 | 1 | 10.0 | ×1.210 | 1 rewrite (Pad -> Conv) |" in table
     assert "original (measured ×0.900: noise)" in table
     # the kept original counts x1, not its measured x0.9: sqrt(1.44 * 1) = 1.2
     assert "**×1.200** (×1.00–×1.44)" in table
-    summary = json.loads((tmp_path / "draws.json").read_text())["summary"]["resnet18@32"]
-    assert summary["draws"] == 2 and summary["geomean"] == pytest.approx(1.2)
+    summary = json.loads((tmp_path / "draws.json").read_text())["summary"]
+    assert summary["resnet18@32"]["draws"] == 2
+    assert summary["resnet18@32"]["geomean"] == pytest.approx(1.2)
+    assert summary["resnet18-nhwc@32"]["draws"] == 1
 
 
 def test_the_decision_rule_table_counts_a_keep_only_when_its_replication_keeps_it_too():
