@@ -536,6 +536,24 @@ def test_a_packed_database_is_unpacked_on_first_use_and_every_write_repacks_it(t
     assert times_by_task(open_database(shared.parent, TARGET), mods) == [T0[:2], T1[:2]]
 
 
+def test_writes_into_a_fresh_clones_packed_records_keep_what_they_hold(tmp_path, shared, mods):
+    """A fresh clone holds the shipped records packed only, and nothing has unpacked them yet:
+    merging other records into them, pruning them or packing them keeps their records (merging
+    once started from empty plain files and repacked the shipped records as the merged ones
+    only)."""
+    other = db_dir(tmp_path / "other", TARGET)
+    write_records(other, task_mods(3)[2:], per_task=1)  # a third workload
+    dbfile.pack(shared)
+    writes = {"merge": lambda d: dbfile.merge(other, d), "prune": lambda d: dbfile.prune(d, 3),
+              "pack": dbfile.pack}
+    for name, write in writes.items():
+        clone = db_dir(tmp_path / name, TARGET)
+        _ship(shared, clone)
+        write(clone)
+        assert times_by_task(open_database(clone.parent, TARGET), mods) == [T0, T1], name
+    assert len(dbfile.read_tables(tmp_path / "merge" / clone.name).records) == 7
+
+
 def test_a_damaged_packed_copy_leaves_the_plain_files_in_use_with_a_warning(shared, mods):
     dbfile.pack(shared)
     (shared / PACKED[0]).write_bytes(b"not xz")

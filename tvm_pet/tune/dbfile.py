@@ -403,9 +403,14 @@ def _repack(directory: Path, force: bool = False) -> int:
 
 
 def ensure_files(directory: str | Path) -> None:
-    """Create the directory and empty database files where missing (under the exclusive lock)."""
+    """Create the directory and empty database files where missing (under the exclusive lock).
+
+    Packed copies with no plain files yet (a fresh checkout's shipped records) are unpacked
+    first: a write that started from empty plain files would repack them empty.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    unpack(directory)
     if all((directory / name).exists() for name in (WORKLOAD_FILE, RECORD_FILE)):
         return
     with dir_lock(directory):
@@ -540,6 +545,7 @@ def _keep_records(directory: Path, keep: Callable[[Tables], list[tuple[int, str]
     """Under the directory's exclusive lock, keep the records ``keep(tables)`` returns (in file
     order) and drop the others, adding the dropped ones per workload to ``PRUNED_FILE`` (written
     first: a crash between the two writes over-counts, never re-tunes); returns how many."""
+    unpack(directory)  # packed copies only: keep from what they hold, not from nothing
     with dir_lock(directory):
         tables = repair(directory)
         records = keep(tables)
