@@ -153,6 +153,57 @@ def test_costing_times_a_kernel_whose_only_record_is_wrong_as_untuned(tmp_path):
     assert tvm_ffi.structural_equal(timed[0], task.mod)  # the naive loop nest, not the schedule
 
 
+def _pool_of_exp(name: str) -> tvm.IRModule:
+    """mean(exp(x)) over H and W, exp's result bound as ``name``: the pool's reduction block is
+    named after it (``<name>_red``), so two names give one kernel (the same structural hash)
+    under two block names, as a global pool in two models."""
+    bb = tvm.relax.BlockBuilder()
+    x = tvm.relax.Var("x", tvm.relax.TensorType((1, 8, 4, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(tvm.relax.op.exp(x), name_hint=name)
+            out = bb.emit_output(tvm.relax.op.mean(y, axis=[2, 3], keepdims=True))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_record_applies_to_its_kernel_under_other_block_names(tmp_path):
+    """torchvision's ResNet-18 and Inception-v3 at full size stopped with a ScheduleError: their
+    global pool matched a shipped record by structural hash, and the record's trace, replayed on
+    their kernel, looked its blocks up by the other model's names. The trace is now replayed on
+    the record's own workload (checking, costing and the build alike), as MetaSchedule does."""
+    from tvm_pet.tune.compile import Task
+    from tvm_pet.tune.kernels import task_times
+    from tvm_pet.tune.records import UntunedTimes
+    (pool,) = [t for t in extract_tasks(_pool_of_exp("lv"), TARGET) if t.name == "mean"]
+    schedule = tvm.s_tir.Schedule(pool.mod)
+    block = schedule.get_sblock("lv_red")
+    schedule.parallel(schedule.get_loops(block)[1])
+    directory = db_dir(tmp_path, TARGET)
+    directory.mkdir(parents=True)
+    db = ms.database.JSONDatabase(work_dir=str(directory), module_equality="structural")
+    db.commit_tuning_record(ms.database.TuningRecord(
+        schedule.trace, db.commit_workload(pool.mod), [1e-6], TARGET,
+        ms.arg_info.ArgInfo.from_prim_func(pool.mod["main"])))
+    user = _pool_of_exp("pooled")
+    (other,) = [t for t in extract_tasks(user, TARGET) if t.name == "mean"]
+    assert other.shash == pool.shash and "pooled_red" in other.mod.script()
+    with pytest.raises(RuntimeError, match="get-block"):  # the trace on the other names
+        schedule.trace.apply_to_schedule(tvm.s_tir.Schedule(other.mod), remove_postproc=False)
+    record = db.get_all_tuning_records()[0]
+    assert schedule_agrees(other.mod, scheduled(other.mod, record), TARGET)
+    opened = OpenRecords(db, checks=RecordChecks(tmp_path / CHECKS_FILE))
+    (time,) = task_times([Task("mean", 1, other.mod, other.shash)], TARGET,
+                         cache=UntunedTimes(), database=opened,
+                         measure_untuned=lambda mod, target, repeat: 1.0)
+    assert time.source == "tuned" and time.seconds == 1.0
+    assert apply_records(user, TARGET, tmp_path)[1] == 1
+    x = np.random.default_rng(0).standard_normal((1, 8, 4, 4)).astype("float32")
+    vm = tvm.relax.VirtualMachine(build_with_records(user, TARGET, tmp_path), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(),
+                               np.exp(x).mean(axis=(2, 3), keepdims=True), rtol=1e-5)
+
+
 def test_a_borrowing_target_reads_the_lenders_verdicts_and_keeps_its_own_first(tmp_path):
     lender, own = tmp_path / "lender.json", tmp_path / "own" / CHECKS_FILE
     lender.write_text(json.dumps({"1:aa": False, "2:bb": True}))

@@ -138,12 +138,17 @@ def apply_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None
 def checked_database(mod: tvm.IRModule, target, opened: records.OpenRecords
                      ) -> ms.database.Database:
     """A database holding, for each task of ``mod``, its fastest record (own, then borrowed) that
-    computes what the task's kernel does; tasks with no such record are left out (untuned)."""
+    computes what the task's kernel does; tasks with no such record are left out (untuned).
+
+    Each record is committed with its own workload module: structurally equal to the task's, so
+    the build finds it, and named as the record's trace names its blocks (another model's kernel
+    can be the same one under other block names: ``record_check.scheduled``)."""
     database = ms.database.MemoryDatabase(module_equality=records.MODULE_EQUALITY)
     for task in extract_tasks(mod, target):
         record, _ = opened.checked_best(task.mod, task.shash, target)
         if record is not None:
-            workload = database.commit_workload(task.mod)
+            own = getattr(record, "workload", None)
+            workload = database.commit_workload(task.mod if own is None else own.mod)
             database.commit_tuning_record(ms.database.TuningRecord(
                 record.trace, workload, record.run_secs, target, record.args_info))
     return database

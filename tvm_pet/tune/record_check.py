@@ -80,8 +80,16 @@ def _run(mod: tvm.IRModule, task_mod: tvm.IRModule, target, seed: int) -> list[n
 
 
 def scheduled(task_mod: tvm.IRModule, record: ms.database.TuningRecord) -> tvm.IRModule:
-    """The task with the record's schedule applied (its trace replayed, postprocessing kept)."""
-    schedule = tvm.s_tir.Schedule(task_mod)
+    """The task with the record's schedule applied (its trace replayed, postprocessing kept).
+
+    The trace is replayed on the record's own workload, as MetaSchedule's ``ApplyDatabase``
+    does: a record is found by structural hash and equality, which ignore names, and the trace
+    looks its blocks up by name (a global pool's reduction is named after its input, so another
+    model's pool has the same kernel under another block name). ``task_mod`` is used when the
+    record has no workload module.
+    """
+    workload = getattr(record, "workload", None)
+    schedule = tvm.s_tir.Schedule(task_mod if workload is None else workload.mod)
     record.trace.apply_to_schedule(schedule, remove_postproc=False)
     return schedule.mod
 
