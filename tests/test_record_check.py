@@ -53,7 +53,7 @@ def test_the_wrong_record_differs_where_its_output_is_padded():
     _, record = _only_record(WRONG)
     task = record.workload.mod
     outputs = []
-    for mod in (task, scheduled(task, record)):
+    for mod in (task, scheduled(record)):
         args = random_args(task, tvm.cpu(), 0)
         tvm.tirx.build(mod, target=TARGET)["main"](*args)
         outputs.append(args[-1].numpy())  # [1, 512, 30, 30]: rows and columns 28, 29 are pad
@@ -191,7 +191,7 @@ def test_a_record_applies_to_its_kernel_under_other_block_names(tmp_path):
     with pytest.raises(RuntimeError, match="get-block"):  # the trace on the other names
         schedule.trace.apply_to_schedule(tvm.s_tir.Schedule(other.mod), remove_postproc=False)
     record = db.get_all_tuning_records()[0]
-    assert schedule_agrees(other.mod, scheduled(other.mod, record), TARGET)
+    assert schedule_agrees(other.mod, scheduled(record), TARGET)
     opened = OpenRecords(db, checks=RecordChecks(tmp_path / CHECKS_FILE))
     (time,) = task_times([Task("mean", 1, other.mod, other.shash)], TARGET,
                          cache=UntunedTimes(), database=opened,

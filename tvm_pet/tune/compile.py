@@ -147,8 +147,7 @@ def checked_database(mod: tvm.IRModule, target, opened: records.OpenRecords
     for task in extract_tasks(mod, target):
         record, _ = opened.checked_best(task.mod, task.shash, target)
         if record is not None:
-            own = getattr(record, "workload", None)
-            workload = database.commit_workload(task.mod if own is None else own.mod)
+            workload = database.commit_workload(record.workload.mod)
             database.commit_tuning_record(ms.database.TuningRecord(
                 record.trace, workload, record.run_secs, target, record.args_info))
     return database

@@ -98,7 +98,7 @@ def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = N
                f"{task.shash}@{opened.borrowed_key if borrowed else 'tuned'}:{tuned_s:.9g}")
         seconds = cache.get(target, key)
         if seconds is None:
-            task_mod = task.mod if tuned_s is None else scheduled(task.mod, record)
+            task_mod = task.mod if tuned_s is None else scheduled(record)
             seconds = measure(task_mod, target, repeat=repeat)
             cache.put(target, key, seconds)
         times.append(KernelTime(task.name, task.weight, seconds, source, task.shash))

@@ -79,17 +79,16 @@ def _run(mod: tvm.IRModule, task_mod: tvm.IRModule, target, seed: int) -> list[n
     return [a.numpy() for a in args]
 
 
-def scheduled(task_mod: tvm.IRModule, record: ms.database.TuningRecord) -> tvm.IRModule:
-    """The task with the record's schedule applied (its trace replayed, postprocessing kept).
+def scheduled(record: ms.database.TuningRecord) -> tvm.IRModule:
+    """The record's kernel with its schedule applied (its trace replayed, postprocessing kept).
 
     The trace is replayed on the record's own workload, as MetaSchedule's ``ApplyDatabase``
     does: a record is found by structural hash and equality, which ignore names, and the trace
     looks its blocks up by name (a global pool's reduction is named after its input, so another
-    model's pool has the same kernel under another block name). ``task_mod`` is used when the
-    record has no workload module.
+    model's pool is the same kernel under another block name). The result computes what every
+    task the record was found for computes, on the same arguments.
     """
-    workload = getattr(record, "workload", None)
-    schedule = tvm.s_tir.Schedule(task_mod if workload is None else workload.mod)
+    schedule = tvm.s_tir.Schedule(record.workload.mod)
     record.trace.apply_to_schedule(schedule, remove_postproc=False)
     return schedule.mod
 
@@ -144,7 +143,7 @@ class RecordChecks(dbfile.SidecarCache):
         if target.kind.name != "llvm":
             return True
         try:
-            applied = scheduled(task_mod, record)
+            applied = scheduled(record)
         except (RuntimeError, ValueError, TypeError):  # its trace does not replay on the task
             verdict = False
         else:
