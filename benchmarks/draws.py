@@ -42,11 +42,16 @@ EARLIER = ("fresh-records-32/llvm.json", "fresh-records-32/llvm-quick.json",
            "llvm-nhwc.json")
 
 
+def stem(model: str, layout: str) -> str:
+    """How a model's draws in a layout are named: ``<model>`` in NCHW, ``<model>-nhwc``."""
+    return model if layout == "NCHW" else f"{model}-{layout.lower()}"
+
+
 def run_draw(model: str, seed: int, trials: int, work: pathlib.Path, target: str,
              layout: str = "NCHW") -> int:
     """Tune ``model`` afresh at ``trials`` per task with ``seed`` (both sides in ``layout``) and
     time it; run.py's status."""
-    name = f"{model}-s{seed}" if layout == "NCHW" else f"{model}-{layout.lower()}-s{seed}"
+    name = f"{stem(model, layout)}-s{seed}"
     records = work / name
     if records.exists() and any(records.iterdir()):
         print(f"{records} is not empty: a draw starts from no records", file=sys.stderr)
@@ -103,10 +108,9 @@ def render(draws: list[dict], results: pathlib.Path = RESULTS) -> str:
                          f"×{d['pet_vs_tvm']:.3f} | {kept} | `{d['source']}` |")
         ratios = [d["pet_vs_tvm"] for d in rows]
         tvm = [d["tvm_ms"] for d in rows]
-        key = model if layout == "NCHW" else f"{model}-{layout.lower()}"
-        summary[f"{key}@{trials}"] = {"draws": len(rows), "geomean": geomean(ratios),
-                                        "min": min(ratios), "max": max(ratios),
-                                        "tvm_ms_min": min(tvm), "tvm_ms_max": max(tvm)}
+        summary[f"{stem(model, layout)}@{trials}"] = {
+            "draws": len(rows), "geomean": geomean(ratios), "min": min(ratios),
+            "max": max(ratios), "tvm_ms_min": min(tvm), "tvm_ms_max": max(tvm)}
         if len(rows) < 2:
             continue
         lines.append(f"| **{model}** | {layout} | {trials} | {len(rows)} draws | {min(tvm):.1f}–"
