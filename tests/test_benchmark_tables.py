@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks import decision_rule, draws, run, sweep
+from benchmarks import decision_rule, draws, equal_total, run, sweep
 
 
 def _row(model: str, kept: str, ratio: float, tvm_ms: float = 10.0) -> dict:
@@ -327,3 +327,40 @@ def test_a_layout_models_run_of_another_seed_joins_the_rows_written_before(tmp_p
     assert rows == [{"model": "resnet18", "seed": 0, "v": 1},
                     {"model": "csrnet", "seed": 0, "v": 4},
                     {"model": "resnet18", "seed": 1, "v": 3}]
+
+
+def _equal_total_row(seed: int, kept: str, ms: dict) -> dict:
+    """An equal-total row as ``equal_total.draw`` makes it, from each build's process medians."""
+    times = {name: {"median_ms": sorted(v)[len(v) // 2], "by_process_ms": v,
+                    "max_abs_err_vs_tvm": 0.0} for name, v in ms.items()}
+    row = {"model": "csrnet_backend", "layout": "NHWC", "seed": seed, "trials_per_task": 32,
+           "kept": kept, "applied": ["Pad -> Conv"] if kept == "optimized" else [],
+           "total_trials": 320, "mutant_trials": 96, "times": times, "processes": 2}
+    for key, (slow, fast) in {"pet_vs_tvm": ("tvm", "pet"),
+                              "pet_vs_tvm_equal": ("tvm_equal", "pet"),
+                              "tvm_equal_vs_tvm": ("tvm", "tvm_equal")}.items():
+        row[key], row[key + "_by_process"] = equal_total.process_ratio(times, slow, fast)
+    return row
+
+
+def test_the_equal_total_table_compares_within_each_process_and_counts_a_kept_original_as_x1(
+        tmp_path):
+    # process ratios 12/8 and 18/8: geo-mean sqrt(1.5 * 2.25) = 1.837
+    won = _equal_total_row(3, "optimized", {"tvm": [12.0, 18.0], "pet": [8.0, 8.0],
+                                            "tvm_equal": [10.0, 10.0]})
+    assert won["pet_vs_tvm"] == pytest.approx((1.5 * 2.25) ** 0.5)
+    assert won["pet_vs_tvm_equal_by_process"] == pytest.approx([1.25, 1.25])
+    # the original kept: PET runs TVM's 32-trial binary, slower than TVM given the trials
+    lost = _equal_total_row(4, "original", {"tvm": [10.0, 10.2], "pet": [10.1, 10.0],
+                                            "tvm_equal": [8.0, 8.0]})
+    path = tmp_path / "equal_total.json"
+    equal_total.save([lost], path)
+    equal_total.save([won, dict(lost, total_trials=330)], path)  # seed 4 again replaces its row
+    rows = json.loads(path.read_text())["rows"]
+    assert [(r["seed"], r["total_trials"]) for r in rows] == [(3, 320), (4, 330)]
+    table = path.with_suffix(".md").read_text()
+    assert "| ×1 (same binary; measured ×1.005 (0.99, 1.02)) |" in table
+    # counted: sqrt(1.837 * 1) for PET / TVM; measured for the equal-total column
+    assert f"PET / TVM ×{(((1.5 * 2.25) ** 0.5) * 1.0) ** 0.5:.3f}" in table
+    lost_equal = (8.0 / 10.1 * 8.0 / 10.0) ** 0.5  # PET's binary is TVM's: slower than equal's
+    assert f"at equal total ×{(1.25 * lost_equal) ** 0.5:.3f}" in table

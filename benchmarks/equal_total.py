@@ -1,0 +1,237 @@
+"""Equal total trials: is PET's gain its rewrites', or the trials spent tuning its mutants?
+
+    python benchmarks/equal_total.py --models csrnet_backend --layout NHWC --seeds 3,4 --trials 32
+    python benchmarks/equal_total.py --render
+
+``optimize`` charges PET's mutant kernels *beside* the budget: TVM's kernels get N trials per
+task, and PET's mutants get N per task more (``mutant_trials`` in ``report.json``). So PET's
+side has measured more candidates in all than TVM's, and a careful reader asks whether TVM,
+given those trials for its own kernels, would be as fast. For each model and seed this script:
+
+1. runs ``tvm-pet optimize`` on an empty records folder, with N trials per task and the seed,
+   no second look: TVM's build (``baseline.so``), PET's (``optimized.so``; the original where
+   PET kept it) and the trials the whole run measured (the original's and the mutants');
+2. copies those records and gives the mutants' trials to the original instead: MetaSchedule's
+   gradient task scheduler over the original's tasks (:func:`~tvm_pet.tune.tuner.tune_budget`)
+   up to the run's total. That is TVM at *equal total trials*, built from the copy;
+3. times the three builds interleaved in fresh processes (3 by default: a binary's speed is
+   drawn once per process, ``tvm_pet.tune.process_timing``), after checking that their
+   outputs agree.
+
+Ratios are each process's ratio of medians, geo-meaned over the processes. Rows go to
+``results/equal_total.json`` and ``.md`` (each run's rows replace those of the same model,
+layout and seed). The records stay in ``--work``, outside the repository.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "benchmarks" / "results"
+BUILDS = ("tvm", "pet", "tvm_equal")
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def process_ratio(times: dict, slow: str, fast: str) -> tuple[float, list[float]]:
+    """``slow`` over ``fast``: the geo-mean over processes of each process's ratio of medians,
+    and those ratios (above 1: ``fast`` is faster)."""
+    ratios = [a / b for a, b in zip(times[slow]["by_process_ms"], times[fast]["by_process_ms"])]
+    return geomean(ratios), ratios
+
+
+def optimize_run(onnx_path: pathlib.Path, records: pathlib.Path, out: pathlib.Path, *,
+                 trials: int, seed: int, layout: str, target: str) -> dict:
+    """Step 1: ``tvm-pet optimize`` on empty records; its report."""
+    cmd = [sys.executable, "-m", "tvm_pet.cli", "optimize", str(onnx_path), "--target", target,
+           "--out", str(out), "--trials", str(trials), "--seed", str(seed), "--records",
+           str(records), "--layout", layout, "--no-second-look", "--progress"]
+    subprocess.run(cmd, check=True)
+    return json.loads((out / "report.json").read_text())
+
+
+def tune_equal(onnx_path: pathlib.Path, records: pathlib.Path, library: pathlib.Path, *,
+               total: int, seed: int, layout: str, target: str) -> dict:
+    """Step 2: the original's tasks tuned up to ``total`` trials in all (the records' own
+    count included) by the gradient task scheduler, built and exported to ``library``."""
+    from tvm_pet.pipeline.optimize import load_model
+    from tvm_pet.pipeline.options import DriverOptions
+    from tvm_pet.pipeline.toolchain import tvm_toolchain
+    from tvm_pet.tune.tuner import tune_budget
+
+    loaded = load_model(str(onnx_path), DriverOptions(target=target, layout=layout))
+    toolchain = tvm_toolchain(target, str(records), None).with_lowering(loaded.lower)
+    module = toolchain.lower(loaded.program)
+    stats = tune_budget(module, toolchain.target, total, str(records), seed=seed,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
+    toolchain.export(toolchain.build(module), str(library))
+    return {"new_trials": stats.new_trials, "tuning_time_s": round(stats.wall_s, 1),
+            "tasks_given_trials": {t.name: t.new_trials for t in stats.per_task
+                                   if t.new_trials}}
+
+
+def outputs(library: pathlib.Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    import tvm
+    from tvm import relax
+    device = tvm.cpu()
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), device)
+    res = vm["main"](*[tvm.runtime.tensor(x, device) for x in inputs])
+    return [res.numpy()] if hasattr(res, "numpy") else [r.numpy() for r in res]
+
+
+def time_builds(libraries: dict[str, pathlib.Path], inputs: list[np.ndarray], *,
+                processes: int, rounds: int, number: int) -> dict:
+    """Step 3: the builds' outputs compared with TVM's, then timed interleaved in fresh
+    processes; per build its median and each process's median in ms, and its largest
+    difference from TVM's outputs."""
+    from tvm_pet.tune.process_timing import time_in_processes
+    reference = outputs(libraries["tvm"], inputs)
+    errors = {name: max(float(np.abs(a - b).max())
+                        for a, b in zip(reference, outputs(path, inputs)))
+              for name, path in libraries.items()}
+    timed = time_in_processes({k: str(v) for k, v in libraries.items()}, inputs,
+                              processes=processes, rounds=rounds, number=number, repeat=3)
+    return {name: {"median_ms": t.median * 1e3, "by_process_ms": [x * 1e3 for x in t.layouts],
+                   "max_abs_err_vs_tvm": errors[name]} for name, t in timed.items()}
+
+
+def inputs_of(onnx_path: pathlib.Path, seed: int) -> list[np.ndarray]:
+    from tvm_pet.pipeline.optimize import load_model, random_inputs
+    return list(random_inputs(load_model(str(onnx_path)).program, seed).values())
+
+
+def draw(model: str, seed: int, args) -> dict:
+    """One row: a model tuned afresh with ``seed``, both ways of spending the total."""
+    from tvm_pet.models import build_model
+    import onnx
+
+    name = f"{model}-{args.layout.lower()}-s{seed}"
+    work = pathlib.Path(args.work) / name
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    onnx_path = work / f"{model}.onnx"
+    onnx.save(build_model(model), str(onnx_path))
+    start = time.perf_counter()
+    report = optimize_run(onnx_path, work / "records", work / "optimize", trials=args.trials,
+                          seed=seed, layout=args.layout, target=args.target)
+    tuning = report["tuning"]
+    shutil.copytree(work / "records", work / "records-equal")
+    equal = tune_equal(onnx_path, work / "records-equal", work / "tvm_equal.so",
+                       total=tuning["new_trials"], seed=seed, layout=args.layout,
+                       target=args.target)
+    libraries = {"tvm": work / "optimize" / "baseline.so",
+                 "pet": work / "optimize" / "optimized.so", "tvm_equal": work / "tvm_equal.so"}
+    times = time_builds(libraries, inputs_of(onnx_path, seed), processes=args.processes,
+                        rounds=args.rounds, number=args.number)
+    kept = report["kept"]
+    row = {"model": model, "layout": args.layout, "seed": seed, "trials_per_task": args.trials,
+           "kept": kept, "applied": [a["mutant"] for a in report.get("applied", [])],
+           "total_trials": tuning["new_trials"], "mutant_trials": tuning["mutant_trials"],
+           "tvm_equal_tuning": equal, "times": times, "processes": args.processes,
+           "wall_s": round(time.perf_counter() - start)}
+    for key, (slow, fast) in {"pet_vs_tvm": ("tvm", "pet"),
+                              "pet_vs_tvm_equal": ("tvm_equal", "pet"),
+                              "tvm_equal_vs_tvm": ("tvm", "tvm_equal")}.items():
+        row[key], row[key + "_by_process"] = process_ratio(times, slow, fast)
+    return row
+
+
+def counted(row: dict) -> float:
+    """PET / TVM at N trials per task, ×1 where PET kept the original (both run one binary)."""
+    return row["pet_vs_tvm"] if row["kept"] == "optimized" else 1.0
+
+
+def render(rows: list[dict]) -> str:
+    lines = [
+        "# Equal total trials: TVM given PET's mutant trials",
+        "",
+        "`python benchmarks/equal_total.py` (see its docstring). Per draw: one `tvm-pet optimize` "
+        "on empty records (N trials per task for the original's kernels and PET's mutants, no "
+        "second look); then the original alone tuned on a copy of those records up to the run's "
+        "total by MetaSchedule's gradient task scheduler (TVM at equal total trials). The three "
+        "builds timed interleaved in fresh processes (each row's count in the JSON); ratios are "
+        "geo-means over the processes of each one's ratio of medians (by process in brackets).",
+        "",
+        "| model | layout | seed | trials/task | total trials (mutants') | PET kept | TVM ms | "
+        "TVM equal-total ms | PET ms | PET / TVM | PET / TVM equal-total | TVM equal / TVM |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        t = r["times"]
+        kept = " · ".join(r["applied"]) if r["kept"] == "optimized" else "original"
+        cells = [r["model"], r["layout"], str(r["seed"]), str(r["trials_per_task"]),
+                 f"{r['total_trials']} ({r['mutant_trials']})", kept,
+                 f"{t['tvm']['median_ms']:.2f}", f"{t['tvm_equal']['median_ms']:.2f}",
+                 f"{t['pet']['median_ms']:.2f}"]
+        for key in ("pet_vs_tvm", "pet_vs_tvm_equal", "tvm_equal_vs_tvm"):
+            measured = f"×{r[key]:.3f} ({', '.join(f'{x:.2f}' for x in r[key + '_by_process'])})"
+            same = key == "pet_vs_tvm" and r["kept"] != "optimized"
+            cells.append(f"×1 (same binary; measured {measured})" if same else measured)
+        lines.append("| " + " | ".join(cells) + " |")
+    by_model: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_model.setdefault((r["model"], r["layout"], r["trials_per_task"]), []).append(r)
+    lines += ["", "Geo-means over draws:", ""]
+    for (model, layout, trials), group in by_model.items():
+        lines.append(f"- {model} ({layout}, {trials} trials/task, {len(group)} draws): PET / TVM "
+                     f"×{geomean(map(counted, group)):.3f}, PET / TVM at equal total "
+                     f"×{geomean(r['pet_vs_tvm_equal'] for r in group):.3f}, TVM's own gain from "
+                     f"the extra trials ×{geomean(r['tvm_equal_vs_tvm'] for r in group):.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def save(rows: list[dict], path: pathlib.Path) -> None:
+    """Merge ``rows`` into ``path`` (replacing same model, layout, seed, trials) and render."""
+    old = json.loads(path.read_text())["rows"] if path.exists() else []
+    key = lambda r: (r["model"], r["layout"], r["seed"], r["trials_per_task"])  # noqa: E731
+    new = {key(r) for r in rows}
+    merged = sorted([r for r in old if key(r) not in new] + rows, key=key)
+    path.write_text(json.dumps({"rows": merged}, indent=1) + "\n")
+    path.with_suffix(".md").write_text(render(merged))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default="csrnet_backend")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--trials", type=int, default=32)
+    p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NHWC")
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--processes", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--number", type=int, default=5)
+    p.add_argument("--work", default="/tmp/equal_total")
+    p.add_argument("--out", default=str(RESULTS / "equal_total.json"))
+    p.add_argument("--render", action="store_true", help="only write the .md again")
+    args = p.parse_args(argv)
+    out = pathlib.Path(args.out)
+    if args.render:
+        out.with_suffix(".md").write_text(render(json.loads(out.read_text())["rows"]))
+        return 0
+    for model in args.models.split(","):
+        for seed in map(int, args.seeds.split(",")):
+            row = draw(model, seed, args)
+            save([row], out)  # after each draw: a long run keeps what it measured
+            print(json.dumps({k: row[k] for k in ("model", "seed", "kept", "pet_vs_tvm",
+                                                  "pet_vs_tvm_equal", "tvm_equal_vs_tvm")}),
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
