@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import pathlib
 import shutil
 import subprocess
@@ -38,13 +37,12 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.run import geomean  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
-BUILDS = ("tvm", "pet", "tvm_equal")
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+#: Each ratio of a row: (the slower build, the faster build) when it is above 1.
+RATIOS = {"pet_vs_tvm": ("tvm", "pet"), "pet_vs_tvm_equal": ("tvm_equal", "pet"),
+          "tvm_equal_vs_tvm": ("tvm", "tvm_equal")}
 
 
 def process_ratio(times: dict, slow: str, fast: str) -> tuple[float, list[float]]:
@@ -52,6 +50,14 @@ def process_ratio(times: dict, slow: str, fast: str) -> tuple[float, list[float]
     and those ratios (above 1: ``fast`` is faster)."""
     ratios = [a / b for a, b in zip(times[slow]["by_process_ms"], times[fast]["by_process_ms"])]
     return geomean(ratios), ratios
+
+
+def ratios(times: dict) -> dict:
+    """Every ratio of :data:`RATIOS` (``<key>``) and its process ratios (``<key>_by_process``)."""
+    out = {}
+    for key, (slow, fast) in RATIOS.items():
+        out[key], out[key + "_by_process"] = process_ratio(times, slow, fast)
+    return out
 
 
 def optimize_run(onnx_path: pathlib.Path, records: pathlib.Path, out: pathlib.Path, *,
@@ -64,16 +70,13 @@ def optimize_run(onnx_path: pathlib.Path, records: pathlib.Path, out: pathlib.Pa
     return json.loads((out / "report.json").read_text())
 
 
-def tune_equal(onnx_path: pathlib.Path, records: pathlib.Path, library: pathlib.Path, *,
-               total: int, seed: int, layout: str, target: str) -> dict:
-    """Step 2: the original's tasks tuned up to ``total`` trials in all (the records' own
-    count included) by the gradient task scheduler, built and exported to ``library``."""
-    from tvm_pet.pipeline.optimize import load_model
-    from tvm_pet.pipeline.options import DriverOptions
+def tune_equal(loaded, records: pathlib.Path, library: pathlib.Path, *, total: int, seed: int,
+               target: str) -> dict:
+    """Step 2: the ``loaded`` model's tasks tuned up to ``total`` trials in all (the records'
+    own count included) by the gradient task scheduler, built and exported to ``library``."""
     from tvm_pet.pipeline.toolchain import tvm_toolchain
     from tvm_pet.tune.tuner import tune_budget
 
-    loaded = load_model(str(onnx_path), DriverOptions(target=target, layout=layout))
     toolchain = tvm_toolchain(target, str(records), None).with_lowering(loaded.lower)
     module = toolchain.lower(loaded.program)
     stats = tune_budget(module, toolchain.target, total, str(records), seed=seed,
@@ -109,15 +112,13 @@ def time_builds(libraries: dict[str, pathlib.Path], inputs: list[np.ndarray], *,
                    "max_abs_err_vs_tvm": errors[name]} for name, t in timed.items()}
 
 
-def inputs_of(onnx_path: pathlib.Path, seed: int) -> list[np.ndarray]:
-    from tvm_pet.pipeline.optimize import load_model, random_inputs
-    return list(random_inputs(load_model(str(onnx_path)).program, seed).values())
-
-
 def draw(model: str, seed: int, args) -> dict:
     """One row: a model tuned afresh with ``seed``, both ways of spending the total."""
-    from tvm_pet.models import build_model
     import onnx
+
+    from tvm_pet.models import build_model
+    from tvm_pet.pipeline.optimize import load_model, random_inputs
+    from tvm_pet.pipeline.options import DriverOptions
 
     name = f"{model}-{args.layout.lower()}-s{seed}"
     work = pathlib.Path(args.work) / name
@@ -131,24 +132,20 @@ def draw(model: str, seed: int, args) -> dict:
                           seed=seed, layout=args.layout, target=args.target)
     tuning = report["tuning"]
     shutil.copytree(work / "records", work / "records-equal")
-    equal = tune_equal(onnx_path, work / "records-equal", work / "tvm_equal.so",
-                       total=tuning["new_trials"], seed=seed, layout=args.layout,
-                       target=args.target)
+    # the model as optimize loaded it: its lowering in the layout, its inputs
+    loaded = load_model(str(onnx_path), DriverOptions(target=args.target, layout=args.layout))
+    equal = tune_equal(loaded, work / "records-equal", work / "tvm_equal.so",
+                       total=tuning["new_trials"], seed=seed, target=args.target)
     libraries = {"tvm": work / "optimize" / "baseline.so",
                  "pet": work / "optimize" / "optimized.so", "tvm_equal": work / "tvm_equal.so"}
-    times = time_builds(libraries, inputs_of(onnx_path, seed), processes=args.processes,
-                        rounds=args.rounds, number=args.number)
-    kept = report["kept"]
-    row = {"model": model, "layout": args.layout, "seed": seed, "trials_per_task": args.trials,
-           "kept": kept, "applied": [a["mutant"] for a in report.get("applied", [])],
-           "total_trials": tuning["new_trials"], "mutant_trials": tuning["mutant_trials"],
-           "tvm_equal_tuning": equal, "times": times, "processes": args.processes,
-           "wall_s": round(time.perf_counter() - start)}
-    for key, (slow, fast) in {"pet_vs_tvm": ("tvm", "pet"),
-                              "pet_vs_tvm_equal": ("tvm_equal", "pet"),
-                              "tvm_equal_vs_tvm": ("tvm", "tvm_equal")}.items():
-        row[key], row[key + "_by_process"] = process_ratio(times, slow, fast)
-    return row
+    inputs = list(random_inputs(loaded.program, seed).values())
+    times = time_builds(libraries, inputs, processes=args.processes, rounds=args.rounds,
+                        number=args.number)
+    return {"model": model, "layout": args.layout, "seed": seed, "trials_per_task": args.trials,
+            "kept": report["kept"], "applied": [a["mutant"] for a in report["applied"]],
+            "total_trials": tuning["new_trials"], "mutant_trials": tuning["mutant_trials"],
+            "tvm_equal_tuning": equal, "times": times, "processes": args.processes,
+            "wall_s": round(time.perf_counter() - start)} | ratios(times)
 
 
 def counted(row: dict) -> float:
@@ -178,7 +175,7 @@ def render(rows: list[dict]) -> str:
                  f"{r['total_trials']} ({r['mutant_trials']})", kept,
                  f"{t['tvm']['median_ms']:.2f}", f"{t['tvm_equal']['median_ms']:.2f}",
                  f"{t['pet']['median_ms']:.2f}"]
-        for key in ("pet_vs_tvm", "pet_vs_tvm_equal", "tvm_equal_vs_tvm"):
+        for key in RATIOS:
             measured = f"×{r[key]:.3f} ({', '.join(f'{x:.2f}' for x in r[key + '_by_process'])})"
             same = key == "pet_vs_tvm" and r["kept"] != "optimized"
             cells.append(f"×1 (same binary; measured {measured})" if same else measured)
@@ -188,10 +185,11 @@ def render(rows: list[dict]) -> str:
         by_model.setdefault((r["model"], r["layout"], r["trials_per_task"]), []).append(r)
     lines += ["", "Geo-means over draws:", ""]
     for (model, layout, trials), group in by_model.items():
+        equal, extra = ([r[key] for r in group] for key in ("pet_vs_tvm_equal", "tvm_equal_vs_tvm"))
         lines.append(f"- {model} ({layout}, {trials} trials/task, {len(group)} draws): PET / TVM "
-                     f"×{geomean(map(counted, group)):.3f}, PET / TVM at equal total "
-                     f"×{geomean(r['pet_vs_tvm_equal'] for r in group):.3f}, TVM's own gain from "
-                     f"the extra trials ×{geomean(r['tvm_equal_vs_tvm'] for r in group):.3f}")
+                     f"×{geomean([counted(r) for r in group]):.3f}, PET / TVM at equal total "
+                     f"×{geomean(equal):.3f}, TVM's own gain from the extra trials "
+                     f"×{geomean(extra):.3f}")
     return "\n".join(lines) + "\n"
 
 

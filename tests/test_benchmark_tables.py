@@ -336,11 +336,7 @@ def _equal_total_row(seed: int, kept: str, ms: dict) -> dict:
     row = {"model": "csrnet_backend", "layout": "NHWC", "seed": seed, "trials_per_task": 32,
            "kept": kept, "applied": ["Pad -> Conv"] if kept == "optimized" else [],
            "total_trials": 320, "mutant_trials": 96, "times": times, "processes": 2}
-    for key, (slow, fast) in {"pet_vs_tvm": ("tvm", "pet"),
-                              "pet_vs_tvm_equal": ("tvm_equal", "pet"),
-                              "tvm_equal_vs_tvm": ("tvm", "tvm_equal")}.items():
-        row[key], row[key + "_by_process"] = equal_total.process_ratio(times, slow, fast)
-    return row
+    return row | equal_total.ratios(times)
 
 
 def test_the_equal_total_table_compares_within_each_process_and_counts_a_kept_original_as_x1(
