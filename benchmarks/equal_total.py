@@ -1,6 +1,7 @@
 """Equal total trials: is PET's gain its rewrites', or the trials spent tuning its mutants?
 
     python benchmarks/equal_total.py --models csrnet_backend --layout NHWC --seeds 3,4 --trials 32
+    python benchmarks/equal_total.py --models csrnet_backend --budget 292 --charge inside
     python benchmarks/equal_total.py --render
 
 ``optimize`` charges PET's mutant kernels *beside* the budget: TVM's kernels get N trials per
@@ -17,6 +18,11 @@ given those trials for its own kernels, would be as fast. For each model and see
 3. times the three builds interleaved in fresh processes (3 by default: a binary's speed is
    drawn once per process, ``tvm_pet.tune.process_timing``), after checking that their
    outputs agree.
+
+With ``--budget B --charge inside`` step 1 is ``tvm-pet optimize --budget B --charge inside``
+instead: PET's mutants are charged within B (``--mutant-share`` of it at most), so that run
+measures B trials in all, and TVM at equal total is the original tuned to B. Its TVM column is
+then the original as that run left it (B less what the mutants' kernels hold).
 
 Ratios are each process's ratio of medians, geo-meaned over the processes. Rows go to
 ``results/equal_total.json`` and ``.md`` (each run's rows replace those of the same model,
@@ -61,11 +67,15 @@ def ratios(times: dict) -> dict:
 
 
 def optimize_run(onnx_path: pathlib.Path, records: pathlib.Path, out: pathlib.Path, *,
-                 trials: int, seed: int, layout: str, target: str) -> dict:
-    """Step 1: ``tvm-pet optimize`` on empty records; its report."""
-    cmd = [sys.executable, "-m", "tvm_pet.cli", "optimize", str(onnx_path), "--target", target,
-           "--out", str(out), "--trials", str(trials), "--seed", str(seed), "--records",
-           str(records), "--layout", layout, "--no-second-look", "--progress"]
+                 seed: int, args) -> dict:
+    """Step 1: ``tvm-pet optimize`` on empty records (``args.trials`` per task, or within
+    ``args.budget`` with the mutants charged as ``args.charge`` says); its report."""
+    tuning = (["--trials", str(args.trials)] if args.budget is None else
+              ["--budget", str(args.budget), "--charge", args.charge, "--mutant-share",
+               str(args.mutant_share)])
+    cmd = [sys.executable, "-m", "tvm_pet.cli", "optimize", str(onnx_path), "--target",
+           args.target, "--out", str(out), *tuning, "--seed", str(seed), "--records",
+           str(records), "--layout", args.layout, "--no-second-look", "--progress"]
     subprocess.run(cmd, check=True)
     return json.loads((out / "report.json").read_text())
 
@@ -128,8 +138,7 @@ def draw(model: str, seed: int, args) -> dict:
     onnx_path = work / f"{model}.onnx"
     onnx.save(build_model(model), str(onnx_path))
     start = time.perf_counter()
-    report = optimize_run(onnx_path, work / "records", work / "optimize", trials=args.trials,
-                          seed=seed, layout=args.layout, target=args.target)
+    report = optimize_run(onnx_path, work / "records", work / "optimize", seed=seed, args=args)
     tuning = report["tuning"]
     shutil.copytree(work / "records", work / "records-equal")
     # the model as optimize loaded it: its lowering in the layout, its inputs
@@ -141,16 +150,32 @@ def draw(model: str, seed: int, args) -> dict:
     inputs = list(random_inputs(loaded.program, seed).values())
     times = time_builds(libraries, inputs, processes=args.processes, rounds=args.rounds,
                         number=args.number)
-    return {"model": model, "layout": args.layout, "seed": seed, "trials_per_task": args.trials,
-            "kept": report["kept"], "applied": [a["mutant"] for a in report["applied"]],
+    return {"model": model, "layout": args.layout, "seed": seed,
+            "trials_per_task": tuning["trials_per_task"], "spend": spend(args),
+            "inside_budget": tuning.get("inside_budget"), "kept": report["kept"],
+            "applied": [a["mutant"] for a in report["applied"]],
             "total_trials": tuning["new_trials"], "mutant_trials": tuning["mutant_trials"],
             "tvm_equal_tuning": equal, "times": times, "processes": args.processes,
             "wall_s": round(time.perf_counter() - start)} | ratios(times)
 
 
+def spend(args) -> str:
+    """How a row's trials were given: per task, or a whole-model budget and the mutants'
+    charge."""
+    if args.budget is None:
+        return f"{args.trials}/task"
+    share = f", share {args.mutant_share:g}" if args.charge == "inside" else ""
+    return f"{args.budget} in all, mutants {args.charge}{share}"
+
+
 def counted(row: dict) -> float:
     """PET / TVM at N trials per task, ×1 where PET kept the original (both run one binary)."""
     return row["pet_vs_tvm"] if row["kept"] == "optimized" else 1.0
+
+
+def row_spend(row: dict) -> str:
+    """A row's :func:`spend` (rows written before it: trials per task)."""
+    return row.get("spend", f"{row['trials_per_task']}/task")
 
 
 def render(rows: list[dict]) -> str:
@@ -164,14 +189,14 @@ def render(rows: list[dict]) -> str:
         "builds timed interleaved in fresh processes (each row's count in the JSON); ratios are "
         "geo-means over the processes of each one's ratio of medians (by process in brackets).",
         "",
-        "| model | layout | seed | trials/task | total trials (mutants') | PET kept | TVM ms | "
+        "| model | layout | seed | trials | total trials (mutants') | PET kept | TVM ms | "
         "TVM equal-total ms | PET ms | PET / TVM | PET / TVM equal-total | TVM equal / TVM |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         t = r["times"]
         kept = " · ".join(r["applied"]) if r["kept"] == "optimized" else "original"
-        cells = [r["model"], r["layout"], str(r["seed"]), str(r["trials_per_task"]),
+        cells = [r["model"], r["layout"], str(r["seed"]), row_spend(r),
                  f"{r['total_trials']} ({r['mutant_trials']})", kept,
                  f"{t['tvm']['median_ms']:.2f}", f"{t['tvm_equal']['median_ms']:.2f}",
                  f"{t['pet']['median_ms']:.2f}"]
@@ -182,11 +207,11 @@ def render(rows: list[dict]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     by_model: dict[tuple, list[dict]] = {}
     for r in rows:
-        by_model.setdefault((r["model"], r["layout"], r["trials_per_task"]), []).append(r)
+        by_model.setdefault((r["model"], r["layout"], row_spend(r)), []).append(r)
     lines += ["", "Geo-means over draws:", ""]
     for (model, layout, trials), group in by_model.items():
         equal, extra = ([r[key] for r in group] for key in ("pet_vs_tvm_equal", "tvm_equal_vs_tvm"))
-        lines.append(f"- {model} ({layout}, {trials} trials/task, {len(group)} draws): PET / TVM "
+        lines.append(f"- {model} ({layout}, {trials}, {len(group)} draws): PET / TVM "
                      f"×{geomean([counted(r) for r in group]):.3f}, PET / TVM at equal total "
                      f"×{geomean(equal):.3f}, TVM's own gain from the extra trials "
                      f"×{geomean(extra):.3f}")
@@ -196,7 +221,7 @@ def render(rows: list[dict]) -> str:
 def save(rows: list[dict], path: pathlib.Path) -> None:
     """Merge ``rows`` into ``path`` (replacing same model, layout, seed, trials) and render."""
     old = json.loads(path.read_text())["rows"] if path.exists() else []
-    key = lambda r: (r["model"], r["layout"], r["seed"], r["trials_per_task"])  # noqa: E731
+    key = lambda r: (r["model"], r["layout"], r["seed"], row_spend(r))  # noqa: E731
     new = {key(r) for r in rows}
     merged = sorted([r for r in old if key(r) not in new] + rows, key=key)
     path.write_text(json.dumps({"rows": merged}, indent=1) + "\n")
@@ -208,6 +233,9 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="csrnet_backend")
     p.add_argument("--seeds", default="0")
     p.add_argument("--trials", type=int, default=32)
+    p.add_argument("--budget", type=int, help="trials for the whole model instead of --trials")
+    p.add_argument("--charge", choices=("beside", "inside"), default="beside")
+    p.add_argument("--mutant-share", type=float, default=0.25)
     p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NHWC")
     p.add_argument("--target", default="llvm")
     p.add_argument("--processes", type=int, default=3)

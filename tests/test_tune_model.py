@@ -271,3 +271,121 @@ def test_optimize_replicates_a_keep_unless_told_not_to():
     base = ["optimize", "m.onnx", "--out", "o"]
     assert _driver_options(build_parser().parse_args(base)).replicate
     assert not _driver_options(build_parser().parse_args(base + ["--no-replication"])).replicate
+
+
+class LedgerToolchain(StubToolchain):
+    """The stub toolchain with a ledger of records per workload, as MetaSchedule keeps them:
+    ``tune`` tops every task up to its trials, ``tune_whole`` spreads a whole-model budget
+    evenly over the tasks (counting what they hold), and the records plan reads the ledger."""
+
+    def __init__(self, records_dir):
+        super().__init__(records_dir)
+        self.ledger, self.measured = {}, 0
+
+    def _tasks(self, module):
+        from tvm_pet.tune.compile import extract_tasks
+        return extract_tasks(module, self.target)
+
+    def _call(self, module, goal):
+        per_task = []
+        for task in self._tasks(module):
+            key = str(task.shash)
+            before = self.ledger.get(key, 0)
+            new = max(0, goal(key) - before)
+            self.ledger[key] = before + new
+            self.measured += new
+            per_task.append(TaskStats(task.name, 1, before, new, 0, 0.0, 1e-3, workload=key))
+        return TuneStats("k", self.records_dir, tuple(per_task), 0.0)
+
+    def tune(self, module, trials, *, seed, progress=None):
+        self.tuned.append(module)
+        self.trials.append(trials)
+        return self._call(module, lambda key: trials)
+
+    def tune_whole(self, module, budget, *, seed, progress=None):
+        self.wholes.append((module, budget))
+        keys = [str(t.shash) for t in self._tasks(module)]
+        left = budget.trials - sum(self.ledger.get(k, 0) for k in keys)
+        extra = {k: left // len(keys) + (i < left % len(keys)) for i, k in enumerate(keys)}
+        return self._call(module, lambda key: self.ledger.get(key, 0) + max(0, extra[key]))
+
+    def records_plan(self, module):
+        keys = [str(t.shash) for t in self._tasks(module)]
+        own = sum(self.ledger.get(k, 0) > 0 for k in keys)
+        return types.SimpleNamespace(tasks=len(keys), own=own, borrowed=0,
+                                     untuned=len(keys) - own)
+
+
+def _inside(tmp_path, budget, share, toolchain=None):
+    options = DriverOptions(budget=WholeBudget(trials=budget), charge="inside",
+                            mutant_share=share, records_dir=str(tmp_path / "none"), promising=4)
+    toolchain = toolchain or LedgerToolchain(options.records_dir)
+    summary = tune_model(dilated_chain(), SearchConfig(rounds=1, time_limit=120), options,
+                         toolchain)
+    return summary.to_json(), toolchain
+
+
+def test_charged_inside_the_budget_the_run_measures_the_budget_in_all_and_a_rerun_nothing(
+        tmp_path):
+    summary, toolchain = _inside(tmp_path, budget=300, share=0.75)
+    inside = summary["inside_budget"]
+    originals = len(toolchain._tasks(toolchain.lower(dilated_chain())))
+    # the original first at the same trials per task, what a quarter of the budget pays for
+    assert inside["reserve"] == 225 and inside["trials_per_task"] == 75 // originals
+    assert toolchain.trials[0] == inside["trials_per_task"]
+    picks = [m for m in summary["tuned_mutants"] if m["subprogram"] != "combined"]
+    assert picks and summary["mutant_trials"] > 0
+    # the mutants' new kernels hold what they were charged, within the reserve
+    assert summary["mutant_trials"] == inside["charged_to_mutants"] <= inside["reserve"]
+    # the original's tasks then get the rest: the run measured the budget, no more
+    assert summary["new_trials"] == toolchain.measured == 300
+    assert summary["charge"] == "inside" and summary["budget"] == "300 trials"
+    again, _ = _inside(tmp_path, budget=300, share=0.75, toolchain=toolchain)
+    assert again["new_trials"] == 0 and toolchain.measured == 300
+    assert again["inside_budget"]["charged_to_mutants"] == inside["charged_to_mutants"]
+
+
+def test_a_mutant_the_reserve_cannot_hold_is_not_tuned_and_the_original_gets_the_budget(
+        tmp_path):
+    summary, toolchain = _inside(tmp_path, budget=300, share=0.01)  # 3 trials: no new kernel
+    inside = summary["inside_budget"]
+    assert inside["mutants_not_tuned"] >= 1 and summary["mutant_trials"] == 0
+    assert summary["tuned_mutants"] == [] and len(toolchain.tuned) == 1  # the original alone
+    assert summary["new_trials"] == toolchain.measured == 300
+
+
+def test_charging_inside_takes_a_budget_in_trials():
+    for kwargs in ({}, {"budget": WholeBudget(minutes=5)}, {"trials": 32}):
+        with pytest.raises(PetError, match="--charge inside"):
+            DriverOptions(charge="inside", **kwargs)
+    with pytest.raises(PetError, match="--mutant-share"):
+        DriverOptions(budget=WholeBudget(trials=100), charge="inside", mutant_share=1.0)
+    from tvm_pet.pipeline.tune import Allowance
+
+    class TenKernels(LedgerToolchain):
+        def records_plan(self, module):
+            return types.SimpleNamespace(tasks=10, own=0, borrowed=0, untuned=10)
+
+    options = DriverOptions(budget=WholeBudget(trials=8), charge="inside", mutant_share=0.5)
+    with pytest.raises(PetError, match="its 10 kernels one each; give at least 20"):
+        Allowance.of(TenKernels(None), dilated_chain(), options)
+
+
+def test_the_cli_charges_the_mutants_inside_the_budget_only_when_asked(tmp_path):
+    from tvm_pet.cli import _driver_options, _tuned_line, build_parser
+    for command in ("optimize", "tune"):
+        base = [command, "m.onnx", "--budget", "300"] + (
+            ["--out", "o"] if command == "optimize" else [])
+        assert _driver_options(build_parser().parse_args(base)).charge == "beside"
+        asked = _driver_options(build_parser().parse_args(
+            base + ["--charge", "inside", "--mutant-share", "0.75"]))
+        assert (asked.charge, asked.mutant_share) == ("inside", 0.75)
+    summary, _ = _inside(tmp_path, budget=300, share=0.75)
+    line, inside = _tuned_line(summary), summary["inside_budget"]
+    original = summary["new_trials"] - summary["mutant_trials"]
+    assert inside["mutants_not_tuned"] >= 2  # "mutants", plural
+    assert line.startswith(f"tuned the whole model within 300 trials, PET's mutants inside it: "
+                           f"{original} new trials for the original's kernels (75 per kernel")
+    assert (f"{summary['mutant_trials']} for PET's mutants (their new kernels hold "
+            f"{inside['charged_to_mutants']} of the 225 reserved; "
+            f"{inside['mutants_not_tuned']} mutants not tuned" in line)

@@ -120,6 +120,8 @@ def _driver_options(args: argparse.Namespace):
     return DriverOptions(target=getattr(args, "target", "llvm"), trials=trials or 0,
                          untuned_trials=DEFAULT_UNTUNED_TRIALS if trials is None else 0,
                          budget=None if budget is None else WholeBudget.parse(budget),
+                         charge=getattr(args, "charge", "beside"),
+                         mutant_share=getattr(args, "mutant_share", 0.25),
                          records_dir=getattr(args, "records", None), rpc=getattr(args, "rpc", None),
                          cost=getattr(args, "cost", "measured"),
                          second_look=not getattr(args, "no_second_look", False),
@@ -229,6 +231,26 @@ def _onnx_missing(report) -> bool:
     return (report.optimized_onnx or "").startswith("not written")
 
 
+def _tuned_line(tuning: dict) -> str:
+    """What the tune stage measured, and where PET's mutant trials were charged."""
+    budget = (f"the whole model within {tuning['budget']}" if tuning.get("budget")
+              else f"{tuning['trials_per_task']} trials per kernel")
+    original = tuning["new_trials"] - tuning["mutant_trials"]
+    inside = tuning.get("inside_budget")
+    if inside is None:
+        return (f"tuned {budget}: {original} new trials for the original's kernels, "
+                f"{tuning['mutant_trials']} for PET's mutants (at {tuning['trials_per_task']} "
+                f"per kernel, beside the budget), {tuning['tuning_time_s']:.0f} s")
+    skipped = inside["mutants_not_tuned"]
+    return (f"tuned {budget}, PET's mutants inside it: {original} new trials for the original's "
+            f"kernels ({inside['trials_per_task']} per kernel, then the rest by the task "
+            f"scheduler), {tuning['mutant_trials']} for PET's mutants (their new kernels hold "
+            f"{inside['charged_to_mutants']} of the {inside['reserve']} reserved"
+            + (f"; {skipped} mutant{'s' if skipped != 1 else ''} not tuned: the reserve could "
+               f"not hold {'them' if skipped != 1 else 'it'}" if skipped else "")
+            + f"), {tuning['tuning_time_s']:.0f} s")
+
+
 def _print_trust(report, args: argparse.Namespace) -> None:
     """The lines that say what the figures stand on: import, coverage, kernels, timing budget,
     and the layout they were built in."""
@@ -245,12 +267,7 @@ def _print_trust(report, args: argparse.Namespace) -> None:
         print(f"  {facts['records_plan']}")
     tuning = facts["tuning"]
     if tuning.get("tasks") is not None:
-        budget = (f"the whole model within {tuning['budget']}" if tuning.get("budget")
-                  else f"{tuning['trials_per_task']} trials per kernel")
-        print(f"  tuned {budget}: {tuning['new_trials'] - tuning['mutant_trials']} new trials for "
-              f"the original's kernels, {tuning['mutant_trials']} for PET's mutants (at "
-              f"{tuning['trials_per_task']} per kernel, beside the budget), "
-              f"{tuning['tuning_time_s']:.0f} s")
+        print("  " + _tuned_line(tuning))
         picked = [m for m in tuning["tuned_mutants"] if m["subprogram"] != "combined"]
         by_flops = tuning.get("screened_by_flops", 0)
         print(f"  screen: {tuning['screened_mutants']} mutants compared from their fusion "
@@ -387,6 +404,25 @@ def _add_explore(sub) -> None:
     x.set_defaults(func=_cmd_explore)
 
 
+def _add_budget_options(o) -> None:
+    """``--budget``, ``--charge`` and ``--mutant-share`` of optimize and tune."""
+    o.add_argument("--budget", metavar="N|Nm",
+                   help="tune the whole model within N trials in all, or N minutes (20m), "
+                        "shared across its kernels by MetaSchedule's task scheduler; PET's "
+                        "mutant kernels then get the trials per kernel the original got, "
+                        "reported beside it, or charged inside it with --charge inside "
+                        "(replaces --trials)")
+    o.add_argument("--charge", choices=("beside", "inside"), default="beside",
+                   help="with --budget N (trials): PET's mutant trials beside the budget "
+                        "(default: TVM's kernels get all N), or inside it: the original "
+                        "first gets 1 - --mutant-share of N, the mutants' new kernels as many "
+                        "trials each while the share holds them, the original the rest; the "
+                        "run then measures N trials in all")
+    o.add_argument("--mutant-share", type=float, default=0.25, metavar="F",
+                   help="with --charge inside: the part of the budget kept for PET's mutants "
+                        "(default 0.25; on a one-kernel model a mutant needs at least 0.5)")
+
+
 def _add_optimize_and_tune(sub) -> None:
     for name, helptext in (("optimize", "optimize an ONNX or torch.export (.pt2) model with PET "
                                         "for a TVM target"),
@@ -399,11 +435,7 @@ def _add_optimize_and_tune(sub) -> None:
                        help="MetaSchedule trials per task (optimize: 0 = use the records only; "
                             f"by default, {DEFAULT_UNTUNED_TRIALS} where kernels have no record "
                             "anywhere, own or borrowed, if there are at most 8 of them)")
-        o.add_argument("--budget", metavar="N|Nm",
-                       help="tune the whole model within N trials in all, or N minutes (20m), "
-                            "shared across its kernels by MetaSchedule's task scheduler; PET's "
-                            "mutant kernels then get the trials per kernel the original got, "
-                            "reported beside it (replaces --trials)")
+        _add_budget_options(o)
         o.add_argument("--promising", type=int, default=4, metavar="N",
                        help="mutants of the whole model tuned besides the original (default 4; "
                             "up to half of them pad an awkward side to a smooth one, the rest "

@@ -64,7 +64,14 @@ class DriverOptions:
         trials: MetaSchedule trials per task; 0 uses the records as they are.
         budget: a tuning budget for the whole model instead of ``trials`` per task: the
             original's tasks share it (the TVM baseline's tuning); PET's mutant kernels are
-            then tuned at the trials per task the original got, reported beside the budget.
+            then tuned at the trials per task the original got, reported beside the budget
+            (``charge`` ``"beside"``), or within it (``"inside"``).
+        charge: where PET's mutant trials are charged with a ``budget`` in trials:
+            ``"beside"`` it (the original gets the whole budget, the mutants more), or
+            ``"inside"`` it (the original first gets ``1 - mutant_share`` of it, the same
+            trials per task; the mutants' new kernels that many each, while the reserve holds
+            them; then the original the rest: the run measures the budget in all).
+        mutant_share: the reserve of PET's mutants with ``charge`` ``"inside"``.
         untuned_trials: trials per task when no tuning is asked (``trials`` 0, no ``budget``)
             and the records plan finds kernels with no record anywhere, own or borrowed (the
             ``optimize`` command's default is 32; 0 leaves them untuned);
@@ -118,6 +125,8 @@ class DriverOptions:
     target: str = "llvm"
     trials: int = 0
     budget: WholeBudget | None = None
+    charge: str = "beside"
+    mutant_share: float = 0.25
     untuned_trials: int = 0
     untuned_cap: int = 8
     records_dir: str | None = None
@@ -166,6 +175,15 @@ class DriverOptions:
         if self.time_limit is None:
             return None
         return min(self.time_limit * self.confirm_share, max(0.0, self.time_limit - elapsed_s))
+
+    def __post_init__(self) -> None:
+        if self.charge not in ("beside", "inside"):
+            raise PetError(f"--charge {self.charge!r}: beside or inside")
+        if not 0 < self.mutant_share < 1:
+            raise PetError(f"--mutant-share {self.mutant_share}: a share between 0 and 1")
+        if self.charge == "inside" and (self.budget is None or self.budget.trials is None):
+            raise PetError("--charge inside charges PET's mutants within a --budget in trials "
+                           "(2000); a budget in minutes or trials per task is charged beside")
 
     @property
     def tunes(self) -> bool:

@@ -36,6 +36,9 @@ class Tuned(Protocol):
     wall_s: float
     #: Records per task after the call, on average (the trials each task has had).
     records_per_task: float
+    #: Per task: its ``workload`` (the same in every module with the kernel),
+    #: ``records_before`` and ``new_trials`` (:class:`tvm_pet.tune.tuner.TaskStats`).
+    per_task: tuple
 
 
 class RecordsPlan(Protocol):
@@ -44,6 +47,8 @@ class RecordsPlan(Protocol):
 
     #: Distinct kernels (tuning tasks).
     tasks: int
+    #: Kernels scheduled by the target's own records.
+    own: int
     #: Kernels with no record anywhere, own or borrowed.
     untuned: int
 

@@ -29,10 +29,12 @@ so that the search after this stage does not generate them again.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 
 from tvm_pet.cost.analytic import AnalyticCost
+from tvm_pet.errors import PetError
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import DriverOptions
 from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, combined_pick,
@@ -63,6 +65,8 @@ class TuneSummary:
             budget is the TVM baseline's; the mutants' tasks get the trials per task the
             original's had, the second screen's ``screen_trials``).
         screen_trials: trials per task of the second screen.
+        inside: with ``--charge inside``, the mutants' allowance (:meth:`Allowance.to_json`);
+            None when they are charged beside the budget.
     """
 
     records: str
@@ -74,6 +78,7 @@ class TuneSummary:
     budget: str | None = None
     mutant_trials: int = 0
     screen_trials: int = 0
+    inside: dict | None = None
 
     @property
     def ran(self) -> bool:
@@ -90,7 +95,9 @@ class TuneSummary:
                 "mutant_trials": self.mutant_trials, "tuning_time_s": self.tuning_time_s,
                 "screened_mutants": self.plan.screened,
                 "screened_by_flops": self.plan.by_flops, "short_tuned": self.plan.short_tuned,
-                "screen_trials": self.screen_trials, "tuned_mutants": self.plan.to_json()}
+                "screen_trials": self.screen_trials, "tuned_mutants": self.plan.to_json(),
+                "charge": "beside" if self.inside is None else "inside",
+                "inside_budget": self.inside}
 
 
 def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
@@ -100,13 +107,17 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
 
     With ``options.budget`` the original's tasks share that whole-model budget (what the TVM
     baseline gets), and the mutants' new tasks are then tuned at the trials per task the
-    original's had; their trials are reported beside the budget (``mutant_trials``).
+    original's had; their trials are reported beside the budget (``mutant_trials``). With
+    ``options.charge`` ``"inside"`` they are charged within it (:class:`Allowance`): the
+    original first gets the trials per task that ``1 - mutant_share`` of the budget pays for,
+    the mutants' new kernels as many each while the reserve holds them, and the original's
+    tasks then share what is left, by the task scheduler.
 
     Args:
         program: the model.
         config: the generator's budgets (the search's config).
-        options: ``trials`` or ``budget``, ``seed``, ``promising``, ``screen_per_subset`` and
-            ``screen_ratio``.
+        options: ``trials`` or ``budget`` (and ``charge``), ``seed``, ``promising``,
+            ``screen_per_subset`` and ``screen_ratio``.
         toolchain: the compiler (default: TVM for ``options.target``).
         mutants: the run's generator cache (default: a new one).
         progress: gets a line with trials done and an ETA while a budget is tuned, with the
@@ -120,28 +131,135 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                                   run_here=False)
     mutants = MutantCache() if mutants is None else mutants
     start = time.perf_counter()
-    if options.budget is not None:
-        first = toolchain.tune_whole(toolchain.lower(program), options.budget,
-                                     seed=options.seed, progress=progress)
-        options = dataclasses.replace(options, trials=max(1, round(first.records_per_task)))
-    else:
-        first = _tune(toolchain, program, options, progress)
+    first, options, allowance = _tune_original(toolchain, program, options, progress)
     picks, tuned, stats, screened, short = _tune_promising(program, config, options, toolchain,
-                                                           mutants, progress)
+                                                           mutants, progress, allowance)
     combined = combination(program, tuned, toolchain.cost_model())
     if combined is not None:
-        stats.append(_tune(toolchain, combined, options, progress))
-        picks.append(combined_pick(combined))
+        combined_stats = _tune_mutant(toolchain, combined, options.trials, options, progress,
+                                      allowance)
+        if combined_stats is not None:
+            stats.append(combined_stats)
+            picks.append(combined_pick(combined))
+    rest = 0 if allowance is None else allowance.top_up(toolchain, program, options.seed,
+                                                        progress).new_trials
+    mutant_trials = sum(s.new_trials for s in stats)
     return TuneSummary(records=str(toolchain.records_dir),
                        tuning_time_s=time.perf_counter() - start,
-                       new_trials=first.new_trials + sum(s.new_trials for s in stats),
+                       new_trials=first.new_trials + mutant_trials + rest,
                        tasks=first.tasks + sum(s.tasks for s in stats),
                        trials_per_task=options.trials,
                        plan=TuningPlan(tuple(picks), len(screened),
                                        sum(s.screen.basis == "flops" for s in screened), short),
                        budget=None if options.budget is None else str(options.budget),
-                       mutant_trials=sum(s.new_trials for s in stats),
-                       screen_trials=options.second_screen_trials)
+                       mutant_trials=mutant_trials,
+                       screen_trials=options.second_screen_trials,
+                       inside=None if allowance is None else allowance.to_json())
+
+
+def _tune_original(toolchain: Toolchain, program: Program, options: DriverOptions,
+                   progress: Callable[[str], None] | None
+                   ) -> tuple[Tuned, DriverOptions, "Allowance | None"]:
+    """Step 1: the original's kernels tuned at ``trials`` per task, or within a whole-model
+    budget; the options with the trials per task the mutants then get, and their allowance
+    where they are charged inside the budget."""
+    if options.charge == "inside":
+        allowance = Allowance.of(toolchain, program, options)
+        options = dataclasses.replace(options, trials=allowance.trials_per_task)
+        first = _tune(toolchain, program, options, progress)
+        allowance.original = frozenset(t.workload for t in first.per_task)
+        return first, options, allowance
+    if options.budget is not None:
+        first = toolchain.tune_whole(toolchain.lower(program), options.budget,
+                                     seed=options.seed, progress=progress)
+        per_task = max(1, round(first.records_per_task))
+        return first, dataclasses.replace(options, trials=per_task), None
+    return _tune(toolchain, program, options, progress), options, None
+
+
+@dataclasses.dataclass
+class Allowance:
+    """PET's mutants charged inside a whole-model budget in trials (``--charge inside``).
+
+    The original's kernels first get the same trials per task, what ``1 - share`` of the budget
+    pays for over its tasks, so that tuning a mutant in the whole model tops up none of them.
+    The mutants' new kernels (those of workloads the original lacks) then get as many each,
+    one mutant at a time, while the reserve holds its new kernels; a mutant it cannot hold is
+    not tuned (``skipped``). What the new kernels hold is charged, counted from their records
+    (so a second run charges the same without measuring anything); the original's tasks then
+    share ``budget`` less that charge, by the task scheduler (:meth:`top_up`).
+    """
+
+    budget: int
+    reserve: int
+    trials_per_task: int
+    original: frozenset[str] = frozenset()
+    held: dict[str, int] = dataclasses.field(default_factory=dict)
+    skipped: int = 0
+
+    @classmethod
+    def of(cls, toolchain: Toolchain, program: Program, options: DriverOptions) -> "Allowance":
+        """The allowance of ``options.budget`` (trials) for ``program``'s kernels."""
+        budget = options.budget.trials
+        tasks = max(1, toolchain.records_plan(toolchain.lower(program)).tasks)
+        reserve = int(budget * options.mutant_share)
+        per_task = (budget - reserve) // tasks
+        if per_task < 1:
+            raise PetError(f"--budget {budget}: {budget - reserve} trials for the original "
+                           f"({1 - options.mutant_share:.0%} of it) do not give its {tasks} "
+                           f"kernels one each; give at least "
+                           f"{math.ceil(tasks / (1 - options.mutant_share))}")
+        return cls(budget, reserve, per_task)
+
+    @property
+    def spent(self) -> int:
+        """Trials the mutants' new kernels hold."""
+        return sum(self.held.values())
+
+    def affords(self, new_kernels: int, trials: int) -> bool:
+        """Whether the reserve holds ``new_kernels`` more at ``trials`` each."""
+        return self.spent + new_kernels * trials <= self.reserve
+
+    def charge(self, tuned) -> None:
+        """Charge the new kernels of a mutant's tuning call with what they hold."""
+        for t in tuned.per_task:
+            if t.workload not in self.original:
+                self.held[t.workload] = t.records_before + t.new_trials
+
+    def top_up(self, toolchain: Toolchain, program: Program, seed: int,
+               progress: Callable[[str], None] | None = None):
+        """The original's tasks tuned up to ``budget`` less the charge, by the task scheduler
+        (it counts their records: nothing is measured when they hold it already)."""
+        from tvm_pet.pipeline.options import WholeBudget
+        return toolchain.tune_whole(toolchain.lower(program),
+                                    WholeBudget(trials=max(1, self.budget - self.spent)),
+                                    seed=seed, progress=progress)
+
+    def to_json(self) -> dict:
+        return {"budget": self.budget, "reserve": self.reserve,
+                "trials_per_task": self.trials_per_task, "charged_to_mutants": self.spent,
+                "mutants_not_tuned": self.skipped}
+
+
+def _tune_mutant(toolchain: Toolchain, program: Program, trials: int, options: DriverOptions,
+                 progress: Callable[[str], None] | None, allowance: Allowance | None):
+    """Tune a mutant in the whole model at ``trials`` per task; with an ``allowance``, only
+    where its reserve holds the mutant's kernels without records of their own (else None),
+    charged."""
+    module = toolchain.lower(program)
+    if allowance is not None:
+        plan = toolchain.records_plan(module)
+        if not allowance.affords(plan.tasks - plan.own, trials):
+            allowance.skipped += 1
+            if progress is not None:
+                progress(f"not tuned: its new kernels at {trials} trials each do not fit what is "
+                         f"left of the mutants' reserve ({allowance.reserve - allowance.spent} "
+                         f"of {allowance.reserve} trials)")
+            return None
+    stats = toolchain.tune(module, trials, seed=options.seed, progress=progress)
+    if allowance is not None:
+        allowance.charge(stats)
+    return stats
 
 
 def _tune(toolchain: Toolchain, program: Program, options: DriverOptions,
@@ -152,14 +270,16 @@ def _tune(toolchain: Toolchain, program: Program, options: DriverOptions,
 
 def _tune_promising(program: Program, config: SearchConfig, options: DriverOptions,
                     toolchain: Toolchain, mutants: MutantCache,
-                    progress: Callable[[str], None] | None = None
+                    progress: Callable[[str], None] | None = None,
+                    allowance: Allowance | None = None
                     ) -> tuple[list[Pick], list[tuple], list[Tuned], list[Screened], int]:
     """Screen the model's mutants, short-tune those the screen cannot rank untuned
-    (:func:`_second_screen`), rank them across the model, and tune the plan's picks.
+    (:func:`_second_screen`), rank them across the model, and tune the plan's picks (those the
+    ``allowance`` holds, with one).
 
     Returns:
-        The picks; ``(subprogram, whole program, corrected mutant)`` per mutant tuned now or
-        before; what each tuning call did (the second screen's first); the mutants screened;
+        The picks tuned; ``(subprogram, whole program, corrected mutant)`` per mutant tuned now
+        or before; what each tuning call did (the second screen's first); the mutants screened;
         and how many the second screen short-tuned.
     """
     cost = toolchain.cost_model()
@@ -183,11 +303,11 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         eta.update(done, f"{len(screened)} mutants screened")
     picks = rank_mutants(screened, options.promising, options.screen_ratio)
     screened, stats = _second_screen(program, screened, candidates, picks, options, toolchain,
-                                     progress)
+                                     progress, allowance)
     short = len(stats)
     if stats:  # ranked again, the short-tuned ones by what they save tuned
         picks = rank_mutants(screened, options.promising, options.screen_ratio)
-    picks = list(picks)
+    kept: list[Pick] = []
     tuned: list[tuple] = []
     for n, pick in enumerate(picks, 1):
         part, corrected = candidates[pick.index]
@@ -199,14 +319,18 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         whole = replace_subprogram(program, part, corrected)
         # tuned before too: topped up to this run's trials per task, as the original's kernels
         # are (the tuner measures nothing for a task that has them, or whose search ran out)
-        stats.append(_tune(toolchain, whole, options, progress))
-        tuned.append((part, whole, corrected))
-    return picks, tuned, stats, screened, short
+        done = _tune_mutant(toolchain, whole, options.trials, options, progress, allowance)
+        if done is not None:
+            stats.append(done)
+            tuned.append((part, whole, corrected))
+            kept.append(pick)
+    return kept, tuned, stats, screened, short
 
 
 def _second_screen(program: Program, screened: list[Screened], candidates: list[tuple],
                    picks: tuple[Pick, ...], options: DriverOptions, toolchain: Toolchain,
-                   progress: Callable[[str], None] | None = None
+                   progress: Callable[[str], None] | None = None,
+                   allowance: Allowance | None = None
                    ) -> tuple[list[Screened], list[Tuned]]:
     """Short-tune the mutants the screen cannot tell apart untuned, and screen them again.
 
@@ -232,8 +356,10 @@ def _second_screen(program: Program, screened: list[Screened], candidates: list[
             progress(f"second screen {n}/{len(short)} ({s.subprogram}: {' '.join(s.mutant)}): "
                      f"{trials} trials per new kernel")
         part, corrected = candidates[s.index]
-        stats.append(toolchain.tune(toolchain.lower(replace_subprogram(program, part, corrected)),
-                                    trials, seed=options.seed, progress=progress))
+        done = _tune_mutant(toolchain, replace_subprogram(program, part, corrected), trials,
+                            options, progress, allowance)
+        if done is not None:
+            stats.append(done)
     cost = toolchain.cost_model()  # the records the short tuning added
     again = list(screened)
     for s in short:

@@ -49,6 +49,8 @@ class TaskStats:
     best_s: float | None
     error: str | None = None
     exhausted: bool = False
+    #: The task's workload (its structural hash), the same in every module that has the kernel.
+    workload: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +273,7 @@ def _task_stats(task: Task, before: int, database, pruned: dict[str, int]) -> Ta
     best = records.best_record(database, task.mod)
     failed = sum(1 for rec in after if records.mean_run_secs(rec) is None)
     return TaskStats(task.name, task.weight, before, now - before, failed, 0.0,
-                     records.mean_run_secs(best) if best else None)
+                     records.mean_run_secs(best) if best else None, workload=str(task.shash))
 
 
 @derived_object
@@ -322,7 +324,8 @@ def _already_tuned(task: Task, before: int, trials: int, database,
         return None
     best = records.best_record(database, task.mod)
     return TaskStats(task.name, task.weight, before, 0, 0, 0.0,
-                     records.mean_run_secs(best) if best else None, exhausted=before < trials)
+                     records.mean_run_secs(best) if best else None, exhausted=before < trials,
+                     workload=str(task.shash))
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +387,7 @@ def _tune_task(task: Task, todo: int, records_dir, work_dir: Path,
         best = records.best_record(database, task.mod)
     return TaskStats(task.name, task.weight, before, len(after) - before, failed,
                      time.perf_counter() - start, records.mean_run_secs(best) if best else None,
-                     error)
+                     error, workload=str(task.shash))
 
 
 def _run_search(task: Task, todo: int, database, work_dir: Path, search: TuningSearch,
