@@ -182,7 +182,8 @@ class Allowance:
     """PET's mutants charged inside a whole-model budget in trials (``--charge inside``).
 
     The original's kernels first get the same trials per task, what ``1 - share`` of the budget
-    pays for over its tasks, so that tuning a mutant in the whole model tops up none of them.
+    pays for over its tasks (rounded down: the rest of the budget is the mutants' reserve), so
+    that tuning a mutant in the whole model tops up none of them.
     The mutants' new kernels (those of workloads the original lacks) then get as many each,
     one mutant at a time, while the reserve holds its new kernels; a mutant it cannot hold is
     not tuned (``skipped``). What the new kernels hold is charged, counted from their records
@@ -202,14 +203,16 @@ class Allowance:
         """The allowance of ``options.budget`` (trials) for ``program``'s kernels."""
         budget = options.budget.trials
         tasks = max(1, toolchain.records_plan(toolchain.lower(program)).tasks)
-        reserve = int(budget * options.mutant_share)
-        per_task = (budget - reserve) // tasks
+        # the original's share rounded down to whole trials per task, the rest reserved
+        original = int(round(budget * (1 - options.mutant_share), 6))
+        per_task = original // tasks
         if per_task < 1:
-            raise PetError(f"--budget {budget}: {budget - reserve} trials for the original "
-                           f"({1 - options.mutant_share:.0%} of it) do not give its {tasks} "
+            raise PetError(f"--budget {budget}: {original} "
+                           f"trials for the original ({1 - options.mutant_share:.0%} of it) "
+                           f"do not give its {tasks} "
                            f"kernels one each; give at least "
                            f"{math.ceil(tasks / (1 - options.mutant_share))}")
-        return cls(budget, reserve, per_task)
+        return cls(budget, budget - per_task * tasks, per_task)
 
     @property
     def spent(self) -> int:
