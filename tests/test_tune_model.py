@@ -389,3 +389,16 @@ def test_the_cli_charges_the_mutants_inside_the_budget_only_when_asked(tmp_path)
     assert (f"{summary['mutant_trials']} for PET's mutants (their new kernels hold "
             f"{inside['charged_to_mutants']} of the 225 reserved; "
             f"{inside['mutants_not_tuned']} mutants not tuned" in line)
+
+
+def test_the_records_plan_says_the_mutants_are_charged_inside_the_budget(tmp_path):
+    from tvm_pet.pipeline.optimize import records_plan
+    options = DriverOptions(budget=WholeBudget(trials=300), charge="inside", mutant_share=0.75,
+                            records_dir=str(tmp_path / "none"))
+    _, line = records_plan(StubToolchain(options.records_dir), dilated_chain(), options)
+    assert "tuning the whole model within 300 trials (PET's mutants inside it: 75% kept for " \
+           "them) for this target first" in line
+    _, line = records_plan(StubToolchain(options.records_dir), dilated_chain(),
+                           DriverOptions(budget=WholeBudget(trials=300),
+                                         records_dir=options.records_dir))
+    assert "within 300 trials for this target first" in line

@@ -134,7 +134,10 @@ def records_plan(toolchain: Toolchain, program: Program,
     found = toolchain.records_plan(toolchain.lower(program))
     chosen = options.tuning_for(found.untuned)
     too_many = not chosen.tunes and options.untuned_trials > 0 and found.untuned > 0
-    return chosen, found.summary(chosen.trials, chosen.budget,
+    budget = chosen.budget
+    if budget is not None and chosen.charge == "inside":
+        budget = f"{budget} (PET's mutants inside it: {chosen.mutant_share:.0%} kept for them)"
+    return chosen, found.summary(chosen.trials, budget,
                                  by_default=chosen.tunes and not options.tunes,
                                  default_cap=options.untuned_cap if too_many else None)
 
