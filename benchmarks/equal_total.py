@@ -187,7 +187,11 @@ def render(rows: list[dict]) -> str:
         "second look); then the original alone tuned on a copy of those records up to the run's "
         "total by MetaSchedule's gradient task scheduler (TVM at equal total trials). The three "
         "builds timed interleaved in fresh processes (each row's count in the JSON); ratios are "
-        "geo-means over the processes of each one's ratio of medians (by process in brackets).",
+        "geo-means over the processes of each one's ratio of medians (by process in brackets). "
+        "Rows whose trials say \"mutants inside\" ran `tvm-pet optimize --budget B --charge "
+        "inside` instead, so PET + TVM measured B trials in all: their TVM column is the "
+        "original as that run left it (B less what the mutants' kernels hold), and TVM at "
+        "equal total the original tuned up to B.",
         "",
         "| model | layout | seed | trials | total trials (mutants') | PET kept | TVM ms | "
         "TVM equal-total ms | PET ms | PET / TVM | PET / TVM equal-total | TVM equal / TVM |",
@@ -211,7 +215,8 @@ def render(rows: list[dict]) -> str:
     lines += ["", "Geo-means over draws:", ""]
     for (model, layout, trials), group in by_model.items():
         equal, extra = ([r[key] for r in group] for key in ("pet_vs_tvm_equal", "tvm_equal_vs_tvm"))
-        lines.append(f"- {model} ({layout}, {trials}, {len(group)} draws): PET / TVM "
+        draws = f"{len(group)} draw" + ("s" if len(group) != 1 else "")
+        lines.append(f"- {model} ({layout}, {trials}, {draws}): PET / TVM "
                      f"×{geomean([counted(r) for r in group]):.3f}, PET / TVM at equal total "
                      f"×{geomean(equal):.3f}, TVM's own gain from the extra trials "
                      f"×{geomean(extra):.3f}")
