@@ -36,7 +36,7 @@ from collections.abc import Callable
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.errors import PetError
 from tvm_pet.ir.node import Program
-from tvm_pet.pipeline.options import DriverOptions
+from tvm_pet.pipeline.options import DriverOptions, WholeBudget
 from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, combined_pick,
                                    rank_mutants, short_list)
 from tvm_pet.pipeline.toolchain import Toolchain, Tuned, tvm_toolchain
@@ -207,9 +207,8 @@ class Allowance:
         original = int(round(budget * (1 - options.mutant_share), 6))
         per_task = original // tasks
         if per_task < 1:
-            raise PetError(f"--budget {budget}: {original} "
-                           f"trials for the original ({1 - options.mutant_share:.0%} of it) "
-                           f"do not give its {tasks} "
+            raise PetError(f"--budget {budget}: {original} trials for the original "
+                           f"({1 - options.mutant_share:.0%} of it) do not give its {tasks} "
                            f"kernels one each; give at least "
                            f"{math.ceil(tasks / (1 - options.mutant_share))}")
         return cls(budget, budget - per_task * tasks, per_task)
@@ -233,7 +232,6 @@ class Allowance:
                progress: Callable[[str], None] | None = None):
         """The original's tasks tuned up to ``budget`` less the charge, by the task scheduler
         (it counts their records: nothing is measured when they hold it already)."""
-        from tvm_pet.pipeline.options import WholeBudget
         return toolchain.tune_whole(toolchain.lower(program),
                                     WholeBudget(trials=max(1, self.budget - self.spent)),
                                     seed=seed, progress=progress)
