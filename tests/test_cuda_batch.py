@@ -263,7 +263,7 @@ def test_run_cuda_checks_and_times_a_folder_of_builds(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["conv5x5", "three_matmuls", "csrnet_backend", "csrnet",
-                                  "bert_encoder", "resnet18"])
+                                  "bert_encoder", "resnet18", "inception_v3", "resnet3d_18"])
 def test_torch_eager_computes_what_onnxruntime_does(name):
     """torch_eager.py's interpreter of the models' ONNX graphs (PyTorch's column on the GPU),
     here on the CPU against onnxruntime."""

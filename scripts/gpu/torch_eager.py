@@ -7,7 +7,8 @@ Runs on the GPU machine (PyTorch, onnx and numpy there; no TVM) from the reposit
 Each model is built by ``tvm_pet.models.build_model`` (ONNX, seeded weights) and run by a small
 interpreter of its ONNX graph with ``torch.nn.functional`` (Conv, MatMul, Relu and MaxPool for
 the Table-3 graphs and CSRNet; BatchNormalization, GlobalAveragePool, Flatten and Gemm for
-ResNet-18; Add, Mul, Reshape, Transpose, Softmax, LayerNormalization and
+ResNet-18; AveragePool and Concat for Inception-v3; Conv, MaxPool and GlobalAveragePool in 3-D
+for ResNet3D-18; Add, Mul, Reshape, Transpose, Softmax, LayerNormalization and
 Erf for BERT; an op without a rule stops it with its name). TF32 is off, so that PyTorch
 computes in float32 as TVM does. Times: CUDA events around ``--number`` calls, ``--rounds``
 samples, median kept.
@@ -31,25 +32,38 @@ def _attrs(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _padding(a) -> tuple:
+def _padding(a, dims: int) -> tuple:
     """ONNX's ``pads`` (begins, then ends) as PyTorch's padding, which is symmetric."""
-    pads = a.get("pads", [0, 0, 0, 0])
-    if pads[:2] != pads[2:]:
+    pads = a.get("pads", [0] * (2 * dims))
+    if pads[:dims] != pads[dims:]:
         raise SystemExit(f"torch_eager.py: asymmetric pads {pads}")
-    return tuple(pads[:2])
+    return tuple(pads[:dims])
 
 
 def _conv(args, a):
     import torch.nn.functional as F
-    return F.conv2d(args[0], args[1], args[2] if len(args) > 2 else None,
-                    stride=a.get("strides", 1), padding=_padding(a),
-                    dilation=a.get("dilations", 1), groups=a.get("group", 1))
+    dims = args[1].dim() - 2  # conv2d, or conv3d for ResNet3D-18
+    conv = {2: F.conv2d, 3: F.conv3d}[dims]
+    return conv(args[0], args[1], args[2] if len(args) > 2 else None,
+                stride=a.get("strides", 1), padding=_padding(a, dims),
+                dilation=a.get("dilations", 1), groups=a.get("group", 1))
 
 
 def _max_pool(args, a):
     import torch.nn.functional as F
-    return F.max_pool2d(args[0], a["kernel_shape"], a.get("strides", a["kernel_shape"]),
-                        _padding(a), ceil_mode=bool(a.get("ceil_mode", 0)))
+    dims = len(a["kernel_shape"])
+    pool = {2: F.max_pool2d, 3: F.max_pool3d}[dims]
+    return pool(args[0], a["kernel_shape"], a.get("strides", a["kernel_shape"]),
+                _padding(a, dims), ceil_mode=bool(a.get("ceil_mode", 0)))
+
+
+def _average_pool(args, a):
+    import torch.nn.functional as F
+    dims = len(a["kernel_shape"])
+    pool = {2: F.avg_pool2d, 3: F.avg_pool3d}[dims]
+    return pool(args[0], a["kernel_shape"], a.get("strides", a["kernel_shape"]),
+                _padding(a, dims), ceil_mode=bool(a.get("ceil_mode", 0)),
+                count_include_pad=bool(a.get("count_include_pad", 0)))
 
 
 def _reshape(args, a):
@@ -80,10 +94,13 @@ def _gemm(args, a):
 
 def _rules() -> dict:
     import torch
-    return {"Conv": _conv, "MaxPool": _max_pool, "Reshape": _reshape,
+    return {"Conv": _conv, "MaxPool": _max_pool, "AveragePool": _average_pool,
+            "Reshape": _reshape,
             "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
             "Gemm": _gemm,
-            "GlobalAveragePool": lambda args, a: args[0].mean(dim=(2, 3), keepdim=True),
+            "GlobalAveragePool": lambda args, a: args[0].mean(
+                dim=tuple(range(2, args[0].dim())), keepdim=True),
+            "Concat": lambda args, a: torch.cat(args, a["axis"]),
             "Flatten": lambda args, a: args[0].flatten(a.get("axis", 1)),
             "MatMul": lambda args, a: torch.matmul(args[0], args[1]),
             "Relu": lambda args, a: torch.relu(args[0]),
