@@ -335,7 +335,7 @@ def test_shipped_cuda_records_schedule_every_tuned_kernel_of_the_originals(name)
     prepare = _script("prepare_cuda")
     module = program_to_module(import_model(build_model(name)))
     tasks = extract_tasks(module, cuda_target())
-    tuned = [t for t in tasks if prepare.has_reduction(t)]
+    tuned = [t for t in tasks if prepare.reduces(t)]
     _, applied = apply_records(module, cuda_target(), records.SHIPPED_RECORDS_DIR)
     assert tuned and applied == len(tuned)
 
@@ -352,7 +352,7 @@ def _backend_and_times(tmp_path, prepare, target, rewrites=True):
     times = {str(t.shash): 1e-3 for t in original}
     every = prepare.tasks_of(model, target, lambda line: None, rewrites)
     for task in every:
-        if prepare.has_reduction(task):
+        if prepare.reduces(task):
             times.setdefault(str(task.shash), 0.5e-3)
     return model, times, every
 

@@ -432,6 +432,29 @@ def test_target_specs_as_on_tvms_command_line_or_json():
             resolve_target(bad)
 
 
+def test_records_plan_counts_the_kernels_without_own_records_that_do_not_reduce(tmp_path):
+    """A pad's kernel does not reduce (MetaSchedule exhausts its search space at one trial):
+    ``--charge inside`` reserves it one trial, not the trials per kernel of a conv."""
+    from tvm_pet.tune.compile import reduces
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 12, 12), F32))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            padded = bb.emit(rnn.pad(x, [0, 0, 0, 0, 2, 2, 2, 2]))
+            conv = bb.emit(rnn.conv2d(padded, relax.const(
+                rng.standard_normal((8, 4, 3, 3)).astype(F32)), dilation=(2, 2)))
+            out = bb.emit_output(rnn.relu(conv))
+        bb.emit_func_output(out)
+    mod = bb.finalize()
+    target = "llvm -mcpu=haswell -num-cores=2"
+    tasks = extract_tasks(mod, resolve_target(target))
+    assert sorted(map(reduces, tasks)) == [False, True]  # the pad; the conv with its relu
+    for records_dir in (None, tmp_path):  # no records anywhere, or an empty folder
+        plan = records_plan(mod, target, records_dir)
+        assert (plan.tasks, plan.own, plan.untuned, plan.unowned_spatial) == (2, 0, 2, 1)
+
+
 def test_records_plan_counts_own_borrowed_and_untuned_kernels(tmp_path):
     shipped = SHIPPED_RECORDS_DIR / "llvm-skylake-avx512-c2"
     if not dbfile.has_database(shipped):

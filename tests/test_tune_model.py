@@ -287,11 +287,13 @@ class LedgerToolchain(StubToolchain):
         return extract_tasks(module, self.target)
 
     def _call(self, module, goal):
+        from tvm_pet.tune.compile import reduces
         per_task = []
         for task in self._tasks(module):
             key = str(task.shash)
             before = self.ledger.get(key, 0)
-            new = max(0, goal(key) - before)
+            # a pad's search space is exhausted at one trial
+            new = max(0, (goal(key) if reduces(task) else min(1, goal(key))) - before)
             self.ledger[key] = before + new
             self.measured += new
             per_task.append(TaskStats(task.name, 1, before, new, 0, 0.0, 1e-3, workload=key))
@@ -310,10 +312,12 @@ class LedgerToolchain(StubToolchain):
         return self._call(module, lambda key: self.ledger.get(key, 0) + max(0, extra[key]))
 
     def records_plan(self, module):
-        keys = [str(t.shash) for t in self._tasks(module)]
-        own = sum(self.ledger.get(k, 0) > 0 for k in keys)
-        return types.SimpleNamespace(tasks=len(keys), own=own, borrowed=0,
-                                     untuned=len(keys) - own)
+        from tvm_pet.tune.compile import reduces
+        tasks = self._tasks(module)
+        unowned = [t for t in tasks if self.ledger.get(str(t.shash), 0) == 0]
+        return types.SimpleNamespace(tasks=len(tasks), own=len(tasks) - len(unowned),
+                                     borrowed=0, untuned=len(unowned),
+                                     unowned_spatial=sum(not reduces(t) for t in unowned))
 
 
 def _inside(tmp_path, budget, share, toolchain=None):
@@ -354,6 +358,18 @@ def test_a_mutant_the_reserve_cannot_hold_is_not_tuned_and_the_original_gets_the
     assert summary["new_trials"] == toolchain.measured == 300
 
 
+def test_a_pad_is_reserved_one_trial_so_pad_then_conv_fits_where_two_full_kernels_would_not(
+        tmp_path):
+    summary, toolchain = _inside(tmp_path, budget=300, share=0.6)
+    inside = summary["inside_budget"]
+    per_task = inside["trials_per_task"]
+    assert inside["reserve"] < 2 * per_task  # a new pad and conv at full trials would not fit
+    assert ["Pad", "Conv"] in [m["mutant"] for m in summary["tuned_mutants"]]
+    # the new conv holds the trials per task, the new pad one (its search space is exhausted)
+    assert inside["charged_to_mutants"] == summary["mutant_trials"] == per_task + 1
+    assert summary["new_trials"] == toolchain.measured == 300
+
+
 def test_charging_inside_takes_a_budget_in_trials():
     for kwargs in ({}, {"budget": WholeBudget(minutes=5)}, {"trials": 32}):
         with pytest.raises(PetError, match="--charge inside"):
@@ -364,7 +380,8 @@ def test_charging_inside_takes_a_budget_in_trials():
 
     class TenKernels(LedgerToolchain):
         def records_plan(self, module):
-            return types.SimpleNamespace(tasks=10, own=0, borrowed=0, untuned=10)
+            return types.SimpleNamespace(tasks=10, own=0, borrowed=0, untuned=10,
+                                         unowned_spatial=0)
 
     options = DriverOptions(budget=WholeBudget(trials=8), charge="inside", mutant_share=0.5)
     with pytest.raises(PetError, match="its 10 kernels one each; give at least 20"):
@@ -380,14 +397,14 @@ def test_the_cli_charges_the_mutants_inside_the_budget_only_when_asked(tmp_path)
         asked = _driver_options(build_parser().parse_args(
             base + ["--charge", "inside", "--mutant-share", "0.75"]))
         assert (asked.charge, asked.mutant_share) == ("inside", 0.75)
-    summary, _ = _inside(tmp_path, budget=300, share=0.75)
+    summary, _ = _inside(tmp_path, budget=300, share=0.6)
     line, inside = _tuned_line(summary), summary["inside_budget"]
     original = summary["new_trials"] - summary["mutant_trials"]
     assert inside["mutants_not_tuned"] >= 2  # "mutants", plural
     assert line.startswith(f"tuned the whole model within 300 trials, PET's mutants inside it: "
-                           f"{original} new trials for the original's kernels (75 per kernel")
+                           f"{original} new trials for the original's kernels (120 per kernel")
     assert (f"{summary['mutant_trials']} for PET's mutants (their new kernels hold "
-            f"{inside['charged_to_mutants']} of the 225 reserved; "
+            f"{inside['charged_to_mutants']} of the 180 reserved; "
             f"{inside['mutants_not_tuned']} mutants not tuned" in line)
 
 

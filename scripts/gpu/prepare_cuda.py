@@ -6,7 +6,7 @@ and the weights as inputs (``dry_run(..., libraries="all", weights="inputs")``) 
 place with its corrections, listed in ``OUT/tasks.json``. With ``--batch-trials N`` the distinct
 tasks' candidates are sampled, built and compiled into ``OUT/batch``
 (``tvm_pet.tune.cuda_batch.prepare_batch``; only the tasks that reduce, see
-``has_reduction``; ``--shard K/M`` builds every M-th task from K, for
+``reduces``; ``--shard K/M`` builds every M-th task from K, for
 parallel processes writing separate batch folders).
 
     python scripts/gpu/prepare_cuda.py conv5x5.onnx ... --out build/gpu [--batch-trials 32]
@@ -21,17 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import re
 import sys
 import time
 import warnings
-
-
-def has_reduction(task) -> bool:
-    """Whether a task's kernel reduces (a conv, a matmul): the kernels tuned. The others (pads,
-    slices, layout copies, elementwise) keep TVM's default GPU schedule on both sides."""
-    text = task.mod["main"].script()
-    return "T.axis.reduce" in text or bool(re.search(r'T\.axis\.remap\("[SR]*R', text))
 
 
 def tasks_of(model: pathlib.Path, target, say, rewrites: bool = True,
@@ -78,7 +70,7 @@ def gains_by_subprogram(model: pathlib.Path, target, times: dict[str, float],
     (``kernel_times``); kernels that were not tuned (pads, slices, layout copies) were not
     timed and count 0, so the estimate favours mutants that add them: it only proposes, and the
     GPU's end-to-end timing decides (run_cuda.py's rank rule). A mutant with a kernel that
-    reduces (:func:`has_reduction`) and has no time, beyond those of the original, is never
+    reduces (:func:`reduces`) and has no time, beyond those of the original, is never
     proposed: it would run on TVM's default schedule, which the batch never measured (one such
     fused conv + pad does not even build on sm_90).
     """
@@ -105,9 +97,9 @@ def estimated_cost(program, target, times: dict[str, float], rewrites: bool = Tr
     schedule; kernels not timed count 0) and the structural hashes of its kernels that reduce
     but have no time."""
     from tvm_pet.relax.cuda_dry_run import cuda_module
-    from tvm_pet.tune.compile import extract_tasks
+    from tvm_pet.tune.compile import extract_tasks, reduces
     tasks = extract_tasks(cuda_module(program, rewrites=rewrites), target)
-    untimed = {str(t.shash) for t in tasks if str(t.shash) not in times and has_reduction(t)}
+    untimed = {str(t.shash) for t in tasks if str(t.shash) not in times and reduces(t)}
     return sum(t.weight * times.get(str(t.shash), 0.0) for t in tasks), untimed
 
 
@@ -236,6 +228,7 @@ def main(argv=None) -> int:
 
     from tvm_pet.relax.cuda_dry_run import dry_run
     from tvm_pet.search.config import SearchConfig
+    from tvm_pet.tune.compile import reduces
     from tvm_pet.tune.cuda import cuda_target
     from tvm_pet.tune.cuda_batch import prepare_batch
     target = cuda_target(args.arch)
@@ -264,7 +257,7 @@ def main(argv=None) -> int:
                 programs = [program] + [b[1] for b in builds]
             for task in tasks_of(model, target, say, not args.no_tvm_rewrites, programs):
                 tasks.setdefault(task.shash, task)
-        tuned = [t for t in tasks.values() if has_reduction(t)]
+        tuned = [t for t in tasks.values() if reduces(t)]
         ordered = sorted(tuned, key=lambda t: t.shash)[shard::shards]
         (args.out / "tasks.json").write_text(json.dumps(
             {"tasks": len(tasks), "tuned": len(tuned), "shard": args.shard,

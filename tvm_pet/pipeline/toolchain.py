@@ -51,6 +51,9 @@ class RecordsPlan(Protocol):
     own: int
     #: Kernels with no record anywhere, own or borrowed.
     untuned: int
+    #: Kernels without a record of the target's own that do not reduce (pads, copies): their
+    #: tuning holds about a trial.
+    unowned_spatial: int
 
     def summary(self, trials: int = 0, budget: Any = None, *, by_default: bool = False,
                 default_cap: int | None = None) -> str:

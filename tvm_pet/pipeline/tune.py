@@ -185,10 +185,12 @@ class Allowance:
     pays for over its tasks (rounded down: the rest of the budget is the mutants' reserve), so
     that tuning a mutant in the whole model tops up none of them.
     The mutants' new kernels (those of workloads the original lacks) then get as many each,
-    one mutant at a time, while the reserve holds its new kernels; a mutant it cannot hold is
-    not tuned (``skipped``). What the new kernels hold is charged, counted from their records
-    (so a second run charges the same without measuring anything); the original's tasks then
-    share ``budget`` less that charge, by the task scheduler (:meth:`top_up`).
+    one mutant at a time, while the reserve holds its new kernels (estimated at one trial for a
+    kernel that does not reduce, a pad or a copy, whose search space MetaSchedule exhausts at
+    one); a mutant it cannot hold is not tuned (``skipped``). What the new kernels hold is
+    charged, counted from their records (so a second run charges the same without measuring
+    anything); the original's tasks then share ``budget`` less that charge, by the task
+    scheduler (:meth:`top_up`).
     """
 
     budget: int
@@ -218,9 +220,13 @@ class Allowance:
         """Trials the mutants' new kernels hold."""
         return sum(self.held.values())
 
-    def affords(self, new_kernels: int, trials: int) -> bool:
-        """Whether the reserve holds ``new_kernels`` more at ``trials`` each."""
-        return self.spent + new_kernels * trials <= self.reserve
+    def affords(self, plan, trials: int) -> bool:
+        """Whether the reserve holds the kernels of a mutant's records ``plan`` that have no
+        record of the target's own: ``trials`` each for those that reduce, one for the others
+        (a pad's search space is exhausted at one trial; what they hold is charged)."""
+        new = plan.tasks - plan.own
+        spatial = min(plan.unowned_spatial, new)
+        return self.spent + (new - spatial) * trials + spatial <= self.reserve
 
     def charge(self, tuned) -> None:
         """Charge the new kernels of a mutant's tuning call with what they hold."""
@@ -250,12 +256,12 @@ def _tune_mutant(toolchain: Toolchain, program: Program, trials: int, options: D
     module = toolchain.lower(program)
     if allowance is not None:
         plan = toolchain.records_plan(module)
-        if not allowance.affords(plan.tasks - plan.own, trials):
+        if not allowance.affords(plan, trials):
             allowance.skipped += 1
             if progress is not None:
-                progress(f"not tuned: its new kernels at {trials} trials each do not fit what is "
-                         f"left of the mutants' reserve ({allowance.reserve - allowance.spent} "
-                         f"of {allowance.reserve} trials)")
+                progress(f"not tuned: its new kernels at {trials} trials each (one for a pad or "
+                         f"copy) do not fit what is left of the mutants' reserve "
+                         f"({allowance.reserve - allowance.spent} of {allowance.reserve} trials)")
             return None
     stats = toolchain.tune(module, trials, seed=options.seed, progress=progress)
     if allowance is not None:

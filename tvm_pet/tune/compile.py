@@ -17,6 +17,7 @@ Typical use::
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +42,14 @@ class Task:
     mod: tvm.IRModule = field(repr=False)
     shash: int
 
+
+
+def reduces(task: Task) -> bool:
+    """Whether a task's kernel reduces (a conv, a matmul, a pool): the kernels worth tuning.
+    The others (pads, slices, layout copies, elementwise) have a search space of a schedule or
+    few: MetaSchedule exhausts a pad's at one trial."""
+    text = task.mod["main"].script()
+    return "T.axis.reduce" in text or bool(re.search(r'T\.axis\.remap\("[SR]*R', text))
 
 def prepare(mod: tvm.IRModule, target=None) -> tvm.IRModule:
     """Return the canonical pre-tuning form of a Relax module: legalised, folded and fused.

@@ -15,7 +15,7 @@ from pathlib import Path
 import tvm
 
 from tvm_pet.tune import records
-from tvm_pet.tune.compile import extract_tasks
+from tvm_pet.tune.compile import extract_tasks, reduces
 from tvm_pet.tune.targets import resolve_target, target_dir
 
 
@@ -30,6 +30,9 @@ class RecordsPlan:
         tasks: distinct kernels (tuning tasks) of the module.
         own: kernels scheduled by the target's own records.
         borrowed: kernels scheduled by the borrowed records.
+        unowned_spatial: kernels without a record of the target's own that do not reduce
+            (:func:`~tvm_pet.tune.compile.reduces`: pads, copies), whose tuning holds about a
+            trial (MetaSchedule exhausts a pad's search space at one).
     """
 
     target: str
@@ -38,6 +41,7 @@ class RecordsPlan:
     tasks: int
     own: int
     borrowed: int
+    unowned_spatial: int = 0
 
     @property
     def untuned(self) -> int:
@@ -96,11 +100,14 @@ def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
     target = resolve_target(target)
     tasks = extract_tasks(mod, target)
     if records_dir is None:
-        return RecordsPlan(target_dir(target), "", None, len(tasks), 0, 0)
+        return RecordsPlan(target_dir(target), "", None, len(tasks), 0, 0,
+                           sum(not reduces(t) for t in tasks))
     sources = records.record_sources(records_dir, target)
     opened = sources.open() if opened is None else opened
-    found = [lent for record, lent in map(opened.best, (t.mod for t in tasks))
-             if record is not None]  # per task with a record: whether it is borrowed
+    best = [opened.best(t.mod) for t in tasks]  # per task: (record or None, borrowed)
+    found = [lent for record, lent in best if record is not None]
+    spatial = sum(not reduces(t) for t, (record, lent) in zip(tasks, best)
+                  if record is None or lent)
     return RecordsPlan(target_dir(target), str(sources.own),
                        sources.borrowed.name if sources.borrowed else None, len(tasks),
-                       found.count(False), found.count(True))
+                       found.count(False), found.count(True), spatial)
