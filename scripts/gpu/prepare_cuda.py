@@ -40,10 +40,14 @@ def tasks_of(model: pathlib.Path, target, say, rewrites: bool = True,
         program = import_model(model)
         programs = [program] + [whole for _, _, whole in
                                 _mutants_in_place(program, SearchConfig(), AnalyticCost())]
-    tasks = {}
-    for prog in programs:
+    tasks, start = {}, time.perf_counter()
+    for done, prog in enumerate(programs, 1):
         for task in extract_tasks(cuda_module(prog, rewrites=rewrites), target):
             tasks.setdefault(task.shash, task)
+        if done % 10 == 0 and done < len(programs):  # a whole model has hundreds
+            spent = time.perf_counter() - start
+            say(f"{model.stem}: listed the tasks of {done}/{len(programs)} programs, "
+                f"{spent:.0f} s, ETA {spent / done * (len(programs) - done):.0f} s")
     say(f"{model.stem}: {len(programs)} programs, {len(tasks)} distinct tasks")
     return list(tasks.values())
 
