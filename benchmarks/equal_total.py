@@ -164,7 +164,9 @@ def spend(args) -> str:
     charge."""
     if args.budget is None:
         return f"{args.trials}/task"
-    share = f", share {args.mutant_share:g}" if args.charge == "inside" else ""
+    # inside rows since acb84a5: the reserve counts a new pad at one trial (before: full trials)
+    share = (f", share {args.mutant_share:g}, pads reserved 1" if args.charge == "inside"
+             else "")
     return f"{args.budget} in all, mutants {args.charge}{share}"
 
 
