@@ -28,6 +28,7 @@ from tvm_pet.relax.cuda_dry_run import (_mutants_in_place, cuda_module,  # noqa:
 from tvm_pet.search.config import SearchConfig  # noqa: E402
 from tvm_pet.tune import apply_records, build_with_records, extract_tasks  # noqa: E402
 from tvm_pet.tune import records  # noqa: E402
+from tvm_pet.tune.compile import reduces  # noqa: E402
 from tvm_pet.tune.cuda import cuda_target, nvcc_arch_flags, nvcc_path  # noqa: E402
 from tvm_pet.tune.targets import resolve_target  # noqa: E402
 from tvm_pet.tune.cuda_batch import (FAILED_RUN_SECS, build_library,  # noqa: E402
@@ -332,10 +333,9 @@ def test_shipped_cuda_records_schedule_every_tuned_kernel_of_the_originals(name)
     GPU."""
     from tvm_pet.models import build_model
     from tvm_pet.onnx import import_model
-    prepare = _script("prepare_cuda")
     module = program_to_module(import_model(build_model(name)))
     tasks = extract_tasks(module, cuda_target())
-    tuned = [t for t in tasks if prepare.reduces(t)]
+    tuned = [t for t in tasks if reduces(t)]
     _, applied = apply_records(module, cuda_target(), records.SHIPPED_RECORDS_DIR)
     assert tuned and applied == len(tuned)
 
@@ -352,7 +352,7 @@ def _backend_and_times(tmp_path, prepare, target, rewrites=True):
     times = {str(t.shash): 1e-3 for t in original}
     every = prepare.tasks_of(model, target, lambda line: None, rewrites)
     for task in every:
-        if prepare.reduces(task):
+        if reduces(task):
             times.setdefault(str(task.shash), 0.5e-3)
     return model, times, every
 
