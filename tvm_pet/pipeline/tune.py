@@ -224,9 +224,8 @@ class Allowance:
         """Whether the reserve holds the kernels of a mutant's records ``plan`` that have no
         record of the target's own: ``trials`` each for those that reduce, one for the others
         (a pad's search space is exhausted at one trial; what they hold is charged)."""
-        new = plan.tasks - plan.own
-        spatial = min(plan.unowned_spatial, new)
-        return self.spent + (new - spatial) * trials + spatial <= self.reserve
+        spatial = plan.unowned_spatial  # a part of the kernels without own records
+        return self.spent + (plan.tasks - plan.own - spatial) * trials + spatial <= self.reserve
 
     def charge(self, tuned) -> None:
         """Charge the new kernels of a mutant's tuning call with what they hold."""
