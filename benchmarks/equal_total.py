@@ -2,6 +2,8 @@
 
     python benchmarks/equal_total.py --models csrnet_backend --layout NHWC --seeds 3,4 --trials 32
     python benchmarks/equal_total.py --models csrnet_backend --budget 292 --charge inside
+    python benchmarks/equal_total.py --models torchvision:squeezenet1_1 --budget 400 \
+        --charge inside --layout NCHW
     python benchmarks/equal_total.py --render
 
 ``optimize`` charges PET's mutant kernels *beside* the budget: TVM's kernels get N trials per
@@ -46,6 +48,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.run import geomean  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+#: The prefix of a torchvision model's name in ``--models``.
+TORCHVISION = "torchvision:"
 #: Each ratio of a row: (the slower build, the faster build) when it is above 1.
 RATIOS = {"pet_vs_tvm": ("tvm", "pet"), "pet_vs_tvm_equal": ("tvm_equal", "pet"),
           "tvm_equal_vs_tvm": ("tvm", "tvm_equal")}
@@ -122,6 +126,32 @@ def time_builds(libraries: dict[str, pathlib.Path], inputs: list[np.ndarray], *,
                    "max_abs_err_vs_tvm": errors[name]} for name, t in timed.items()}
 
 
+def torchvision_file(name: str, work: pathlib.Path, size: int):
+    """torchvision's ``name`` (random seeded weights, ``weights=None``) at ``size`` x ``size``,
+    exported with ``torch.export`` and saved as a ``.pt2`` file in ``work``: the file and the
+    torch model."""
+    import torch
+
+    from tvm_pet.testing.real_models import build_torch_model
+    model, inputs = build_torch_model(name, size=size)
+    path = work / f"{name}.pt2"
+    with torch.no_grad():
+        torch.export.save(torch.export.export(model, tuple(inputs)), str(path))
+    return path, model
+
+
+def against_torch(times: dict, libraries: dict[str, pathlib.Path], model,
+                  inputs: list[np.ndarray]) -> None:
+    """Add each build's largest relative error against the torch model on ``inputs`` to its
+    entry of ``times`` (``max_rel_err_vs_torch``)."""
+    import torch
+
+    from tvm_pet.testing.real_models import max_relative_error, torch_outputs
+    want = torch_outputs(model, [torch.from_numpy(x) for x in inputs])
+    for name, path in libraries.items():
+        times[name]["max_rel_err_vs_torch"] = max_relative_error(outputs(path, inputs), want)
+
+
 def draw(model: str, seed: int, args) -> dict:
     """One row: a model tuned afresh with ``seed``, both ways of spending the total."""
     import onnx
@@ -130,19 +160,23 @@ def draw(model: str, seed: int, args) -> dict:
     from tvm_pet.pipeline.optimize import load_model, random_inputs
     from tvm_pet.pipeline.options import DriverOptions
 
-    name = f"{model}-{args.layout.lower()}-s{seed}"
+    name = f"{model.replace(':', '-')}-{args.layout.lower()}-s{seed}"
     work = pathlib.Path(args.work) / name
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    onnx_path = work / f"{model}.onnx"
-    onnx.save(build_model(model), str(onnx_path))
+    torch_model = None
+    if model.startswith(TORCHVISION):
+        model_path, torch_model = torchvision_file(model[len(TORCHVISION):], work, args.size)
+    else:
+        model_path = work / f"{model}.onnx"
+        onnx.save(build_model(model), str(model_path))
     start = time.perf_counter()
-    report = optimize_run(onnx_path, work / "records", work / "optimize", seed=seed, args=args)
+    report = optimize_run(model_path, work / "records", work / "optimize", seed=seed, args=args)
     tuning = report["tuning"]
     shutil.copytree(work / "records", work / "records-equal")
     # the model as optimize loaded it: its lowering in the layout, its inputs
-    loaded = load_model(str(onnx_path), DriverOptions(target=args.target, layout=args.layout))
+    loaded = load_model(str(model_path), DriverOptions(target=args.target, layout=args.layout))
     equal = tune_equal(loaded, work / "records-equal", work / "tvm_equal.so",
                        total=tuning["new_trials"], seed=seed, target=args.target)
     libraries = {"tvm": work / "optimize" / "baseline.so",
@@ -150,7 +184,10 @@ def draw(model: str, seed: int, args) -> dict:
     inputs = list(random_inputs(loaded.program, seed).values())
     times = time_builds(libraries, inputs, processes=args.processes, rounds=args.rounds,
                         number=args.number)
+    if torch_model is not None:  # the builds against torch itself, on the same inputs
+        against_torch(times, libraries, torch_model, inputs)
     return {"model": model, "layout": args.layout, "seed": seed,
+            "input": [list(x.shape) for x in inputs],
             "trials_per_task": tuning["trials_per_task"], "spend": spend(args),
             "inside_budget": tuning.get("inside_budget"), "kept": report["kept"],
             "applied": [a["mutant"] for a in report["applied"]],
@@ -211,6 +248,14 @@ def render(rows: list[dict]) -> str:
             same = key == "pet_vs_tvm" and r["kept"] != "optimized"
             cells.append(f"×1 (same binary; measured {measured})" if same else measured)
         lines.append("| " + " | ".join(cells) + " |")
+    checked = [r for r in rows if "max_rel_err_vs_torch" in r["times"]["pet"]]
+    if checked:
+        lines += ["", "Checked against torch on the timing inputs (torchvision models: largest "
+                      "error relative to the output's scale):", ""]
+        lines += [f"- {r['model']} ({r['layout']}, seed {r['seed']}, input "
+                  f"{'x'.join(map(str, r['input'][0]))}): " + ", ".join(
+                      f"{name} {t['max_rel_err_vs_torch']:.1e}" for name, t in r["times"].items())
+                  for r in checked]
     by_model: dict[tuple, list[dict]] = {}
     for r in rows:
         by_model.setdefault((r["model"], r["layout"], row_spend(r)), []).append(r)
@@ -237,7 +282,10 @@ def save(rows: list[dict], path: pathlib.Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", default="csrnet_backend")
+    p.add_argument("--models", default="csrnet_backend",
+                   help="our models by name, or torchvision's as torchvision:NAME")
+    p.add_argument("--size", type=int, default=224,
+                   help="torchvision models: the input image side (default 224)")
     p.add_argument("--seeds", default="0")
     p.add_argument("--trials", type=int, default=32)
     p.add_argument("--budget", type=int, help="trials for the whole model instead of --trials")

@@ -360,3 +360,32 @@ def test_the_equal_total_table_compares_within_each_process_and_counts_a_kept_or
     assert f"PET / TVM ×{(((1.5 * 2.25) ** 0.5) * 1.0) ** 0.5:.3f}" in table
     lost_equal = (8.0 / 10.1 * 8.0 / 10.0) ** 0.5  # PET's binary is TVM's: slower than equal's
     assert f"at equal total ×{(1.25 * lost_equal) ** 0.5:.3f}" in table
+
+
+def test_a_torchvision_draw_loads_its_exported_file_and_checks_each_build_against_torch(tmp_path):
+    """equal_total.py's ``torchvision:NAME`` models: the ``.pt2`` it writes loads as optimize
+    loads it, and each build's error against the torch model is measured (and is not small for a
+    torch model with other weights)."""
+    pytest.importorskip("tvm")
+    pytest.importorskip("torch")
+    from tvm_pet.testing.real_models import build_torch_model, stub_torchvision_meta
+    stub_torchvision_meta()
+    pytest.importorskip("torchvision.models")
+    from tvm_pet.pipeline.optimize import load_model, random_inputs
+    from tvm_pet.pipeline.options import DriverOptions
+    from tvm_pet.pipeline.toolchain import tvm_toolchain
+
+    path, model = equal_total.torchvision_file("squeezenet1_1", tmp_path, 64)
+    assert path.suffix == ".pt2"
+    loaded = load_model(str(path), DriverOptions(target="llvm", layout="NCHW"))
+    toolchain = tvm_toolchain("llvm", str(tmp_path / "records")).with_lowering(loaded.lower)
+    library = tmp_path / "tvm.so"
+    toolchain.export(toolchain.build(toolchain.lower(loaded.program)), str(library))
+    inputs = list(random_inputs(loaded.program, 0).values())
+    assert [x.shape for x in inputs] == [(1, 3, 64, 64)]
+    times = {"tvm": {}, "other_weights": {}}
+    equal_total.against_torch(times, {"tvm": library}, model, inputs)
+    assert times["tvm"]["max_rel_err_vs_torch"] < 1e-4
+    other, _ = build_torch_model("squeezenet1_1", size=64, seed=1)
+    equal_total.against_torch(times, {"other_weights": library}, other, inputs)
+    assert times["other_weights"]["max_rel_err_vs_torch"] > 1e-2
