@@ -402,6 +402,38 @@ def test_kernel_times_propose_singles_and_a_combination_that_compute_the_origina
     assert not prepare.estimated_cost(whole, target, fewer)[1]
 
 
+@pytest.mark.parametrize("name,rewrites", [("csrnet_backend", True), ("three_matmuls", True),
+                                           ("two_1x1_convs", False)])
+def test_a_mutants_kernels_from_its_fusion_region_are_those_of_the_whole_model_in_place(
+        name, rewrites):
+    """prepare_cuda.py lists what each mutant changes from its fusion region lowered alone
+    (Inception-v3's hundreds of whole-model compiles took more than 25 minutes): the kernels it
+    takes out and brings, with their calls, are those of the whole model with the mutant in
+    place against the original, with TVM's rewrites (CombineParallelMatmul included) or
+    without; and regions did the listing (the whole model only where a matmul outside a region
+    reads what it reads, which TVM's CombineParallelMatmul may join with it)."""
+    from tvm_pet.models import build_model
+    from tvm_pet.onnx import import_model
+    from tvm_pet.relax.adapter import region_to_module
+    from tvm_pet.search.partition import replace_subprogram
+    from tvm_pet.search.region import fusion_region
+    prepare = _script("prepare_cuda")
+    kwargs = {"h": 6, "w": 6, "seed": 1} if name == "csrnet_backend" else {}
+    program = import_model(build_model(name, **kwargs))
+    target = cuda_target()
+    changes = prepare.mutant_changes(program, target, rewrites)
+    whole = prepare._RegionTasks(target, rewrites)
+    listed = lambda kernels: sorted((str(t.shash), n) for t, n in kernels)  # noqa: E731
+    assert changes and any(lost or gained for *_, lost, gained in changes)
+    for _, part, mutant, corrected, lost, gained in changes:
+        want = prepare._difference(whole(program, whole=True), whole(
+            replace_subprogram(program, part, corrected), whole=True))
+        assert (listed(lost), listed(gained)) == tuple(map(listed, want)), mutant.ops
+    regions = [fusion_region(program, part) for _, part, *_ in changes]
+    assert all(r is not None and region_to_module(r.before) is not None for r in regions)
+    assert any(not (rewrites and prepare._matmul_beside(program, r)) for r in regions)
+
+
 def test_a_mutant_with_a_kernel_that_reduces_and_was_not_timed_is_never_proposed(tmp_path):
     """With only the original's kernels timed, every mutant of the back end brings a conv of
     another shape that would run on a schedule the GPU never measured: none is proposed
