@@ -417,6 +417,7 @@ def test_a_mutants_kernels_from_its_fusion_region_are_those_of_the_whole_model_i
     from tvm_pet.relax.adapter import region_to_module
     from tvm_pet.search.partition import replace_subprogram
     from tvm_pet.search.region import fusion_region
+    from tvm_pet.tune.measured_cost import kernel_change
     prepare = _script("prepare_cuda")
     kwargs = {"h": 6, "w": 6, "seed": 1} if name == "csrnet_backend" else {}
     program = import_model(build_model(name, **kwargs))
@@ -426,7 +427,7 @@ def test_a_mutants_kernels_from_its_fusion_region_are_those_of_the_whole_model_i
     listed = lambda kernels: sorted((str(t.shash), n) for t, n in kernels)  # noqa: E731
     assert changes and any(lost or gained for *_, lost, gained in changes)
     for _, part, mutant, corrected, lost, gained in changes:
-        want = prepare._difference(whole(program, whole=True), whole(
+        want = kernel_change(whole(program, whole=True), whole(
             replace_subprogram(program, part, corrected), whole=True))
         assert (listed(lost), listed(gained)) == tuple(map(listed, want)), mutant.ops
     regions = [fusion_region(program, part) for _, part, *_ in changes]

@@ -75,20 +75,22 @@ def mutant_changes(program, target, rewrites: bool = True, *, say=None, stem: st
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.search.partition import replace_subprogram
     from tvm_pet.search.region import fusion_region
+    from tvm_pet.tune.measured_cost import kernel_change
     listed = mutants_by_part(program, SearchConfig(), AnalyticCost())
     tasks, regions, out = _RegionTasks(target, rewrites), {}, []
     start = time.perf_counter()
     for done, (name, part, mutant, corrected) in enumerate(listed, 1):
-        if part.nodes not in regions:
-            regions[part.nodes] = fusion_region(program, part)
+        if part.nodes not in regions:  # a subset's region, or None: list the whole model
+            region = fusion_region(program, part)
+            regions[part.nodes] = (None if region is None or (
+                rewrites and _matmul_beside(program, region)) else region)
         region = regions[part.nodes]
-        after = (None if region is None or (rewrites and _matmul_beside(program, region))
-                 else region.after(part, corrected))
+        after = None if region is None else region.after(part, corrected)
         pair = (None, None) if after is None else (tasks(region.before), tasks(after))
         if None in pair:
             pair = (tasks(program, whole=True),
                     tasks(replace_subprogram(program, part, corrected), whole=True))
-        out.append((name, part, mutant, corrected, *_difference(*pair)))
+        out.append((name, part, mutant, corrected, *kernel_change(*pair)))
         if say is not None and done % 25 == 0 and done < len(listed):
             spent = time.perf_counter() - start
             say(f"{stem}: listed the kernels of {done}/{len(listed)} mutants, {spent:.0f} s, "
@@ -133,16 +135,6 @@ class _RegionTasks:
                 module = tvm_rewrites(module)
             self.memo[key] = {t.shash: t for t in extract_tasks(module, self.target)}
         return self.memo[key]
-
-
-def _difference(before: dict, after: dict) -> tuple[list, list]:
-    """The kernels (``(Task, calls)``) ``before`` has beyond ``after``, and the other way round."""
-    from collections import Counter
-    calls_before = Counter({h: t.weight for h, t in before.items()})
-    calls_after = Counter({h: t.weight for h, t in after.items()})
-    every = {**before, **after}
-    return ([(every[h], n) for h, n in sorted((calls_before - calls_after).items())],
-            [(every[h], n) for h, n in sorted((calls_after - calls_before).items())])
 
 
 def kernel_times(paths: list[pathlib.Path]) -> dict[str, float]:

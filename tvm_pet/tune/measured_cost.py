@@ -193,11 +193,7 @@ class MeasuredCost:
         tasks_before, tasks_after = self._region_tasks(before), self._region_tasks(after)
         if tasks_before is None or tasks_after is None:
             return None
-        calls_before = Counter({h: t.weight for h, t in tasks_before.items()})
-        calls_after = Counter({h: t.weight for h, t in tasks_after.items()})
-        every = {**tasks_before, **tasks_after}
-        return ([(every[h], n) for h, n in sorted((calls_before - calls_after).items())],
-                [(every[h], n) for h, n in sorted((calls_after - calls_before).items())])
+        return kernel_change(tasks_before, tasks_after)
 
     def _seconds(self, tasks: list[tuple[Task, int]], untuned: bool = False) -> float:
         """Seconds per run of ``(task, calls)`` pairs: as :meth:`kernels` times them, or all
@@ -227,6 +223,17 @@ class MeasuredCost:
         if self._opened is None:
             self._opened = costing_sources(self.records_dir, self.target)
         return self._opened
+
+
+def kernel_change(before: dict[int, Task], after: dict[int, Task]
+                  ) -> tuple[list[tuple[Task, int]], list[tuple[Task, int]]]:
+    """The kernels (``(Task, calls)``) of ``before`` beyond those of ``after``, and the other
+    way round, each a structural hash -> task map: what a rewrite removes and adds."""
+    calls_before = Counter({h: t.weight for h, t in before.items()})
+    calls_after = Counter({h: t.weight for h, t in after.items()})
+    every = {**before, **after}
+    return ([(every[h], n) for h, n in sorted((calls_before - calls_after).items())],
+            [(every[h], n) for h, n in sorted((calls_after - calls_before).items())])
 
 
 def _task_flops(task: Task) -> float:
