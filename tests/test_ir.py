@@ -115,7 +115,8 @@ def test_fill_is_a_uniform_constant_everywhere():
     session = ort.InferenceSession(export_model(conv_mean).SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {"x": xv.astype(np.float32)})
-    np.testing.assert_allclose(got, evaluate(pool, {"x": xv}, np.float64)["y"], rtol=1e-5, atol=1e-6)
+    want = evaluate(pool, {"x": xv}, np.float64)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_fill_survives_an_onnx_round_trip_exactly():
@@ -133,3 +134,25 @@ def test_fill_survives_an_onnx_round_trip_exactly():
     fills = [n for n in back.nodes if n.op is Op.FILL]
     assert len(fills) == 1 and fills[0].attrs["value"] == (1, 9)
     assert verify(program, back).equivalent
+
+
+def test_structural_keys_of_a_program_deeper_than_pythons_recursion():
+    """EfficientNet and ConvNeXt through ``torch.export`` are chains of thousands of bindings;
+    the key of such a program is computed without recursion, and a renamed copy has the same."""
+    import sys
+
+    from tvm_pet.ir.keys import canonical
+
+    def chain(prefix):
+        b = ProgramBuilder(prefix=prefix)
+        x = b.input(f"{prefix}x", (1, 4))
+        w = b.weight(f"{prefix}w", np.full((1, 4), 0.5, dtype=np.float32))
+        for _ in range(2 * sys.getrecursionlimit()):
+            x = b.add(b.opaque("Relu", [x])[0], w)
+        return b.build([x])
+
+    first, second = chain("a"), chain("b")
+    assert len(first.nodes) >= 4 * sys.getrecursionlimit()
+    key, leaves = canonical(first)
+    assert key == canonical(second)[0]
+    assert leaves == ["ax", "aw"]

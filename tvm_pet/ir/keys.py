@@ -38,31 +38,33 @@ def canonical(program: Program, keys=weight_key) -> tuple[tuple, list[str]]:
     content: dict[str, int] = {}
     memo: dict[str, bytes] = {}
 
-    def key(t: str) -> bytes:
+    def leaf(t: str) -> bytes:
+        leaves.append(t)
+        if t in program.weights:
+            c = content.setdefault(keys(program.weights[t]), len(content))
+            return _digest("w", program.shapes[t], c)
+        return _digest("x", program.shapes[t], len(leaves) - 1)
+
+    # Depth first, inputs in order (the order the leaves are numbered in), with a stack of its
+    # own: a deep model (EfficientNet's or ConvNeXt's chains) is deeper than Python's recursion.
+    stack: list[tuple[str, bool]] = [(o, False) for o in reversed(program.outputs)]
+    while stack:
+        t, ready = stack.pop()
         if t in memo:
-            return memo[t]
+            continue
         if t not in producer:
-            if t not in leaves:
-                leaves.append(t)
-            if t in program.weights:
-                c = content.setdefault(keys(program.weights[t]), len(content))
-                memo[t] = _digest("w", program.shapes[t], c)
-            else:
-                memo[t] = _digest("x", program.shapes[t], leaves.index(t))
-            return memo[t]
+            memo[t] = leaf(t)
+            continue
         n, k = producer[t]
-        args = [key(i) for i in n.inputs]
+        if not ready:
+            stack.append((t, True))
+            stack.extend((i, False) for i in reversed(n.inputs))
+            continue
+        args = [memo[i] for i in n.inputs]
         if n.op in COMMUTATIVE:
             args.sort()
         memo[t] = _digest(n.op.value, n.attrs, *args, k)
-        return memo[t]
-
-    return tuple(key(o) for o in program.outputs), leaves
-
-
-def _digest(*parts) -> bytes:
-    """A 16-byte digest of ``parts`` (strings, ints, shapes, Attrs and other digests)."""
-    return hashlib.blake2b(repr(parts).encode(), digest_size=16).digest()
+    return tuple(memo[o] for o in program.outputs), leaves
 
 
 def _digest(*parts) -> bytes:
