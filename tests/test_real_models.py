@@ -1,6 +1,8 @@
 """Real model definitions through torch.export -> Relax -> PETPass -> tvm.compile, against torch.
 
-torchvision resnet18, mobilenet_v2, squeezenet1_1, inception_v3 and vgg16, and a 2-layer
+torchvision resnet18, mobilenet_v2, squeezenet1_1, inception_v3, vgg16, efficientnet_b0 (SiLU as
+a sigmoid times its input, squeeze-excitation) and convnext_tiny (layer norms, GELU, 7x7 depthwise
+convs), and a 2-layer
 transformers BertModel fed token ids and an attention mask: random seeded weights
 (``weights=None``), randomised batch-norm statistics (:mod:`tvm_pet.testing.real_models`). Each
 model is exported with ``torch.export``, imported with TVM's ``from_exported_program``, optimized

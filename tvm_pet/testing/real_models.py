@@ -22,8 +22,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-#: The CNNs the tests and benchmarks take from torchvision.
-CNNS = ("resnet18", "mobilenet_v2", "squeezenet1_1", "inception_v3", "vgg16")
+#: The CNNs the tests and benchmarks take from torchvision (with the default search,
+#: efficientnet_b0 and convnext_tiny made mutant programs deeper than Python's recursion limit).
+CNNS = ("resnet18", "mobilenet_v2", "squeezenet1_1", "inception_v3", "vgg16", "efficientnet_b0",
+        "convnext_tiny")
 #: Every model name :func:`build` knows.
 MODELS = CNNS + ("bert",)
 #: The smallest input side each CNN takes (inception_v3's stem and pools need 75).
