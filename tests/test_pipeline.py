@@ -14,6 +14,7 @@ import pytest
 
 from tests.dilated import dilated_chain
 from tvm_pet.cost.analytic import AnalyticCost
+from tvm_pet.errors import KernelBuildError
 from tvm_pet.ir import Op
 from tvm_pet.pipeline import DriverOptions, TuneSummary, optimize, tune_model
 from tvm_pet.pipeline.confirm import confirm
@@ -245,6 +246,39 @@ def test_when_every_candidate_is_refused_the_original_is_kept_and_timed_alone():
     assert "every candidate was refused" in confirmation.rule
     assert confirmation.final is confirmation.baseline.executable
     assert set(confirmation.timings) == {"baseline", "optimized"}
+
+
+class CannotCompile(FakeToolchain):
+    """TVM's code generation fails on every module but ``program`` (a faulty kernel)."""
+
+    def __init__(self, program, **kwargs):
+        super().__init__(**kwargs)
+        self.program = program
+
+    def build(self, module):
+        if module is not self.program:
+            raise KernelBuildError("TVM cannot compile it for fake (InternalError: Check failed)")
+        return super().build(module)
+
+
+def test_a_candidate_tvm_cannot_compile_is_refused_and_the_next_one_timed():
+    program = dilated_chain(layers=1)
+    toolchain = CannotCompile(program, ratios=[1.3])
+    cannot = Candidate(dilated_chain(layers=1), 0.0, [])  # another object: it fails to build
+    confirmation = confirm(program, [cannot, Candidate(program, 0.0, [])], toolchain,
+                           DriverOptions(timing_rounds=2, second_look=False, replicate=False),
+                           _inputs(program))
+    refused, timed = confirmation.looks
+    assert refused.refused.startswith("TVM cannot compile it") and refused.rounds == 0
+    assert timed.candidate == 1 and toolchain.timed == [2] and confirmation.keep
+
+
+def test_an_original_tvm_cannot_compile_is_an_error_that_says_so():
+    program = dilated_chain(layers=1)
+    with pytest.raises(KernelBuildError, match="TVM cannot build the model as imported, before "
+                                               "any PET rewrite: TVM cannot compile it"):
+        confirm(program, [Candidate(program, 0.0, [])], CannotCompile(dilated_chain(layers=1)),
+                DriverOptions(timing_rounds=2), _inputs(program))
 
 
 def test_a_close_call_with_a_budget_is_tuned_again_on_both_sides():

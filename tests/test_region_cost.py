@@ -166,6 +166,27 @@ def test_a_rewrite_to_kernels_without_records_is_set_aside_untimed(tmp_path):
     assert untuned.set_aside == 0
 
 
+def test_a_rewrite_to_a_kernel_tvm_cannot_compile_is_set_aside(tmp_path):
+    from tvm_pet.errors import KernelBuildError
+    from tvm_pet.tune.measured_cost import MeasuredCost
+
+    import tvm_ffi
+
+    before, after, before_tasks, after_tasks = _screened_rewrite(tmp_path)
+    new = {tvm_ffi.structural_hash(t.mod) for h, t in after_tasks.items() if h not in before_tasks}
+
+    def timer(mod, *args, **kwargs):
+        if tvm_ffi.structural_hash(mod) in new:
+            raise KernelBuildError("TVM cannot compile it for llvm (InternalError: Check failed)")
+        return _fake_timer(mod, *args, **kwargs)
+
+    cost = MeasuredCost("llvm", tuned=False, measure_untuned=timer)
+    assert cost.difference(before, after) == float("inf")
+    assert cost.unbuildable == 1 and cost.set_aside == 0
+    with pytest.raises(KernelBuildError, match="kernel `"):  # the original's own: an error
+        MeasuredCost("llvm", tuned=False, measure_untuned=timer).cost(after)
+
+
 def test_the_screen_takes_tuned_times_replaced_and_the_untuned_ratio(tmp_path):
     from tests.records import write_records
     from tvm_pet.tune.measured_cost import MeasuredCost

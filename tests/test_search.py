@@ -228,3 +228,36 @@ def test_near_ties_of_a_cost_with_a_spread_are_runners_up_never_the_result():
         assert tie.applied
         np.testing.assert_allclose(evaluate(tie.program, x, np.float64)["out"], want,
                                    rtol=1e-9, atol=1e-9)
+
+
+def silu_after_matmul():
+    """``h = x @ w; y = h * sigmoid(h)``: the matmul and the product are one subset whose input
+    (the sigmoid) is computed from its output ``h`` outside it, as in every SiLU (EfficientNet)."""
+    rng = np.random.default_rng(0)
+    b = ProgramBuilder()
+    x = b.input("x", (1, 8))
+    h = b.matmul(x, b.weight("w", rng.standard_normal((8, 8)).astype(np.float32)))
+    (s,) = b.opaque("Sigmoid", [h])
+    return b.build([b.mul(h, s)])
+
+
+def test_no_mutant_reads_what_its_own_output_feeds_through_a_nonlinear_operator():
+    # concatenating x with the sigmoid and multiplying once by w computes h and the product
+    # for independent inputs (the verifier's view); in the model the sigmoid reads h: a cycle
+    program = silu_after_matmul()
+    sub = partition(program)[0]
+    mutants = {tuple(n.op for n in m.nodes) for m in _verified_mutants(program, sub)}
+    assert (Op.CONCAT, Op.MATMUL, Op.SPLIT) in {ops[:3] for ops in mutants}, mutants
+    result = optimize(program, SearchConfig(depth=3, rounds=2, time_limit=60), AnalyticCost())
+    check_program(result.program)
+    xv = {"x": np.random.default_rng(1).standard_normal((1, 8)).astype(np.float32)}
+    want = evaluate(program, xv, np.float64)
+    got = evaluate(result.program, xv, np.float64)
+    for o in program.outputs:
+        np.testing.assert_allclose(got[o], want[o], rtol=1e-9)
+
+
+def _verified_mutants(program, sub):
+    from tvm_pet.search.generator import generate
+    mutants, _ = generate(sub.program, SearchConfig(depth=3))
+    return [m.corrected for m in mutants]

@@ -280,6 +280,9 @@ def _print_trust(report, args: argparse.Namespace) -> None:
         print(f"  the search set aside {facts['search']['set_aside_untuned']} rewrite(s) whose "
               f"new kernels have no records, untimed (an untuned kernel against a tuned one); "
               f"`tvm-pet tune` tunes the most promising")
+    if facts["search"].get("set_aside_unbuildable"):
+        print(f"  the search set aside {facts['search']['set_aside_unbuildable']} rewrite(s) with "
+              f"a new kernel that TVM cannot compile for this target")
     if facts["search"]["near_ties_confirmed"]:
         print(f"  {facts['search']['near_ties_confirmed']} candidate(s) timed were near ties: "
               f"costed at or a little above the original (one cached timing per kernel cannot "

@@ -23,3 +23,14 @@ class ProgramError(PetError):
 
 class ModelError(PetError):
     """A model file that cannot be read, or that uses a feature tvm_pet does not support."""
+
+
+class KernelBuildError(PetError):
+    """TVM cannot compile one of a program's kernels (its own code generation fails on it)."""
+
+
+def tvm_words(error: Exception) -> str:
+    """An error TVM raised, in one line for a message: its type and the first two lines of its
+    text (an LLVM verifier error says what failed on the second)."""
+    words = " ".join(line.strip() for line in str(error).splitlines()[:2]).strip()
+    return f"{type(error).__name__}: {(words or 'no message')[:200]}"

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import mannwhitneyu, norm
 
-from tvm_pet.errors import PetError
+from tvm_pet.errors import KernelBuildError, PetError
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import Budget, DriverOptions
 from tvm_pet.pipeline.progress import Progress
@@ -521,7 +521,8 @@ def confirm(program: Program, candidates: Sequence[Candidate], toolchain: Toolch
         return _timed(_replicated(kept, bench, looks, notes), start, budget_s)
     if trial is None:  # every candidate was refused: the original is kept, timed alone
         alone = _nothing_to_confirm(baseline, bench, "every candidate was refused (its compiled "
-                                    "module computes something else): the original is kept")
+                                    "module computes something else, or TVM cannot compile "
+                                    "it): the original is kept")
         return _timed(dataclasses.replace(alone, looks=(*looks, *alone.looks),
                                           notes=tuple(notes)), start, budget_s)
     return _timed(_ending(trial, looks, notes), start, budget_s)
@@ -614,7 +615,11 @@ def _build_baseline(program: Program, toolchain: Toolchain, inputs: tuple[np.nda
     the seconds of one call (what the looks are planned on)."""
     with progress.step("building the original"):
         module = toolchain.lower(program)
-        executable = toolchain.build(module)
+        try:
+            executable = toolchain.build(module)
+        except KernelBuildError as e:
+            raise KernelBuildError(f"TVM cannot build the model as imported, before any PET "
+                                   f"rewrite: {e}") from None
     toolchain.run(executable, inputs)  # the first call allocates; the second is timed
     start = time.perf_counter()
     outputs = tuple(toolchain.run(executable, inputs))
@@ -648,6 +653,7 @@ def _first_look(index: int, candidate: Candidate, baseline: Baseline, bench: _Be
     """Build candidate ``index``, check its outputs, and time it against ``baseline`` on
     ``1 / share`` of the time left."""
     toolchain, options = bench.toolchain, bench.options
+    what = "first look" if index == 0 else f"runner-up {index}"
     with bench.progress.step(f"building candidate {index}"):
         module = toolchain.lower(candidate.program)
         tuned = []
@@ -655,8 +661,11 @@ def _first_look(index: int, candidate: Candidate, baseline: Baseline, bench: _Be
             # the baseline was tuned again for an earlier close call: equal budgets for this one
             tuned = [toolchain.tune(module, baseline.budget.trials_per_task,
                                     seed=baseline.budget.seed, progress=bench.progress.note)]
-        optimized = toolchain.build(module)
-    what = "first look" if index == 0 else f"runner-up {index}"
+        try:
+            optimized = toolchain.build(module)
+        except KernelBuildError as err:
+            return _Trial(_refused(index, what, baseline.budget, str(err), tuned), {}, module,
+                          baseline, None)
     refused = _refusal(baseline.outputs, toolchain.run(optimized, bench.inputs), index, what,
                        baseline.budget, tuned)
     if refused is not None:
@@ -724,9 +733,12 @@ def _refusal(reference: Sequence[np.ndarray], outputs: Sequence[np.ndarray], ind
     try:
         check_outputs(reference, outputs, index)
     except PetError as err:
-        reason = str(err)
-    else:
-        return None
+        return _refused(index, what, budget, str(err), tuned)
+    return None
+
+
+def _refused(index: int, what: str, budget: Budget, reason: str, tuned: Sequence = ()) -> Look:
+    """The look that refuses candidate ``index`` untimed, for ``reason``."""
     decision = Decision(False, math.nan, math.nan, math.nan, False,
                         f"candidate {index} refused, not timed: {reason}")
     return Look(what, index, budget, 0, decision, **_tuning_of(tuned), number=0, repeat=0,

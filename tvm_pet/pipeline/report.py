@@ -165,8 +165,10 @@ class Report:
             "max_abs_err_vs_onnxruntime": self.max_abs_err_vs_onnxruntime,
             "applied": [_applied_json(a) for a in self.applied],
             "candidates_confirmed": len({k.candidate for k in c.looks} - {None}),
-            "search": self.found.result.to_json() | {"set_aside_untuned": self.found.set_aside,
-                                                     "near_ties_confirmed": self.found.near_ties},
+            "search": self.found.result.to_json() | {
+                "set_aside_untuned": self.found.set_aside,
+                "set_aside_unbuildable": self.found.unbuildable,
+                "near_ties_confirmed": self.found.near_ties},
         } | self._trust_json()
 
     def _trust_json(self) -> dict:

@@ -14,6 +14,7 @@ import time
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.cost.model import CostModel
+from tvm_pet.errors import KernelBuildError
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import DriverOptions
 from tvm_pet.pipeline.toolchain import Toolchain
@@ -35,6 +36,7 @@ class Found:
             ``spread``), at most ``confirm`` of them.
         set_aside: rewrites the cost model set aside untimed (the measured one: new kernels
             without records, replacing tuned ones).
+        unbuildable: rewrites set aside because TVM cannot compile one of their new kernels.
     """
 
     result: SearchResult
@@ -42,6 +44,7 @@ class Found:
     cost_model: str
     candidates: tuple[Candidate, ...]
     set_aside: int = 0
+    unbuildable: int = 0
 
     @property
     def near_ties(self) -> int:
@@ -76,8 +79,13 @@ def search(program: Program, config: SearchConfig, cost: CostModel, mutants: Mut
         The search's :class:`Found`.
     """
     start = time.perf_counter()
-    result = optimize(program, config, cost, mutants)
+    try:
+        result = optimize(program, config, cost, mutants)
+    except KernelBuildError as e:  # the original's own kernels (a candidate's are set aside)
+        raise KernelBuildError(f"TVM cannot build the model as imported, before any PET "
+                               f"rewrite: {e}") from None
     seconds = time.perf_counter() - start
     best = [Candidate(result.program, result.cost, result.applied)] if result.applied else []
     candidates = (best + result.runners_up)[:confirm]
-    return Found(result, seconds, cost.name, tuple(candidates), getattr(cost, "set_aside", 0))
+    return Found(result, seconds, cost.name, tuple(candidates), getattr(cost, "set_aside", 0),
+                 getattr(cost, "unbuildable", 0))

@@ -28,13 +28,15 @@ from collections.abc import Callable, Sequence
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.cost.model import CostModel
+from tvm_pet.errors import KernelBuildError
 from tvm_pet.ir.keys import canonical
 from tvm_pet.ir.node import Node, Program, TensorSpec, free_name
 from tvm_pet.ir.ops import REDUCING
 from tvm_pet.search.config import SearchConfig, StopReason
 from tvm_pet.search.generator import generate
 from tvm_pet.search.mutant_cache import MutantCache
-from tvm_pet.search.partition import Subprogram, extract, partition, replace_subprogram
+from tvm_pet.search.partition import (Subprogram, closes_a_loop, extract, feedback, partition,
+                                      replace_subprogram)
 from tvm_pet.search.postopt import post_optimize
 from tvm_pet.search.region import Region, fusion_region
 from tvm_pet.search.progress import progress
@@ -326,13 +328,21 @@ class Optimizer:
                                          [m.ops for m in mutants], stats.seconds,
                                          stats.stop.value, cached))
         renamed = [(m, _rename(m.corrected, mapping, part.program)) for m in mutants]
-        return part, renamed
+        loops = feedback(program, part) if renamed else frozenset()
+        return part, [(m, c) for m, c in renamed if not closes_a_loop(c, loops)]
 
-    def cost(self, program: Program) -> float:
-        """The cost model's figure, memoized by structure (weights abstracted)."""
+    def cost(self, program: Program, *, original: bool = False) -> float:
+        """The cost model's figure, memoized by structure (weights abstracted); ``inf`` for a
+        candidate with a kernel TVM cannot compile (never chosen). For the ``original`` that
+        is an error: there is nothing to compare against."""
         key = canonical(program, self.keys)[0]
         if key not in self.costs:
-            self.costs[key] = self.cost_model.cost(program)
+            try:
+                self.costs[key] = self.cost_model.cost(program)
+            except KernelBuildError:
+                if original:
+                    raise
+                self.costs[key] = math.inf
         return self.costs[key]
 
     def region_of(self, program: Program, part: Subprogram) -> Region | None:
@@ -387,7 +397,7 @@ def optimize(program: Program, config: SearchConfig = SearchConfig(),
     cost = cost or AnalyticCost()
     opt = Optimizer(config, cost, mutants)
     start = time.perf_counter()
-    base = opt.cost(program)
+    base = opt.cost(program, original=True)
     heap: list[_Entry] = [(base, program, [])]
     best = heap[0]
     seen = {canonical(program, opt.keys)[0]}

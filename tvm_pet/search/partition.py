@@ -165,6 +165,34 @@ def replace_subprogram(program: Program, sub: Subprogram, new: Program) -> Progr
     return program.replace(nodes=tuple(nodes), weights=weights)
 
 
+def feedback(program: Program, sub: Subprogram) -> frozenset[tuple[str, str]]:
+    """The ``(output, input)`` pairs of ``sub`` where ``program`` computes that input, outside
+    ``sub``, from that output: through a non-linear operator, as in SiLU's ``x * sigmoid(x)``
+    when ``sub`` computes ``x`` and the product. A replacement that computes such an output from
+    such an input (:func:`closes_a_loop`) would make a cycle."""
+    inside = set(sub.nodes)
+    reach: dict[str, frozenset[str]] = {o: frozenset({o}) for o in sub.program.outputs}
+    for k, node in enumerate(program.nodes):
+        if k not in inside:
+            src = frozenset().union(*(reach.get(i, ()) for i in node.inputs))
+            if src:
+                reach.update((o, src) for o in node.outputs)
+    return frozenset((o, i) for i in sub.program.input_names for o in reach.get(i, ()))
+
+
+def closes_a_loop(new: Program, pairs: frozenset[tuple[str, str]]) -> bool:
+    """Whether ``new`` computes an output of a pair of :func:`feedback` from its input. The
+    verifier cannot see it (it takes the inputs as independent): such a mutant computes the
+    same function, but in the model it would read what it computes."""
+    if not pairs:
+        return False
+    reads: dict[str, frozenset[str]] = {i: frozenset({i}) for i in new.input_names}
+    for node in new.nodes:
+        src = frozenset().union(*(reads.get(i, ()) for i in node.inputs))
+        reads.update((o, src) for o in node.outputs)
+    return any(i in reads.get(o, ()) for o, i in pairs)
+
+
 def _toposort(nodes: Sequence[Node], available: set[str]) -> list[Node]:
     """Stable topological order (nodes keep their relative order where dependencies allow)."""
     done, out, pending = set(available), [], list(nodes)

@@ -22,7 +22,7 @@ from pathlib import Path
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from tvm_pet.errors import PetError
+from tvm_pet.errors import KernelBuildError, PetError, tvm_words
 from tvm_pet.tune import records
 from tvm_pet.tune.builder import fast_build
 from tvm_pet.tune.compile import Task, extract_tasks
@@ -99,7 +99,10 @@ def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = N
         seconds = cache.get(target, key)
         if seconds is None:
             task_mod = task.mod if tuned_s is None else scheduled(record)
-            seconds = measure(task_mod, target, repeat=repeat)
+            try:
+                seconds = measure(task_mod, target, repeat=repeat)
+            except KernelBuildError as e:
+                raise KernelBuildError(f"kernel `{task.name}`: {e}") from None
             cache.put(target, key, seconds)
         times.append(KernelTime(task.name, task.weight, seconds, source, task.shash))
     return times
@@ -116,7 +119,11 @@ def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
     if target.kind.name != "llvm":
         raise PetError(f"measuring untuned kernels needs a local device; target {target} is not "
                        "llvm (tune the task, or measure it on the GPU machine)")
-    rt_mod = fast_build(task_mod, target, None)  # scheduled ones may hold layout-rewrite blocks
+    try:  # scheduled ones may hold layout-rewrite blocks, which fast_build takes out
+        rt_mod = fast_build(task_mod, target, None)
+    except Exception as e:  # TVM raises its own error types (InternalError, TVMError, ...)
+        raise KernelBuildError(f"TVM cannot compile it for {target.kind.name} "
+                               f"({tvm_words(e)})") from None
     device = tvm.cpu()
     args = random_args(task_mod, device, seed)
     # one untimed call first; each sample lasts at least MIN_SAMPLE_MS (a fast kernel is averaged

@@ -34,7 +34,7 @@ import tvm
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from tvm_pet.cost.model import RewriteScreen
-from tvm_pet.errors import PetError
+from tvm_pet.errors import KernelBuildError, PetError
 from tvm_pet.ir.keys import canonical
 from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import program_to_module, region_to_module
@@ -101,6 +101,8 @@ class MeasuredCost:
         #: Rewrites set aside by :meth:`difference`: new kernels without records, replacing
         #: tuned ones.
         self.set_aside = 0
+        #: Rewrites set aside by :meth:`difference` because TVM cannot compile a new kernel.
+        self.unbuildable = 0
         self._opened = sources  # (database or None, untuned-times cache), opened on first use
         self.untuned_flop_limit = untuned_flop_limit
 
@@ -149,7 +151,11 @@ class MeasuredCost:
                     and any(opened.best(t.mod)[0] is None for t, _ in gained)):
                 self.set_aside += 1
                 return math.inf
-        return self._seconds(gained) - self._seconds(lost)
+        try:
+            return self._seconds(gained) - self._seconds(lost)
+        except KernelBuildError:  # a mutant's kernel that TVM's code generation fails on
+            self.unbuildable += 1
+            return math.inf
 
     def screen(self, before: Program, after: Program) -> RewriteScreen | None:
         """The tuning screen of a rewrite, from its fusion region before and after (as
