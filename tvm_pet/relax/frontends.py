@@ -245,8 +245,62 @@ def _from_pt2(path: pathlib.Path) -> tvm.IRModule:
     except Exception as e:  # torch raises several kinds for a file it did not write
         raise ModelError(f"{path}: torch.export.load cannot read it ({type(e).__name__}: "
                          f"{_first_line(e)}); save it with torch.export.save") from None
-    return _run(lambda p: from_exported_program(p, keep_params_as_input=False), program,
-                f"TVM's torch frontend on {path}")
+    return _run(lambda p: from_exported_program(p, keep_params_as_input=False),
+                prepare_exported_program(program), f"TVM's torch frontend on {path}")
+
+
+def prepare_exported_program(program):
+    """Mend, in place, what TVM 0.27's torch frontend reads wrongly in a ``torch.export``
+    program, and return it; ``tvm-pet`` does this to every ``.pt2`` file before
+    ``from_exported_program`` (call it yourself before giving one to TVM for :class:`PETPass`).
+
+    - A cumsum of a bool or integer tensor gets torch's dtype (:func:`_promote_cumsum`).
+    - Empty 1-D tensors leave concatenations (:func:`_skip_empty_concat_inputs`).
+
+    With both, transformers' GPT-2 and Llama import and compute what torch computes.
+    """
+    _promote_cumsum(program)
+    _skip_empty_concat_inputs(program)
+    return program
+
+
+def _promote_cumsum(program) -> None:
+    """Give every ``aten.cumsum`` without a ``dtype`` the one torch computes it in.
+
+    torch sums a bool or integer tensor in int64; TVM 0.27's frontend keeps the input's dtype,
+    so a bool cumsum (transformers' GPT-2 and Llama masks) stays bool (wrong values) and then
+    fails LLVM's code generation (its compare of two bools, or the sum itself).
+    """
+    import torch
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.cumsum.default:
+            continue
+        out, src = node.meta.get("val"), getattr(node.args[0], "meta", {}).get("val")
+        if "dtype" not in node.kwargs and out is not None and src is not None \
+                and out.dtype != src.dtype:
+            node.kwargs = {**node.kwargs, "dtype": out.dtype}
+
+
+def _skip_empty_concat_inputs(program) -> None:
+    """Drop the empty 1-D tensors from every ``aten.cat``, as torch itself skips them.
+
+    transformers' key-value caches start as ``torch.tensor([])`` and are concatenated with the
+    first keys (GPT-2, Llama with ``use_cache`` on); TVM 0.27's frontend refuses to concatenate
+    tensors of different ranks.
+    """
+    import torch
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+            continue
+        tensors = node.args[0]
+        kept = [t for t in tensors if not _empty_1d(t)]
+        if kept and len(kept) < len(tensors):
+            node.args = (kept, *node.args[1:])
+
+
+def _empty_1d(arg) -> bool:
+    val = getattr(arg, "meta", {}).get("val")
+    return val is not None and tuple(val.shape) == (0,)
 
 
 def _run(step, value, what: str):

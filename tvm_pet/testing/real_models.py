@@ -78,7 +78,8 @@ class BertSize:
     sequence: int = 16
 
 
-def build_torch_model(name: str, size: int | None = None, seed: int = 0, bert: BertSize = BertSize()):
+def build_torch_model(name: str, size: int | None = None, seed: int = 0,
+                      bert: BertSize = BertSize()):
     """The model ``name`` in eval mode with seeded random weights, and its example inputs.
 
     Args:
@@ -119,12 +120,16 @@ def build_torch_model(name: str, size: int | None = None, seed: int = 0, bert: B
 
 
 def to_relax_module(model, inputs):
-    """``torch.export`` then TVM's ``from_exported_program``, weights as constants."""
+    """``torch.export`` then TVM's ``from_exported_program``, weights as constants, the program
+    mended first as ``tvm-pet`` mends a ``.pt2`` file
+    (:func:`~tvm_pet.relax.frontends.prepare_exported_program`)."""
     import torch
     from tvm.relax.frontend.torch import from_exported_program
+
+    from tvm_pet.relax.frontends import prepare_exported_program
     with torch.no_grad():
         program = torch.export.export(model, tuple(inputs))
-    return from_exported_program(program, keep_params_as_input=False)
+    return from_exported_program(prepare_exported_program(program), keep_params_as_input=False)
 
 
 def torch_outputs(model, inputs) -> list[np.ndarray]:
