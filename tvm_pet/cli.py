@@ -263,6 +263,12 @@ def _print_trust(report, args: argparse.Namespace) -> None:
     flops = (f"{100 * cov['coverage']:.1f}% of linear FLOPs in " if "coverage" in cov else "")
     print(f"  coverage: {flops}{cov['subprograms']} multi-linear subprograms searched; "
           f"left opaque: {opaque}")
+    search = facts["search"]
+    if search["stop"] == "time_limit" and not any(s["generated"] or s["cached"]
+                                                  for s in search["subsets"]):
+        print(f"  the search's time limit ran out before it searched any subprogram: give "
+              f"--time-limit more than {args.time_limit:g} s (the measured cost first times "
+              f"the original's kernels, untuned ones too), or tune first")
     if facts.get("records_plan"):
         print(f"  {facts['records_plan']}")
     tuning = facts["tuning"]
