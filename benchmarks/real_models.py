@@ -90,7 +90,8 @@ def run_model_onnx(name: str, size: int | None, work: pathlib.Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--models", nargs="+", default=list(MODELS),
+                        help=f"of {', '.join(MODELS)}, or any other torchvision model")
     parser.add_argument("--size", type=int, default=None, help="CNN input side (default 64)")
     parser.add_argument("--full", action="store_true", help="the designed input sizes")
     parser.add_argument("--path", choices=("export", "onnx"), default="export")

@@ -32,6 +32,10 @@ MODELS = CNNS + ("bert",)
 MIN_SIZE = {"inception_v3": 75}
 #: The sizes the models were designed for.
 FULL_SIZE = {"inception_v3": 299}
+#: What some torchvision constructors need here besides ``weights=None`` (ViT: a 64 x 64 input).
+TORCHVISION_KWARGS = {"inception_v3": {"aux_logits": False, "init_weights": True},
+                      "googlenet": {"aux_logits": False, "init_weights": True},
+                      "vit_b_16": {"image_size": 64}}
 
 
 def stub_torchvision_meta() -> None:
@@ -83,7 +87,7 @@ def build_torch_model(name: str, size: int | None = None, seed: int = 0,
     """The model ``name`` in eval mode with seeded random weights, and its example inputs.
 
     Args:
-        name: one of :data:`MODELS`.
+        name: one of :data:`MODELS`, or any other torchvision model (``vit_b_16`` at 64 x 64).
         size: the input image side for the CNNs (default 64, or :data:`MIN_SIZE`).
         seed: the torch seed for weights and inputs.
         bert: the BERT's sizes.
@@ -106,14 +110,15 @@ def build_torch_model(name: str, size: int | None = None, seed: int = 0,
         mask = torch.ones(1, bert.sequence, dtype=torch.int64)
         mask[0, bert.sequence * 3 // 4:] = 0
         return model, (ids, mask)
-    if name not in CNNS:
-        raise ValueError(f"unknown model {name!r}; known: {list(MODELS)}")
-    tvm_models = torchvision_models()
-    kwargs: dict = {"weights": None}
-    if name == "inception_v3":
-        kwargs.update(aux_logits=False, init_weights=True)
-    model: Callable = getattr(tvm_models, name)(**kwargs)
+    tv_models = torchvision_models()
+    if name not in CNNS and not callable(getattr(tv_models, name, None)):
+        raise ValueError(f"unknown model {name!r}: not one of {list(MODELS)} nor torchvision's")
+    model: Callable = getattr(tv_models, name)(weights=None, **TORCHVISION_KWARGS.get(name, {}))
     randomise_batch_norm(model, seed)
+    with torch.no_grad():  # a head initialised to zeros (ViT's) would make every output 0
+        for p in model.parameters():
+            if p.dim() >= 2 and not p.any():
+                p.normal_(0.0, 0.02, generator=torch.Generator().manual_seed(seed))
     model = model.eval()
     side = size or max(64, MIN_SIZE.get(name, 0))
     return model, (torch.randn(1, 3, side, side),)
