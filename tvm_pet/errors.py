@@ -28,6 +28,16 @@ class ModelError(PetError):
 class KernelBuildError(PetError):
     """TVM cannot compile one of a program's kernels (its own code generation fails on it)."""
 
+    @classmethod
+    def compiling(cls, kind: str, error: Exception) -> "KernelBuildError":
+        """The error for TVM's own ``error`` while compiling for target kind ``kind``."""
+        return cls(f"TVM cannot compile it for {kind} ({tvm_words(error)})")
+
+    def in_original(self) -> "KernelBuildError":
+        """This error, said of the model as imported (nothing of PET's in it)."""
+        return KernelBuildError(f"TVM cannot build the model as imported, before any PET "
+                                f"rewrite: {self}")
+
 
 def tvm_words(error: Exception) -> str:
     """An error TVM raised, in one line for a message: its type and the first two lines of its

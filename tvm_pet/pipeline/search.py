@@ -82,8 +82,7 @@ def search(program: Program, config: SearchConfig, cost: CostModel, mutants: Mut
     try:
         result = optimize(program, config, cost, mutants)
     except KernelBuildError as e:  # the original's own kernels (a candidate's are set aside)
-        raise KernelBuildError(f"TVM cannot build the model as imported, before any PET "
-                               f"rewrite: {e}") from None
+        raise e.in_original() from None
     seconds = time.perf_counter() - start
     best = [Candidate(result.program, result.cost, result.applied)] if result.applied else []
     candidates = (best + result.runners_up)[:confirm]

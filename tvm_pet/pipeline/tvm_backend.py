@@ -25,7 +25,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_pet.errors import KernelBuildError, PetError, tvm_words
+from tvm_pet.errors import KernelBuildError, PetError
 from tvm_pet.io import quiet_native_stderr
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.load import InputSpec, LoadedModel
@@ -154,8 +154,7 @@ class TVMToolchain:
         except PetError:
             raise
         except Exception as e:  # TVM's own error types: its code generation failed
-            raise KernelBuildError(f"TVM cannot compile it for {self.target.kind.name} "
-                                   f"({tvm_words(e)})") from None
+            raise KernelBuildError.compiling(self.target.kind.name, e) from None
 
     def _apply(self, module: tvm.IRModule) -> tuple[tvm.IRModule, tuple[int, int]]:
         """The module with the records applied, and ``(kernels, kernels scheduled)``."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from tvm_pet.errors import KernelBuildError, PetError, tvm_words
+from tvm_pet.errors import KernelBuildError, PetError
 from tvm_pet.tune import records
 from tvm_pet.tune.builder import fast_build
 from tvm_pet.tune.compile import Task, extract_tasks
@@ -122,8 +122,7 @@ def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
     try:  # scheduled ones may hold layout-rewrite blocks, which fast_build takes out
         rt_mod = fast_build(task_mod, target, None)
     except Exception as e:  # TVM raises its own error types (InternalError, TVMError, ...)
-        raise KernelBuildError(f"TVM cannot compile it for {target.kind.name} "
-                               f"({tvm_words(e)})") from None
+        raise KernelBuildError.compiling(target.kind.name, e) from None
     device = tvm.cpu()
     args = random_args(task_mod, device, seed)
     # one untimed call first; each sample lasts at least MIN_SAMPLE_MS (a fast kernel is averaged
