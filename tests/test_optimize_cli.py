@@ -235,3 +235,15 @@ def test_a_search_out_of_time_before_any_subprogram_says_so(tmp_path, capsys, mo
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["search"]["stop"] == "time_limit" and report["search"]["subsets"] == []
     assert "time limit ran out before it searched any subprogram" in out
+
+
+def test_the_timing_line_says_when_a_look_outran_what_the_time_limit_left():
+    from types import SimpleNamespace
+
+    from tvm_pet.cli import _timing_spent
+    assert _timing_spent(SimpleNamespace(seconds=12.04, budget_s=60.0)) == "12.0 s of 60 s"
+    assert _timing_spent(SimpleNamespace(seconds=3.0, budget_s=None)) == "3.0 s of unbounded"
+    # the search spent the whole --time-limit (swin_t untuned): a look still takes its samples
+    over = _timing_spent(SimpleNamespace(seconds=23.3, budget_s=0.0))
+    assert over.startswith("23.3 s, past the 0 s --time-limit left it")
+    assert " of 0 s" not in over

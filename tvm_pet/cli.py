@@ -295,9 +295,8 @@ def _print_trust(report, args: argparse.Namespace) -> None:
               f"rank them), so the end-to-end timing decided")
     print(f"  {report.kernels_line()}")
     c = report.confirmation
-    budget = "unbounded" if c.budget_s is None else f"{c.budget_s:.0f} s"
     threads = os.environ.get("TVM_NUM_THREADS")  # tvm_pet.tune.threads, or the user's
-    print(f"  timing: one call {c.baseline.call_s:.3g} s, {c.seconds:.1f} s of {budget}"
+    print(f"  timing: one call {c.baseline.call_s:.3g} s, {_timing_spent(c)}"
           + (f", TVM on {threads} thread(s)" if threads else "")
           + "".join(f"; {n}" for n in c.notes))
     if _onnx_missing(report):
@@ -305,6 +304,18 @@ def _print_trust(report, args: argparse.Namespace) -> None:
     if hint := _layout_hint(args.layout, args.target, cov):
         print(f"  {hint}")
     print(f"  total {report.total_time_s:.1f} s")
+
+
+def _timing_spent(c) -> str:
+    """``12.0 s of 60 s``; or, when the timing outran what ``--time-limit`` left it (the
+    smallest look the rank test can decide on, :func:`~tvm_pet.pipeline.confirm.plan_timing`),
+    says so rather than ``23.3 s of 0 s``."""
+    if c.budget_s is None:
+        return f"{c.seconds:.1f} s of unbounded"
+    if c.seconds <= c.budget_s + 1.0:
+        return f"{c.seconds:.1f} s of {c.budget_s:.0f} s"
+    return (f"{c.seconds:.1f} s, past the {c.budget_s:.0f} s --time-limit left it (a look "
+            f"times at least the fewest samples the rank test can decide on)")
 
 
 def _picked_line(picked: list[dict]) -> str:
