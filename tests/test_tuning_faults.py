@@ -582,7 +582,7 @@ def test_tune_minutes_adds_each_tasks_trials_over_its_steps_by_name(tmp_path, mo
     names = [t.name for t in extract_tasks(mod, TARGET)]
     trials = {names[0]: [5, 3], names[1]: [7, 0]}  # per step
 
-    def step(mod, target, total, records_dir, *, seed, rpc, progress):
+    def step(mod, target, total, records_dir, *, seed, rpc, progress, progress_line):
         k = seed  # tune_minutes gives step k the seed k
         per_task = [tuner.TaskStats(n, 1, 0, trials[n][k], 0, 0.0, 1e-3 * (k + 1))
                     for n in (names if k == 0 else names[::-1])]  # a step may list them otherwise
@@ -594,6 +594,27 @@ def test_tune_minutes_adds_each_tasks_trials_over_its_steps_by_name(tmp_path, mo
     stats = tuner.tune_minutes(mod, TARGET, 1.0, tmp_path)
     assert {t.name: t.new_trials for t in stats.per_task} == {names[0]: 8, names[1]: 7}
     assert {t.name: t.best_s for t in stats.per_task} == {n: 2e-3 for n in names}
+
+
+def test_tune_minutes_sizes_a_later_step_to_the_time_left(tmp_path, monkeypatch):
+    mod = matmul_module(8, 8, 8, copies=2)  # two tasks: a full step is 16 x 2 = 32 trials
+    asked, lines = [], []
+
+    def step(mod, target, total, records_dir, *, seed, rpc, progress, progress_line):
+        asked.append(total)
+        lines.append(progress_line(6, 32, 0.0))
+        return tuner.TuneStats("key", "dir", (tuner.TaskStats("t", 1, 0, 12, 0, 0.0, 1e-3),),
+                               0.0)
+
+    monkeypatch.setattr(tuner, "tune_budget", step)
+    # 12 trials took 100 s; 20 s of the 2 minutes are left, which hold 2 trials; then 0 s
+    clock = iter([0.0, 0.0, 30.0, 100.0, 100.0, 120.0, 120.0])
+    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    stats = tuner.tune_minutes(mod, TARGET, 2.0, tmp_path, progress=print)
+    assert asked == [32, 34]  # a whole step first, then only what the time left holds
+    assert stats.per_task[0].new_trials == 24
+    assert lines == ["tuning 6 trials, 30s of 2m00s, ETA 1m30s",
+                     "tuning 18 trials, 1m40s of 2m00s, ETA 20s"]
 
 
 @pytest.mark.tuning
