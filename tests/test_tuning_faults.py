@@ -735,3 +735,36 @@ def test_a_task_named_longer_than_a_file_name_gets_a_log_file(tmp_path):
     assert log.name == f"{log_name(name)}.log" and "a line" in log.read_text()
     assert log_name(name).startswith("fused_reshape2_transpose1_strided_slice")
     assert log_name(name) != log_name(name[:-1] + "x")  # the hash tells long names apart
+
+
+# ------------------------------------------------------------------ gathers by index
+
+def test_the_runner_times_candidates_on_in_bounds_indices():
+    """MetaSchedule's default fills integer arguments at random: a gather by them (BERT's
+    embedding ``take``) read out of bounds, killed the runner, and kept no record."""
+    info = [("TENSOR", "int64", [1, 16]), ("TENSOR", "float32", [8, 3])]
+    repeated = tuner.in_bounds_arguments(tvm.cpu(), info, 2)
+    assert len(repeated) == 2
+    for index, table in repeated:
+        assert index.numpy().dtype == np.int64 and not index.numpy().any()
+        assert table.numpy().std() > 0  # random floats, as MetaSchedule's default
+    with pytest.raises(NotImplementedError):
+        tuner.in_bounds_arguments(tvm.cpu(), [("SCALAR", "int64", [])], 1)
+
+
+@pytest.mark.tuning
+@only_when_selected
+def test_an_embedding_take_gets_a_record(tmp_path):
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Embedding:
+        @R.function
+        def main(ids: R.Tensor((1, 128), "int64"), w: R.Tensor((30522, 64), "float32")):
+            with R.dataflow():
+                y = R.take(w, ids, axis=0, mode="fast")
+                R.output(y)
+            return y
+
+    stats = tune_budget(Embedding, TARGET, 2, tmp_path)
+    assert [s.best_s is not None for s in stats.per_task] == [True]

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -528,14 +529,46 @@ def _task_logger(work_dir: Path, task_name: str):
 
 
 def _make_runner(rpc: str | None, timeout_s: float) -> ms.runner.Runner:
-    """Return a LocalRunner, or an RPCRunner for ``"host:port:key"``."""
+    """Return a LocalRunner (its arguments from :func:`in_bounds_arguments`), or an RPCRunner
+    for ``"host:port:key"``."""
     evaluator = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=100)
     if rpc is None:
-        return ms.runner.LocalRunner(timeout_sec=timeout_s, evaluator_config=evaluator)
+        return ms.runner.LocalRunner(timeout_sec=timeout_s, evaluator_config=evaluator,
+                                     f_alloc_argument=in_bounds_arguments)
     host, port, key = parse_rpc(rpc)
     config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key,
                                  session_priority=1, session_timeout_sec=int(timeout_s))
     return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
+
+
+def in_bounds_arguments(device, args_info, alloc_repeat: int) -> list[list]:
+    """The arguments MetaSchedule's local runner times a candidate on: random floats, as its
+    default makes them, but integer and bool tensors zero (as :func:`record_check.random_args`).
+    Its default fills those at random too, and a gather of a table by them (an embedding's
+    ``take`` in ``"fast"`` mode, ``index_tensor``) reads out of bounds and kills the runner: every
+    trial failed, and BERT's three gather kernels kept no record after a 30-minute budget.
+
+    Args:
+        device: where to allocate.
+        args_info: ``("TENSOR", dtype, shape)`` per argument (``ArgInfo.as_json``).
+        alloc_repeat: how many sets of arguments.
+    """
+    fill = ms.utils.get_global_func_with_default_on_worker(
+        "tvm.contrib.random.random_fill_for_measure", None)
+    repeated = []
+    for _ in range(alloc_repeat):
+        args = []
+        for kind, dtype, shape in args_info:
+            if kind != "TENSOR":
+                raise NotImplementedError(f"argument of kind {kind!r}")
+            arg = tvm.runtime.empty(shape=shape, dtype=dtype, device=device)
+            if dtype.startswith(("int", "uint", "bool")):
+                arg.copyfrom(np.zeros([int(d) for d in shape], dtype=dtype))
+            else:
+                fill(arg)
+            args.append(arg)
+        repeated.append(args)
+    return repeated
 
 
 def parse_rpc(rpc: str) -> tuple[str, int, str]:
