@@ -251,3 +251,51 @@ def test_transformers_gpt2_with_its_cache_imports_and_matches_torch(tmp_path):
     err = imported_against_torch(Hidden().eval(), (torch.randint(0, 50, (1, 12)),),
                                  tmp_path / "gpt2.pt2")
     assert err < TOLERANCE
+
+
+def test_a_transformers_bert_pt2_is_costed_against_its_candidates_lowering(tmp_path):
+    """transformers' attention has ``broadcast_to`` its own shape, which the lift drops: the
+    original is lowered as its candidates are (pipeline/baseline.py), so that a candidate's
+    unchanged layers compile to the baseline's kernels; that module is checked against the
+    import, and both libraries against torch."""
+    from tvm_pet.testing.real_models import build_torch_model, positional_bert
+    model, inputs = build_torch_model("bert")
+    model = positional_bert(model)
+    path = tmp_path / "bert.pt2"
+    with torch.no_grad():
+        torch.export.save(torch.export.export(model, tuple(inputs)), str(path))
+    report = optimize_model(str(path), tmp_path / "out", FAST,
+                            DriverOptions(cost="measured", confirm=1, time_limit=120.0,
+                                          records_dir=str(tmp_path / "records")))
+    lowering = report["baseline_lowering"]
+    assert lowering["import_kernels"] > 0 and lowering["lowered_kernels"] > 0
+    assert lowering["max_abs_err_vs_import"] < 1e-5
+    with torch.no_grad():
+        want = [o.numpy() for o in model(*inputs)]
+    for lib in ("baseline.so", "optimized.so"):
+        got = library_outputs(tmp_path / "out" / lib, [x.numpy() for x in inputs])
+        assert max_relative_error(got, want) < TOLERANCE, lib
+
+
+def test_a_model_whose_lowering_is_the_import_keeps_the_import_as_baseline(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    path = tmp_path / "net.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(path))
+    report = optimize_file(path, tmp_path / "out")
+    assert report["baseline_lowering"] is None
+
+
+def test_a_batch_norm_the_lift_folds_is_folded_in_the_baseline_too(tmp_path):
+    """SmallNet's batch norm comes out of torch.export as subtract, divide, multiply, add,
+    which TVM does not fold; the lift folds it into a scale and a shift, so every candidate has
+    it folded. The baseline is lowered the same way, and checked against the import."""
+    torch.manual_seed(0)
+    model, x = SmallNet().eval(), torch.randn(1, 3, 16, 16)
+    path = tmp_path / "net.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(path))
+    report = optimize_file(path, tmp_path / "out")
+    assert report["baseline_lowering"]["import_kernels"] == 1
+    assert report["baseline_lowering"]["max_abs_err_vs_import"] < 1e-5

@@ -271,6 +271,8 @@ def _print_trust(report, args: argparse.Namespace) -> None:
               f"the original's kernels, untuned ones too), or tune first")
     if facts.get("records_plan"):
         print(f"  {facts['records_plan']}")
+    if report.baseline_lowering is not None:
+        print(f"  {report.baseline_lowering.line()}")
     tuning = facts["tuning"]
     if tuning.get("tasks") is not None:
         print("  " + _tuned_line(tuning))

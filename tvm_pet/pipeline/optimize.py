@@ -32,6 +32,8 @@ from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.confirm import confirm
 from tvm_pet.pipeline.load import LoadedModel, describe, load
 from tvm_pet.pipeline.options import DriverOptions
+from tvm_pet.pipeline.baseline import (BaselineLowering, align_baseline,
+                                      check_against_import)
 from tvm_pet.pipeline.progress import Progress
 from tvm_pet.pipeline.report import Report, make_report, write_artifacts
 from tvm_pet.pipeline.search import cost_model, search
@@ -72,7 +74,7 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     loaded = load_model(model, options, progress)
     program = loaded.program
     check_tensor_sizes(program)
-    toolchain = _toolchain_for(loaded, options, toolchain)
+    toolchain, baseline = _toolchain_for(loaded, options, toolchain, progress)
     options, plan = records_plan(toolchain, program, options)
     progress.note(plan)  # before anything slow: which kernels are tuned, and what happens
     mutants = MutantCache()  # one generator cache for the run: tune and search share it
@@ -98,15 +100,26 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
                            budget_s=options.confirm_budget(elapsed()),
                            progress=progress)
     # the report, and the artifacts that were checked
-    with progress.step("counting the kernels the records schedule"):
-        kernels = _kernel_counts(toolchain, confirmation)
+    facts = _checked_facts(toolchain, confirmation, baseline, list(inputs.values()), progress)
     searched = frozenset(s.subprogram for s in found.result.subsets)
-    report = make_report(loaded, toolchain, tuning, found, confirmation, inputs, **kernels,
+    report = make_report(loaded, toolchain, tuning, found, confirmation, inputs, **facts,
                          total_time_s=time.perf_counter() - start,
                          records_plan=plan, flops_coverage=toolchain.coverage(program, searched))
     final = confirmation.chosen.program if confirmation.keep else program
     with progress.step("writing the artifacts"):
         return write_artifacts(out, report, final, toolchain, list(inputs.values()))
+
+
+def _checked_facts(toolchain: Toolchain, confirmation, baseline: BaselineLowering | None,
+                   inputs: list[np.ndarray], progress: Progress) -> dict:
+    """The report's kernel counts (:func:`_kernel_counts`) and ``baseline_lowering``, checked
+    against TVM's import where the original was lowered as its candidates are."""
+    if baseline is not None:
+        with progress.step("checking the original, as lowered, against TVM's import"):
+            baseline = check_against_import(baseline, toolchain, confirmation.baseline.outputs,
+                                            inputs)
+    with progress.step("counting the kernels the records schedule"):
+        return {**_kernel_counts(toolchain, confirmation), "baseline_lowering": baseline}
 
 
 def _kernel_counts(toolchain: Toolchain, confirmation) -> dict:
@@ -158,10 +171,12 @@ def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
     return LoadedModel.from_program(program).random_inputs(seed)
 
 
-def _toolchain_for(loaded: LoadedModel, options: DriverOptions,
-                   toolchain: Toolchain | None) -> Toolchain:
+def _toolchain_for(loaded: LoadedModel, options: DriverOptions, toolchain: Toolchain | None,
+                   progress: Progress = Progress()
+                   ) -> tuple[Toolchain, BaselineLowering | None]:
     """The toolchain (TVM's by default) lowering into the loaded model's module, checked on the
-    original before any tuning or search."""
+    original before any tuning or search; and, where the original is lowered as its candidates
+    are (:func:`~tvm_pet.pipeline.baseline.align_baseline`), how."""
     if toolchain is None:
         toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
                                   timing_processes=options.timing_processes)
@@ -170,4 +185,7 @@ def _toolchain_for(loaded: LoadedModel, options: DriverOptions,
         toolchain.lower(loaded.program)
     except UnsupportedOperator as e:
         raise UnsupportedOperator(f"{loaded.source}: {e}") from None
-    return toolchain
+    baseline = align_baseline(loaded, toolchain)
+    if baseline is not None:
+        progress.note(baseline.line())
+    return toolchain, baseline

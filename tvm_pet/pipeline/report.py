@@ -26,6 +26,7 @@ from tvm_pet.io import atomic_write
 from tvm_pet.ir.node import Program
 from tvm_pet.ir.ops import Op
 from tvm_pet.onnx import export_model
+from tvm_pet.pipeline.baseline import BaselineLowering
 from tvm_pet.pipeline.confirm import Confirmation, check_outputs
 from tvm_pet.pipeline.load import LoadedModel
 from tvm_pet.pipeline.search import Found
@@ -78,6 +79,7 @@ class Report:
     total_time_s: float | None = None
     records_plan: str | None = None
     flops_coverage: Mapping | None = None
+    baseline_lowering: BaselineLowering | None = None
 
     @property
     def untuned(self) -> bool:
@@ -185,6 +187,8 @@ class Report:
             "coverage": ({**coverage(loaded.program), **(self.flops_coverage or {})}
                          if loaded else None),
             "records_plan": self.records_plan,
+            "baseline_lowering": (None if self.baseline_lowering is None
+                                  else self.baseline_lowering.to_json()),
             "kernels": kernels, "confirmation": self.confirmation.to_json(),
             "optimized_onnx": self.optimized_onnx, "total_time_s": self.total_time_s,
         }

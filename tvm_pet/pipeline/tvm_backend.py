@@ -32,8 +32,8 @@ from tvm_pet.pipeline.load import InputSpec, LoadedModel
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.relax.coverage import coverage as relax_coverage
 from tvm_pet.relax.frontends import ModuleLowering, import_model
-from tvm_pet.tune.compile import apply_records, build_applied
-from tvm_pet.tune.measured_cost import MeasuredCost
+from tvm_pet.tune.compile import apply_records, build_applied, extract_tasks
+from tvm_pet.tune.measured_cost import MeasuredCost, kernel_change
 from tvm_pet.tune.process_timing import time_in_processes
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.records_plan import RecordsPlan, records_plan
@@ -125,6 +125,30 @@ class TVMToolchain:
     def records_plan(self, module: tvm.IRModule) -> RecordsPlan:
         """The records plan of ``module`` (:func:`~tvm_pet.tune.records_plan.records_plan`)."""
         return records_plan(module, self.target, self.records_dir, self._records()[0])
+
+    def lower_original_as_candidates(self, program: Program) -> tuple[int, int] | None:
+        """Lower the original ``program`` as its candidates are from now on, where that gives
+        other kernels than TVM's import (:mod:`tvm_pet.pipeline.baseline`): the import's kernel
+        calls the lowering lacks and the other way round; None where the import stays."""
+        lowering = self._lower
+        if not isinstance(lowering, ModuleLowering):
+            return None
+        try:
+            round_trip = lowering.round_trip()
+        except PetError:  # no candidate lowers either; the search finds that out
+            return None
+        lost, gained = kernel_change(self._kernels(lowering(program)), self._kernels(round_trip))
+        if not lost and not gained:
+            return None
+        lowering.lower_original_as_candidates(round_trip)
+        return sum(n for _, n in lost), sum(n for _, n in gained)
+
+    def imported(self) -> tvm.IRModule | None:
+        """TVM's import, where :meth:`lower_original_as_candidates` replaced it."""
+        return getattr(self._lower, "imported", None)
+
+    def _kernels(self, module: tvm.IRModule) -> dict:
+        return {t.shash: t for t in extract_tasks(module, self.target)}
 
     def coverage(self, program: Program, searched: frozenset[str]) -> dict:
         """Linear FLOPs searched over all, from the imported module (:mod:`tvm_pet.relax.coverage`);

@@ -99,7 +99,7 @@ class ModuleLowering:
     """Program -> IRModule: the imported module with ``main`` replaced by the program.
 
     The original program lowers to the imported module itself (the baseline is exactly what TVM
-    imported); any other program is emitted with :func:`~tvm_pet.relax.adapter.to_relax`, its
+    imported), unless :meth:`lower_original_as_candidates` replaced it; any other program is emitted with :func:`~tvm_pet.relax.adapter.to_relax`, its
     OPAQUE nodes as their kept Relax expressions. Both then go into ``layout``
     (:func:`~tvm_pet.relax.rewrites.convert_layout`; nothing to do for NCHW), and so do the
     regions the measured cost lowers on their own.
@@ -108,6 +108,25 @@ class ModuleLowering:
     def __init__(self, module: tvm.IRModule, lifted: Lifted, layout: str = "NCHW"):
         self.module, self.lifted, self.layout = module, lifted, layout
         self._original: tvm.IRModule | None = None
+        #: TVM's import, in ``layout``, once :meth:`lower_original_as_candidates` replaced it
+        #: as the original's module; else None.
+        self.imported: tvm.IRModule | None = None
+
+    def round_trip(self) -> tvm.IRModule:
+        """The original program lowered as any candidate is (:func:`to_relax`), in ``layout``.
+        Where the lift dropped an operator that does nothing (``broadcast_to`` its own shape,
+        ``astype`` to its own dtype) or merged a chain of reshapes, its kernels differ from the
+        import's: transformers' attention kernels do."""
+        lowered = self.module.clone()
+        lowered[self.lifted.name] = to_relax(self.lifted.program, self.lifted)
+        return self._converted(lowered)
+
+    def lower_original_as_candidates(self, round_trip: tvm.IRModule) -> None:
+        """From now on the original program lowers to ``round_trip`` (:meth:`round_trip`), so
+        that a candidate's unchanged operators compile to the baseline's own kernels; the
+        import stays in :attr:`imported`."""
+        self.imported = self(self.lifted.program)
+        self._original = round_trip
 
     def __call__(self, program: Program) -> tvm.IRModule:
         if program is self.lifted.program:
