@@ -245,3 +245,42 @@ def test_the_screen_compares_kernels_too_large_to_time_untuned_by_their_flops(tm
     timed.clear()
     timed_screen = MeasuredCost("llvm", tmp_path, measure_untuned=timer).screen(before, after)
     assert timed_screen.basis == "untuned" and len(timed) == len(lost) + len(gained)
+
+
+def test_a_deep_transformers_regions_stop_at_the_mask_every_layer_reads():
+    """A 6-layer ``transformers`` BERT: its attention mask is computed once and read by every
+    layer. The walk went through it into every layer, so no region fitted and every rewrite was
+    costed (and screened) in the whole model: BERT-base screened no mutant. Each region now
+    stops there, and still costs a rewrite exactly as the whole program does."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tvm_pet.pipeline.load import load
+    from tvm_pet.search.region import MAX_REGION
+    from tvm_pet.testing.real_models import (BertSize, build_torch_model, positional_bert,
+                                             to_relax_module)
+    from tvm_pet.tune.measured_cost import MeasuredCost
+
+    model, inputs = build_torch_model("bert", bert=BertSize(layers=6))
+    loaded = load(to_relax_module(positional_bert(model), inputs))
+    program = loaded.program
+    # as optimize does (pipeline/baseline.py): its attention kernels' no-op broadcast_to
+    loaded.lower.lower_original_as_candidates(loaded.lower.round_trip())
+    cost = MeasuredCost("llvm", tuned=False, lower=loaded.lower, measure_untuned=_fake_timer)
+    base = cost.cost(program)
+    opt = Optimizer(SearchConfig(time_limit=120), cost)
+    regions, checked = 0, 0
+    for sub in partition(program):
+        for subset in operator_subsets(program, sub, 3):
+            part, mutants = opt.mutants_of(program, subset, sub.name)
+            if not mutants:
+                continue
+            region = opt.region_of(program, part)
+            assert region is not None and len(region.nodes) <= MAX_REGION, sub.name
+            regions += 1
+            for _, corrected in mutants[:1]:
+                if checked < 12:
+                    new = replace_subprogram(program, part, corrected)
+                    local = opt.rewrite_cost(region, base, part, corrected, new)
+                    assert local == pytest.approx(cost.cost(new), rel=1e-9, abs=1e-12)
+                    checked += 1
+    assert regions >= 12 and checked == 12 and cost.regions_refused == 0
