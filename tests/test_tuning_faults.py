@@ -9,6 +9,7 @@ kill their worker; a run interrupted by SIGINT or killed by SIGKILL) and are sel
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import multiprocessing
 import os
@@ -589,7 +590,7 @@ def test_tune_minutes_adds_each_tasks_trials_over_its_steps_by_name(tmp_path, mo
         return tuner.TuneStats("key", "dir", tuple(per_task), 0.0)
 
     monkeypatch.setattr(tuner, "tune_budget", step)
-    clock = iter([0.0, 0.0, 1.0, 120.0, 120.0])  # start, two steps, then the minute is spent
+    clock = iter([0.0, 0.0, 1.0, 120.0, 120.0, 120.0])  # start, two steps, the minute spent
     monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     stats = tuner.tune_minutes(mod, TARGET, 1.0, tmp_path)
     assert {t.name: t.new_trials for t in stats.per_task} == {names[0]: 8, names[1]: 7}
@@ -600,21 +601,33 @@ def test_tune_minutes_sizes_a_later_step_to_the_time_left(tmp_path, monkeypatch)
     mod = matmul_module(8, 8, 8, copies=2)  # two tasks: a full step is 16 x 2 = 32 trials
     asked, lines = [], []
 
-    def step(mod, target, total, records_dir, *, seed, rpc, progress, progress_line):
+    def step(mod, target, total, records_dir, *, seed, rpc, progress=None, progress_line=None):
         asked.append(total)
-        lines.append(progress_line(6, 32, 0.0))
+        lines.append(progress_line and progress_line(6, 32, 0.0))
         return tuner.TuneStats("key", "dir", (tuner.TaskStats("t", 1, 0, 12, 0, 0.0, 1e-3),),
                                0.0)
 
     monkeypatch.setattr(tuner, "tune_budget", step)
     # 12 trials took 100 s; 20 s of the 2 minutes are left, which hold 2 trials; then 0 s
-    clock = iter([0.0, 0.0, 30.0, 100.0, 100.0, 120.0, 120.0])
+    clock = iter([0.0, 0.0, 30.0, 100.0, 100.0, 120.0, 120.0, 120.0])
     monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     stats = tuner.tune_minutes(mod, TARGET, 2.0, tmp_path, progress=print)
     assert asked == [32, 34]  # a whole step first, then only what the time left holds
     assert stats.per_task[0].new_trials == 24
     assert lines == ["tuning 6 trials, 30s of 2m00s, ETA 1m30s",
                      "tuning 18 trials, 1m40s of 2m00s, ETA 20s"]
+    # the same budget again: its 2 minutes were spent on these records, so no step is started,
+    # and the records are read as they are (a budget of what they hold: nothing measured)
+    del asked[:], lines[:]
+    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: 0.0))
+    tuner.tune_minutes(mod, TARGET, 2.0, tmp_path, progress=print)
+    assert asked == [1] and lines == [None]
+    # a larger budget tunes for the difference, and its line counts the earlier minutes
+    del asked[:], lines[:]
+    clock = itertools.chain([0.0, 0.0, 0.0], itertools.repeat(60.0))  # the minute left spent
+    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    tuner.tune_minutes(mod, TARGET, 3.0, tmp_path, progress=print)
+    assert asked == [32] and lines == ["tuning 6 trials, 2m00s of 3m00s, ETA 1m00s"]
 
 
 @pytest.mark.tuning

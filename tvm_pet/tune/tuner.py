@@ -212,6 +212,10 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
     ``minutes`` rather than a whole step past it (here a step of 16 per task on a 25-kernel BERT
     takes about 10 minutes); a step that could not give each task one trial is not started.
 
+    The minutes count this module's earlier runs on the same records
+    (:class:`MinutesSpent`): a second run with the same budget measures nothing, and one with
+    a larger budget tunes for the difference.
+
     Returns:
         ``TuneStats`` over all steps: each task's records before the first step, and the new
         trials of every step.
@@ -224,17 +228,24 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
     database = records.open_database(records_dir, target)
     pruned = dbfile.pruned_counts(records.db_dir(records_dir, target))
     total = sum(_trials_done(t, database, pruned) for t in tasks)
+    spent = MinutesSpent(records.db_dir(records_dir, target) / MinutesSpent.FILE)
+    key = MinutesSpent.key(tasks)
+    earlier = spent.get(key)  # this module's earlier runs on these records count
     steps: list[TuneStats] = []
-    while (size := _step_size(steps, step_per_task * len(tasks), len(tasks), minutes * 60,
-                              time.perf_counter() - start)):
-        total += size
-        line = _minutes_line(sum(s.new_trials for s in steps), minutes, start)
-        steps.append(tune_budget(mod, target, total, records_dir, seed=seed + len(steps), rpc=rpc,
-                                 progress=progress, progress_line=line))
-        if steps[-1].new_trials == 0:
-            break
-    if not steps:
-        return TuneStats(target_dir(target), str(records.db_dir(records_dir, target)), (), 0.0)
+    try:
+        while (size := _step_size(steps, step_per_task * len(tasks), len(tasks),
+                                  minutes * 60 - earlier, time.perf_counter() - start)):
+            total += size
+            line = _minutes_line(sum(s.new_trials for s in steps), minutes, start - earlier)
+            steps.append(tune_budget(mod, target, total, records_dir, seed=seed + len(steps),
+                                     rpc=rpc, progress=progress, progress_line=line))
+            if steps[-1].new_trials == 0:
+                break
+    finally:
+        if steps:
+            spent.put(key, earlier + time.perf_counter() - start)
+    if not steps:  # the time was spent before: the records as they are, nothing measured
+        return tune_budget(mod, target, max(1, total), records_dir, seed=seed, rpc=rpc)
     # each step extracts the module's tasks again: match them by name (unique in a module)
     by_name = [{t.name: t for t in step.per_task} for step in steps]
     merged = tuple(dataclasses.replace(first, new_trials=sum(step[first.name].new_trials
@@ -242,6 +253,27 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
                                        best_s=by_name[-1][first.name].best_s)
                    for first in steps[0].per_task)
     return TuneStats(steps[0].target_key, steps[0].db_dir, merged, time.perf_counter() - start)
+
+
+class MinutesSpent(dbfile.SidecarCache):
+    """Seconds :func:`tune_minutes` has tuned each module for, in a JSON file beside the
+    records, keyed by the module's set of tasks (their structural hashes)."""
+
+    FILE = "minutes_spent.json"
+    WHAT = "tuning-time record"
+    AFTER = "a minutes budget counts no earlier run"
+    _value = staticmethod(float)
+
+    @staticmethod
+    def key(tasks: list[Task]) -> str:
+        text = ",".join(sorted(str(t.shash) for t in tasks))
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+    def get(self, key: str) -> float:
+        return self._entries.get(key, 0.0)
+
+    def put(self, key: str, seconds: float) -> None:
+        self._store(key, seconds)
 
 
 def _step_size(steps: list[TuneStats], full: int, tasks: int, seconds: float,
