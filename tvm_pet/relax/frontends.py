@@ -99,8 +99,9 @@ class ModuleLowering:
     """Program -> IRModule: the imported module with ``main`` replaced by the program.
 
     The original program lowers to the imported module itself (the baseline is exactly what TVM
-    imported), unless :meth:`lower_original_as_candidates` replaced it; any other program is emitted with :func:`~tvm_pet.relax.adapter.to_relax`, its
-    OPAQUE nodes as their kept Relax expressions. Both then go into ``layout``
+    imported), unless :meth:`lower_original_as_candidates` replaced it; any other program is
+    emitted with :func:`~tvm_pet.relax.adapter.to_relax`, its OPAQUE nodes as their kept Relax
+    expressions. Both then go into ``layout``
     (:func:`~tvm_pet.relax.rewrites.convert_layout`; nothing to do for NCHW), and so do the
     regions the measured cost lowers on their own.
     """
