@@ -404,6 +404,28 @@ def test_tune_through_rpc_loopback(tmp_path):
     assert stats.per_task[0].best_s is not None  # at least one candidate ran on the server
 
 
+@pytest.mark.tuning
+@only_when_selected
+def test_an_embedding_take_gets_a_record_through_rpc(tmp_path):
+    """The RPC runner fills integer arguments with zeros too (tuner.in_bounds_rpc_arguments):
+    random indices made a gather read out of bounds on the server."""
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Embedding:
+        @R.function
+        def main(ids: R.Tensor((1, 128), "int64"), w: R.Tensor((30522, 64), "float32")):
+            with R.dataflow():
+                y = R.take(w, ids, axis=0, mode="fast")
+                R.output(y)
+            return y
+
+    with rpc_loopback("pet-cpu-take") as rpc:
+        stats = tune(Embedding, resolve_target("llvm"), trials=2, records_dir=tmp_path, rpc=rpc,
+                     timeout_s=60)
+    assert [s.best_s is not None for s in stats.per_task] == [True]
+
+
 def test_compatible_records_rank_same_level_then_wider_then_nearest_cores():
     haswell = resolve_target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     keys = ["cuda-sm_90", "llvm-skylake-avx512-c4", "llvm-skylake-avx512-c2", "llvm-haswell-c2",

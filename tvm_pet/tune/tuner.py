@@ -562,7 +562,7 @@ def _task_logger(work_dir: Path, task_name: str):
 
 def _make_runner(rpc: str | None, timeout_s: float) -> ms.runner.Runner:
     """Return a LocalRunner (its arguments from :func:`in_bounds_arguments`), or an RPCRunner
-    for ``"host:port:key"``."""
+    for ``"host:port:key"`` (from :func:`in_bounds_rpc_arguments`)."""
     evaluator = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=100)
     if rpc is None:
         return ms.runner.LocalRunner(timeout_sec=timeout_s, evaluator_config=evaluator,
@@ -570,7 +570,8 @@ def _make_runner(rpc: str | None, timeout_s: float) -> ms.runner.Runner:
     host, port, key = parse_rpc(rpc)
     config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key,
                                  session_priority=1, session_timeout_sec=int(timeout_s))
-    return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1)
+    return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=1,
+                               f_alloc_argument=in_bounds_rpc_arguments)
 
 
 def in_bounds_arguments(device, args_info, alloc_repeat: int) -> list[list]:
@@ -587,6 +588,19 @@ def in_bounds_arguments(device, args_info, alloc_repeat: int) -> list[list]:
     """
     fill = ms.utils.get_global_func_with_default_on_worker(
         "tvm.contrib.random.random_fill_for_measure", None)
+    return _in_bounds(fill, device, args_info, alloc_repeat)
+
+
+def in_bounds_rpc_arguments(session, device, args_info, alloc_repeat: int) -> list[list]:
+    """:func:`in_bounds_arguments` for the RPC runner: allocated on the server's ``device``,
+    the floats filled by the server's own random fill."""
+    fill = ms.utils.get_global_func_on_rpc_session(
+        session, "tvm.contrib.random.random_fill_for_measure",
+        "the RPC server's TVM has no random fill (USE_RANDOM)")
+    return _in_bounds(fill, device, args_info, alloc_repeat)
+
+
+def _in_bounds(fill, device, args_info, alloc_repeat: int) -> list[list]:
     repeated = []
     for _ in range(alloc_repeat):
         args = []
