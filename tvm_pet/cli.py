@@ -548,7 +548,17 @@ def _add_model_and_example(sub) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tvm-pet`` console script."""
+    """Entry point of the ``tvm-pet`` console script. As the script (no ``argv``), TVM's
+    repeated warnings on stderr are shown once (:func:`tvm_pet.tvm_log.tvm_warnings_once`)."""
+    if argv is None:
+        from tvm_pet.tvm_log import tvm_warnings_once
+
+        with tvm_warnings_once():
+            return _main(None)
+    return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
