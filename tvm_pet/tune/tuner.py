@@ -192,7 +192,8 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
         try:
             search = TuningSearch(target, make_builder(max_workers, timeout_s), runner, seed,
                                   max_workers, trials_per_iter, [])
-            say = None if progress is None else _Progress(remaining, progress, progress_line)
+            say = (None if progress is None
+                   else _Progress(remaining, progress, progress_line, kernels=len(searchable)))
             _tune_together(searchable, remaining, records_dir, say, search)
         finally:  # its popen worker outlives the process otherwise
             runner.pool.shutdown()
@@ -317,8 +318,10 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
     target = search.target
     work_dir = records.db_dir(records_dir, target)
     callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
+    builder = search.builder
     if progress is not None:
         callbacks.append(progress)
+        builder = _BuildReporter(builder, progress.built)
     # small enough batches that every task gets a first round and the scheduler has a choice
     per_iter = max(1, min(search.trials_per_iter, trials // (2 * len(tasks))))
     with records.pending_database(records_dir, target, [t.mod for t in tasks]) as database, \
@@ -332,7 +335,7 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
         search.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in tasks],
                           work_dir=str(work_dir), max_trials_global=trials,
                           num_trials_per_iter=per_iter,
-                          builder=search.builder, runner=search.runner, database=database,
+                          builder=builder, runner=search.runner, database=database,
                           cost_model="xgb", measure_callbacks=callbacks,
                           task_scheduler="gradient")
 
@@ -357,21 +360,51 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
     """Reports trials done out of the budget after each measured batch, with an ETA."""
 
     def __init__(self, total: int, say: Callable[[str], None],
-                 line: Callable[[int, int, float], str] | None = None):
+                 line: Callable[[int, int, float], str] | None = None, *, kernels: int = 0,
+                 every_s: float = 20.0):
         self.total, self.say, self.done, self.start = total, say, 0, time.perf_counter()
         self.line = line or _trials_line
+        self.kernels, self.batches, self.every_s, self.said = kernels, 0, every_s, None
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         self.done += len(measure_candidates)
         self.say(self.line(self.done, self.total, time.perf_counter() - self.start))
 
+    def built(self, count: int) -> None:
+        """A batch of candidates built. The task scheduler builds every kernel's first batch
+        before it measures any, and no measure callback runs until then (12 minutes for
+        swin_t's 124 kernels here): say how far that first round is, at most every ``every_s``
+        seconds, until the first trials are counted."""
+        self.batches += 1
+        now = time.perf_counter()
+        if self.done or (self.said is not None and now - self.said < self.every_s):
+            return
+        self.said = now
+        first = (f"{min(self.batches, self.kernels)}/{self.kernels} kernels"
+                 if self.kernels else f"{self.batches} batches")
+        self.say(f"{self.line(0, self.total, now - self.start)} (first round: {first} sent to "
+                 "measure; the trials are counted once every kernel is)")
+
+
+@derived_object
+class _BuildReporter(ms.builder.PyBuilder):
+    """``inner``'s builds, each batch then reported to ``built`` (the number of candidates)."""
+
+    def __init__(self, inner: ms.builder.Builder, built: Callable[[int], None]):
+        self.inner, self.report = inner, built
+
+    def build(self, build_inputs):
+        results = self.inner.build(build_inputs)
+        self.report(len(build_inputs))
+        return results
+
 
 def _trials_line(done: int, total: int, elapsed: float) -> str:
     """``tuning 112/400 trials 2m41s, ETA 6m59s``: the ETA at the rate so far."""
     left = elapsed / done * max(0, total - done) if done else 0.0
     return (f"tuning {min(done, total)}/{total} trials {_clock(elapsed)}"
-            + (f", ETA {_clock(left)}" if done < total else ""))
+            + (f", ETA {_clock(left)}" if 0 < done < total else ""))
 
 
 def _progress_line(stats: list[TaskStats], total: int, elapsed: float) -> str:
