@@ -18,6 +18,7 @@ cost under ``slow``. Skipped without torch and torchvision
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 import onnxruntime as ort
@@ -198,6 +199,19 @@ def test_pt2_file_goes_through_optimize(tmp_path):
     for lib in ("baseline.so", "optimized.so"):
         got = library_outputs(tmp_path / "out" / lib, [x.numpy()])
         assert max_relative_error(got, [want]) < TOLERANCE, lib
+
+
+def test_reading_a_pt2_file_passes_on_no_deprecation_warning_of_torchs_own(tmp_path):
+    # torch 2.13 warned of its own LeafSpec on every .pt2 tvm-pet read (a FutureWarning)
+    from tvm_pet.relax.frontends import import_model
+    torch.manual_seed(0)
+    path = tmp_path / "net.pt2"
+    torch.export.save(torch.export.export(SmallNet().eval(), (torch.randn(1, 3, 16, 16),)),
+                      str(path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert import_model(path).module is not None
+    assert not [w for w in caught if "LeafSpec" in str(w.message)]
 
 
 class MaskedNet(torch.nn.Module):

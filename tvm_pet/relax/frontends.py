@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import os
 import pathlib
+import warnings
 
 import tvm
 from tvm import relax
@@ -265,8 +266,10 @@ def _from_pt2(path: pathlib.Path) -> tvm.IRModule:
     except Exception as e:  # torch raises several kinds for a file it did not write
         raise ModelError(f"{path}: torch.export.load cannot read it ({type(e).__name__}: "
                          f"{_first_line(e)}); save it with torch.export.save") from None
-    return _run(lambda p: from_exported_program(p, keep_params_as_input=False),
-                prepare_exported_program(program), f"TVM's torch frontend on {path}")
+    with warnings.catch_warnings():  # torch 2.13 warns of its own LeafSpec as it copies one
+        warnings.filterwarnings("ignore", category=FutureWarning, message=".*LeafSpec")
+        return _run(lambda p: from_exported_program(p, keep_params_as_input=False),
+                    prepare_exported_program(program), f"TVM's torch frontend on {path}")
 
 
 def prepare_exported_program(program):
