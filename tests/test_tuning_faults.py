@@ -584,7 +584,7 @@ def test_tune_minutes_adds_each_tasks_trials_over_its_steps_by_name(tmp_path, mo
     names = [t.name for t in extract_tasks(mod, TARGET)]
     trials = {names[0]: [5, 3], names[1]: [7, 0]}  # per step
 
-    def step(mod, target, total, records_dir, *, seed, rpc, progress, progress_line):
+    def step(mod, target, total, records_dir, *, seed, rpc, progress, progress_line, deadline):
         k = seed  # tune_minutes gives step k the seed k
         per_task = [tuner.TaskStats(n, 1, 0, trials[n][k], 0, 0.0, 1e-3 * (k + 1))
                     for n in (names if k == 0 else names[::-1])]  # a step may list them otherwise
@@ -600,10 +600,12 @@ def test_tune_minutes_adds_each_tasks_trials_over_its_steps_by_name(tmp_path, mo
 
 def test_tune_minutes_sizes_a_later_step_to_the_time_left(tmp_path, monkeypatch):
     mod = matmul_module(8, 8, 8, copies=2)  # two tasks: a full step is 16 x 2 = 32 trials
-    asked, lines = [], []
+    asked, lines, deadlines = [], [], []
 
-    def step(mod, target, total, records_dir, *, seed, rpc, progress=None, progress_line=None):
+    def step(mod, target, total, records_dir, *, seed, rpc, progress=None, progress_line=None,
+             deadline=None):
         asked.append(total)
+        deadlines.append(deadline)
         lines.append(progress_line and progress_line(6, 32, 0.0))
         return tuner.TuneStats("key", "dir", (tuner.TaskStats("t", 1, 0, 12, 0, 0.0, 1e-3),),
                                0.0)
@@ -614,6 +616,7 @@ def test_tune_minutes_sizes_a_later_step_to_the_time_left(tmp_path, monkeypatch)
     monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     stats = tuner.tune_minutes(mod, TARGET, 2.0, tmp_path, progress=print)
     assert asked == [32, 34]  # a whole step first, then only what the time left holds
+    assert deadlines == [120.0, 120.0]  # each step ends when the 2 minutes are spent
     assert stats.per_task[0].new_trials == 24
     assert lines == ["tuning 6 trials, 30s of 2m00s, ETA 1m30s",
                      "tuning 18 trials, 1m40s of 2m00s, ETA 20s"]
@@ -629,6 +632,30 @@ def test_tune_minutes_sizes_a_later_step_to_the_time_left(tmp_path, monkeypatch)
     monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
     tuner.tune_minutes(mod, TARGET, 3.0, tmp_path, progress=print)
     assert asked == [32] and lines == ["tuning 6 trials, 2m00s of 3m00s, ETA 1m00s"]
+    assert deadlines[-1] == 60.0  # the minute left
+
+
+class FakeScheduler:
+    """What :class:`tuner._Deadline` reads of MetaSchedule's task scheduler."""
+
+    def __init__(self, terminated):
+        self.tasks_ = [types.SimpleNamespace(is_terminated=t) for t in terminated]
+
+    def terminate_task(self, i):
+        assert not self.tasks_[i].is_terminated  # TVM checks it too
+        self.tasks_[i].is_terminated = True
+
+
+def test_a_deadline_ends_every_task_still_searching_after_the_batch_past_it(monkeypatch):
+    clock = [10.0]
+    monkeypatch.setattr(tuner.time, "perf_counter", lambda: clock[0])
+    deadline, scheduler = tuner._Deadline(20.0), FakeScheduler([False, True, False])
+    deadline._inst.apply(scheduler, 0, [], [], [])
+    assert [t.is_terminated for t in scheduler.tasks_] == [False, True, False]
+    clock[0] = 20.0
+    deadline._inst.apply(scheduler, 2, [], [], [])
+    assert [t.is_terminated for t in scheduler.tasks_] == [True, True, True]
+    deadline._inst.apply(scheduler, 0, [], [], [])  # a later batch: nothing left to end
 
 
 @pytest.mark.tuning
@@ -643,6 +670,15 @@ def test_a_budget_is_spread_over_the_tasks_and_reused(tmp_path):
     assert re.fullmatch(r"tuning 0/12 trials \S+ \(first round: 1/2 kernels sent to measure; "
                         r"the trials are counted once every kernel is\)", lines[0]), lines[0]
     assert tune_budget(mod, TARGET, 12, tmp_path).new_trials == 0
+
+
+@pytest.mark.tuning
+@only_when_selected
+def test_a_deadline_already_passed_ends_the_search_after_the_first_round(tmp_path):
+    mod = matmul_module(16, 16, 16, copies=2)
+    stats = tune_budget(mod, TARGET, 40, tmp_path, deadline=time.perf_counter())
+    # the first round (10 candidates a task) is measured and kept, nothing after it
+    assert 0 < stats.new_trials <= 20 and count_records(tmp_path, TARGET) == stats.new_trials
 
 
 def test_the_first_round_is_reported_until_a_trial_is_counted(monkeypatch):

@@ -152,9 +152,11 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
                 max_workers: int = 2, timeout_s: float = 60.0, rpc: str | None = None,
                 trials_per_iter: int = 64,
                 progress: Callable[[str], None] | None = None,
-                progress_line: Callable[[int, int, float], str] | None = None) -> TuneStats:
+                progress_line: Callable[[int, int, float], str] | None = None,
+                deadline: float | None = None) -> TuneStats:
     """Tune a whole module within ``budget`` trials in all, allocated across its tasks by
-    MetaSchedule's gradient task scheduler (more trials where they save more time).
+    MetaSchedule's gradient task scheduler (more trials where they save more time), and, given
+    a ``deadline`` (a ``time.perf_counter()`` time), no longer than a measured batch past it.
 
     The budget counts the records the module's tasks already have (their own, pruned ones
     included), so a second call with the same budget measures nothing (borrowed records do not
@@ -172,6 +174,7 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
         progress: called after each measured batch with trials done, time so far and an ETA.
         progress_line: makes that line from (trials done, trials asked, seconds so far) instead
             (:func:`tune_minutes` counts its own).
+        deadline: when the search ends (:class:`_Deadline`), whatever trials are left.
 
     Returns:
         ``TuneStats`` with one entry per task.
@@ -194,7 +197,7 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
                                   max_workers, trials_per_iter, [])
             say = (None if progress is None
                    else _Progress(remaining, progress, progress_line, kernels=len(searchable)))
-            _tune_together(searchable, remaining, records_dir, say, search)
+            _tune_together(searchable, remaining, records_dir, say, search, deadline)
         finally:  # its popen worker outlives the process otherwise
             runner.pool.shutdown()
     database = records.open_database(records_dir, target)
@@ -211,7 +214,9 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
     is spent or a step measures nothing (every search space exhausted). After the first step,
     a step is sized to the time left at the rate measured so far, so the run ends near
     ``minutes`` rather than a whole step past it (here a step of 16 per task on a 25-kernel BERT
-    takes about 10 minutes); a step that could not give each task one trial is not started.
+    takes about 10 minutes); a step that could not give each task one trial is not started, and
+    a step still running when the minutes are spent ends after its next measured batch
+    (:class:`_Deadline`).
 
     The minutes count this module's earlier runs on the same records
     (:class:`MinutesSpent`): a second run with the same budget measures nothing, and one with
@@ -239,7 +244,8 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
             total += size
             line = _minutes_line(sum(s.new_trials for s in steps), minutes, start - earlier)
             steps.append(tune_budget(mod, target, total, records_dir, seed=seed + len(steps),
-                                     rpc=rpc, progress=progress, progress_line=line))
+                                     rpc=rpc, progress=progress, progress_line=line,
+                                     deadline=start - earlier + minutes * 60))
             if steps[-1].new_trials == 0:
                 break
     finally:
@@ -313,11 +319,14 @@ def _minutes_line(before: int, minutes: float, start: float) -> Callable[[int, i
 
 
 def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
-                   search: TuningSearch) -> None:
-    """Run MetaSchedule's gradient task scheduler over ``tasks`` for ``trials`` in all."""
+                   search: TuningSearch, deadline: float | None = None) -> None:
+    """Run MetaSchedule's gradient task scheduler over ``tasks`` for ``trials`` in all, ended
+    at ``deadline`` if one is given."""
     target = search.target
     work_dir = records.db_dir(records_dir, target)
     callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
+    if deadline is not None:
+        callbacks.append(_Deadline(deadline))
     builder = search.builder
     if progress is not None:
         callbacks.append(progress)
@@ -385,6 +394,27 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
                  if self.kernels else f"{self.batches} batches")
         self.say(f"{self.line(0, self.total, now - self.start)} (first round: {first} sent to "
                  "measure; the trials are counted once every kernel is)")
+
+
+@derived_object
+class _Deadline(ms.measure_callback.PyMeasureCallback):
+    """Ends the task scheduler's search at ``deadline`` (a ``time.perf_counter()`` time): the
+    first measured batch past it terminates every task still searching. A step of
+    :func:`tune_minutes` then ends within a batch of its time; before, the step running at the
+    deadline ran to its end (swin_t's first step, 16 trials for each of 124 kernels, was longer
+    than its whole 30-minute budget here). Batches in flight at that moment are not waited for
+    (the scheduler drops them)."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        if time.perf_counter() < self.deadline:
+            return
+        for i, task in enumerate(task_scheduler.tasks_):
+            if not task.is_terminated:
+                task_scheduler.terminate_task(i)
 
 
 @derived_object
