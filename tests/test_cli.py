@@ -89,3 +89,21 @@ def test_example_writes_a_verifiable_pair(tmp_path, capsys, name):
     assert "wrote" in capsys.readouterr().out
     out = _run_json(capsys, str(tmp_path / "original.onnx"), str(tmp_path / "candidate.onnx"))
     assert out["equivalent"] is (name == "figure3")
+
+
+@pytest.mark.parametrize("command, kept", [("verify", False), ("tune", True)])
+def test_ctrl_c_is_a_line_and_exit_130_not_a_traceback(tmp_path, capsys, monkeypatch, command,
+                                                        kept):
+    import tvm_pet.cli as cli
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_verify", interrupted)
+    monkeypatch.setattr(cli, "_cmd_tune", interrupted)
+    model = str(tmp_path / "m.onnx")
+    argv = ["verify", model, model] if command == "verify" else ["tune", model]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.startswith(f"tvm-pet {command}: interrupted") and "Traceback" not in err
+    assert ("records measured so far are kept" in err) == kept

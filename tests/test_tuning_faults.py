@@ -646,6 +646,55 @@ class FakeScheduler:
         self.tasks_[i].is_terminated = True
 
 
+def test_an_interrupted_step_of_a_minutes_budget_counts_its_time(tmp_path, monkeypatch):
+    mod = matmul_module(8, 8, 8, copies=2)
+    asked = []
+
+    def step(mod, target, total, records_dir, *, seed, rpc, progress=None, progress_line=None,
+             deadline=None):
+        asked.append(total)
+        raise KeyboardInterrupt  # Ctrl-C 50 s into the first step
+
+    monkeypatch.setattr(tuner, "tune_budget", step)
+    clock = iter([0.0, 0.0, 50.0])
+    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.tune_minutes(mod, TARGET, 2.0, tmp_path)
+    # the rerun has 70 s of the 2 minutes left, which a full step (32 trials) then starts on
+    clock = itertools.chain([0.0, 0.0], itertools.repeat(0.0))
+    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.tune_minutes(mod, TARGET, 2.0, tmp_path)
+    spent = tuner.MinutesSpent(db_dir(tmp_path, TARGET) / tuner.MinutesSpent.FILE)
+    key = tuner.MinutesSpent.key(extract_tasks(mod, TARGET))
+    assert asked == [32, 32] and spent.get(key) == 50.0
+    asked.clear()
+    monkeypatch.setattr(tuner, "tune_budget", lambda *a, **k: asked.append(a[2]) or "read")
+    assert tuner.tune_minutes(mod, TARGET, 50 / 60, tmp_path) == "read"  # no step: time spent
+    assert asked == [1]
+
+
+def test_an_interrupt_in_a_whole_model_search_is_raised_again(tmp_path, mods):
+    def interrupted_in_callback(**_kwargs):
+        raise RuntimeError("")  # what TVM's FFI makes of a KeyboardInterrupt in a callback
+
+    class Context:
+        def __init__(self, **_kwargs):
+            pass
+
+        def clone(self):
+            return self
+
+    tasks = [Task("matmul", 1, mods[0], 0)]
+    stand_ins = {"new_context": Context, "tune_tasks": interrupted_in_callback}
+    search = TuningSearch(TARGET, None, None, 0, 1, 1, interrupted=[], **stand_ins)
+    with pytest.raises(RuntimeError):  # a failure of TVM's own stays one
+        tuner._tune_together(tasks, 4, tmp_path, None, search)
+    search = TuningSearch(TARGET, None, None, 0, 1, 1, interrupted=[signal.SIGINT], **stand_ins)
+    with pytest.raises(KeyboardInterrupt):
+        tuner._tune_together(tasks, 4, tmp_path, None, search)
+
+
 def test_a_deadline_ends_every_task_still_searching_after_the_batch_past_it(monkeypatch):
     clock = [10.0]
     monkeypatch.setattr(tuner.time, "perf_counter", lambda: clock[0])

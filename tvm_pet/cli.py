@@ -568,6 +568,11 @@ def _main(argv: Sequence[str] | None) -> int:
     except OSError as e:
         print(f"tvm-pet {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        kept = ("; the tuning records measured so far are kept, and a second run goes on from "
+                "them" if args.command in ("optimize", "tune") else "")
+        print(f"tvm-pet {args.command}: interrupted{kept}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

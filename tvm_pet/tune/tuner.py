@@ -193,11 +193,12 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
     if searchable and remaining > 0:
         runner = _make_runner(rpc, timeout_s)
         try:
-            search = TuningSearch(target, make_builder(max_workers, timeout_s), runner, seed,
-                                  max_workers, trials_per_iter, [])
-            say = (None if progress is None
-                   else _Progress(remaining, progress, progress_line, kernels=len(searchable)))
-            _tune_together(searchable, remaining, records_dir, say, search, deadline)
+            with _watch_interrupts() as interrupted:
+                search = TuningSearch(target, make_builder(max_workers, timeout_s), runner, seed,
+                                      max_workers, trials_per_iter, interrupted)
+                say = (None if progress is None else
+                       _Progress(remaining, progress, progress_line, kernels=len(searchable)))
+                _tune_together(searchable, remaining, records_dir, say, search, deadline)
         finally:  # its popen worker outlives the process otherwise
             runner.pool.shutdown()
     database = records.open_database(records_dir, target)
@@ -238,10 +239,11 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
     key = MinutesSpent.key(tasks)
     earlier = spent.get(key)  # this module's earlier runs on these records count
     steps: list[TuneStats] = []
+    started = False  # a step that raises (an interrupt) has spent its time too
     try:
         while (size := _step_size(steps, step_per_task * len(tasks), len(tasks),
                                   minutes * 60 - earlier, time.perf_counter() - start)):
-            total += size
+            total, started = total + size, True
             line = _minutes_line(sum(s.new_trials for s in steps), minutes, start - earlier)
             steps.append(tune_budget(mod, target, total, records_dir, seed=seed + len(steps),
                                      rpc=rpc, progress=progress, progress_line=line,
@@ -249,7 +251,7 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
             if steps[-1].new_trials == 0:
                 break
     finally:
-        if steps:
+        if started:
             spent.put(key, earlier + time.perf_counter() - start)
     if not steps:  # the time was spent before: the records as they are, nothing measured
         return tune_budget(mod, target, max(1, total), records_dir, seed=seed, rpc=rpc)
@@ -321,7 +323,9 @@ def _minutes_line(before: int, minutes: float, start: float) -> Callable[[int, i
 def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
                    search: TuningSearch, deadline: float | None = None) -> None:
     """Run MetaSchedule's gradient task scheduler over ``tasks`` for ``trials`` in all, ended
-    at ``deadline`` if one is given."""
+    at ``deadline`` if one is given. An interrupt is raised as ``KeyboardInterrupt`` (TVM's FFI
+    makes it a bare ``RuntimeError``: :func:`_run_search`), with the records measured so far
+    kept."""
     target = search.target
     work_dir = records.db_dir(records_dir, target)
     callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
@@ -341,12 +345,17 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
                                        logger=logger, rand_state=s,
                                        num_threads=search.num_threads).clone()
                     for t, s in zip(tasks, ms.utils.fork_seed(search.seed, n=len(tasks)))]
-        search.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in tasks],
-                          work_dir=str(work_dir), max_trials_global=trials,
-                          num_trials_per_iter=per_iter,
-                          builder=builder, runner=search.runner, database=database,
-                          cost_model="xgb", measure_callbacks=callbacks,
-                          task_scheduler="gradient")
+        try:
+            search.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in tasks],
+                              work_dir=str(work_dir), max_trials_global=trials,
+                              num_trials_per_iter=per_iter,
+                              builder=builder, runner=search.runner, database=database,
+                              cost_model="xgb", measure_callbacks=callbacks,
+                              task_scheduler="gradient")
+        except (RuntimeError, ValueError, TypeError) as err:  # TVM's errors are these builtins
+            if search.interrupted:
+                raise KeyboardInterrupt from err
+            raise
 
 
 def _trials_done(task: Task, database, pruned: dict[str, int]) -> int:
