@@ -419,3 +419,4 @@ def test_the_records_plan_says_the_mutants_are_charged_inside_the_budget(tmp_pat
                            DriverOptions(budget=WholeBudget(trials=300),
                                          records_dir=options.records_dir))
     assert "within 300 trials for this target first" in line
+    assert "after a first round of one batch each that it does not cut short" in line

@@ -716,8 +716,9 @@ def test_a_budget_is_spread_over_the_tasks_and_reused(tmp_path):
     assert stats.new_trials == 12 and count_records(tmp_path, TARGET) == 12
     assert lines and lines[-1].startswith("tuning 12/12 trials")
     # the scheduler builds every task's first batch before it counts a trial: said as it goes
-    assert re.fullmatch(r"tuning 0/12 trials \S+ \(first round: 1/2 kernels sent to measure; "
-                        r"the trials are counted once every kernel is\)", lines[0]), lines[0]
+    assert re.fullmatch(r"tuning 0/12 trials \S+ \(first round: 1/2 kernels sent to measure, "
+                        r"about \S+ left of it; the trials are counted once every kernel is\)",
+                        lines[0]), lines[0]
     assert tune_budget(mod, TARGET, 12, tmp_path).new_trials == 0
 
 
@@ -735,19 +736,19 @@ def test_the_first_round_is_reported_until_a_trial_is_counted(monkeypatch):
     monkeypatch.setattr(tuner.time, "perf_counter", lambda: clock[0])
     lines = []
     progress = tuner._Progress(40, lines.append, kernels=3, every_s=20.0)
-    for step in (0.0, 5.0, 20.0):  # the second comes 5 s after the first: not said
+    for step in (10.0, 5.0, 20.0):  # the second comes 5 s after the first: not said
         clock[0] += step
         progress.built(8)
-    assert lines == [
-        "tuning 0/40 trials 0s (first round: 1/3 kernels sent to measure; "
-        "the trials are counted once every kernel is)",
-        "tuning 0/40 trials 25s (first round: 3/3 kernels sent to measure; "
+    assert lines == [  # 10 s for the first kernel: 20 s for the other two
+        "tuning 0/40 trials 10s (first round: 1/3 kernels sent to measure, about 20s left of "
+        "it; the trials are counted once every kernel is)",
+        "tuning 0/40 trials 35s (first round: 3/3 kernels sent to measure; "
         "the trials are counted once every kernel is)"]
     clock[0] += 5.0
     progress._inst.apply(None, 0, [None] * 8, [], [])  # the first batch counted
     clock[0] += 60.0
     progress.built(8)  # later builds say nothing: the counted trials have their own lines
-    assert lines[2:] == ["tuning 8/40 trials 30s, ETA 2m00s"]
+    assert lines[2:] == ["tuning 8/40 trials 40s, ETA 2m40s"]
 
 
 # ------------------------------------------------------------------ exhausted search spaces

@@ -66,7 +66,8 @@ class RecordsPlan:
         line = f"records for {self.target}: {self.tasks} kernels, " + ", ".join(parts)
         if budget is not None:
             return line + (f"; tuning the whole model within {budget} for this target first "
-                           f"(MetaSchedule's task scheduler shares it across the kernels)")
+                           f"(MetaSchedule's task scheduler shares it across the kernels, after "
+                           f"a first round of one batch each that it does not cut short)")
         if trials > 0 and by_default:
             return line + (f"; tuning {trials} trials per kernel for this target first, by "
                            f"default since {self.untuned} have no record anywhere (about a "

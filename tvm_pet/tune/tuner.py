@@ -401,8 +401,13 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
         self.said = now
         first = (f"{min(self.batches, self.kernels)}/{self.kernels} kernels"
                  if self.kernels else f"{self.batches} batches")
-        self.say(f"{self.line(0, self.total, now - self.start)} (first round: {first} sent to "
-                 "measure; the trials are counted once every kernel is)")
+        if 0 < self.batches < self.kernels:  # at the round's own pace so far
+            left = (now - self.start) / self.batches * (self.kernels - self.batches)
+            first += f" sent to measure, about {_clock(left)} left of it"
+        else:
+            first += " sent to measure"
+        self.say(f"{self.line(0, self.total, now - self.start)} (first round: {first}; the "
+                 "trials are counted once every kernel is)")
 
 
 @derived_object
