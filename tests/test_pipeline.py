@@ -116,7 +116,7 @@ class FakeToolchain:
     def build(self, module):
         return FakeExecutable(module)
 
-    def tune(self, module, trials, *, seed, progress=None):
+    def tune(self, module, trials, *, seed, progress=None, skip=frozenset()):
         self.tuned.append((trials, seed))
         return FakeTuned(tasks=1, new_trials=trials, wall_s=0.5)
 

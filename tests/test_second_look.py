@@ -49,7 +49,7 @@ class ScriptedToolchain(TVMToolchain):
     def time(self, executables, inputs, *, rounds, number, repeat):
         return self.timer(executables, inputs, rounds=rounds, number=number, repeat=repeat)
 
-    def tune(self, module, trials, *, seed, progress=None):
+    def tune(self, module, trials, *, seed, progress=None, skip=frozenset()):
         if self.tuner is None:  # MetaSchedule itself
             return super().tune(module, trials, seed=seed, progress=progress)
         return self.tuner(module, trials, seed=seed)

@@ -42,7 +42,7 @@ class StubToolchain(TVMToolchain):
         super().__init__("llvm", records_dir)
         self.tuned, self.trials, self.wholes = [], [], []
 
-    def tune(self, module, trials, *, seed, progress=None):
+    def tune(self, module, trials, *, seed, progress=None, skip=frozenset()):
         self.tuned.append(module)
         self.trials.append(trials)
         return TuneStats("k", self.records_dir, (), 0.0)
@@ -299,10 +299,10 @@ class LedgerToolchain(StubToolchain):
             per_task.append(TaskStats(task.name, 1, before, new, 0, 0.0, 1e-3, workload=key))
         return TuneStats("k", self.records_dir, tuple(per_task), 0.0)
 
-    def tune(self, module, trials, *, seed, progress=None):
+    def tune(self, module, trials, *, seed, progress=None, skip=frozenset()):
         self.tuned.append(module)
         self.trials.append(trials)
-        return self._call(module, lambda key: trials)
+        return self._call(module, lambda key: 0 if key in skip else trials)
 
     def tune_whole(self, module, budget, *, seed, progress=None):
         self.wholes.append((module, budget))
@@ -318,6 +318,48 @@ class LedgerToolchain(StubToolchain):
         return types.SimpleNamespace(tasks=len(tasks), own=len(tasks) - len(unowned),
                                      borrowed=0, untuned=len(unowned),
                                      unowned_spatial=sum(not reduces(t) for t in unowned))
+
+
+def two_kernel_chain():
+    """Two dilated 3x3 convs (pad 2) of different widths, a bias and a ReLU each: two kernels."""
+    from tvm_pet.ir import ProgramBuilder
+    rng = np.random.default_rng(3)
+    b = ProgramBuilder("two")
+    h = b.input("x", (1, 4, 8, 8))
+    for k, (cin, cout) in enumerate(((4, 4), (4, 8))):
+        h = b.conv(h, b.weight(f"w{k}", rng.standard_normal((cout, cin, 3, 3)) * 0.3),
+                   pads=2, dilations=2)
+        h = b.add(h, b.weight(f"b{k}", rng.standard_normal((1, cout, 1, 1))))
+        (h,) = b.opaque("Relu", [h])
+    return b.build([h])
+
+
+class SkewedLedger(LedgerToolchain):
+    """The ledger toolchain whose whole-model budget goes 10 to the model's first kernel and
+    the rest to the others, as a gradient scheduler may give a cheap kernel less."""
+
+    def tune_whole(self, module, budget, *, seed, progress=None):
+        self.wholes.append((module, budget))
+        keys = [str(t.shash) for t in self._tasks(module)]
+        rest = (budget.trials - 10) // (len(keys) - 1)
+        return self._call(module, lambda key: 10 if key == keys[0] else rest)
+
+
+def test_a_mutants_tuning_leaves_the_originals_kernels_as_the_budget_left_them(tmp_path):
+    # 27 trials over the original's 2 kernels: 10 and 17, so 14 per task for the mutants; their
+    # tuning used to top the first kernel (which the mutants leave alone) up to 14, and count
+    # the 4 trials as PET's
+    options = DriverOptions(budget=WholeBudget(trials=27), records_dir=str(tmp_path / "none"),
+                            promising=4)
+    toolchain = SkewedLedger(options.records_dir)
+    original = [str(t.shash) for t in toolchain._tasks(toolchain.lower(two_kernel_chain()))]
+    summary = tune_model(two_kernel_chain(), SearchConfig(rounds=1, time_limit=120), options,
+                         toolchain).to_json()
+    assert len(original) == 2 and toolchain.trials and set(toolchain.trials) == {14}
+    assert [toolchain.ledger[k] for k in original] == [10, 17]
+    new = sum(n for k, n in toolchain.ledger.items() if k not in original)
+    assert new > 0 and summary["mutant_trials"] == new
+    assert summary["new_trials"] == 27 + new
 
 
 def _inside(tmp_path, budget, share, toolchain=None):

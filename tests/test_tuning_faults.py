@@ -579,6 +579,16 @@ def test_a_budget_already_spent_measures_nothing(tmp_path):
         tune_budget(mod, TARGET, 0, tmp_path)
 
 
+def test_tune_leaves_the_kernels_it_is_told_to_skip_as_they_are(tmp_path):
+    mod = matmul_module(8, 8, 8, copies=2)  # two tasks with 1 record each
+    tasks = extract_tasks(mod, TARGET)
+    write_records(db_dir(tmp_path, TARGET), [t.mod for t in tasks], per_task=1)
+    stats = tune(mod, TARGET, trials=4, records_dir=tmp_path,
+                 skip=frozenset(str(t.shash) for t in tasks))  # else 6 trials measured
+    assert stats.new_trials == 0 and [s.records_before for s in stats.per_task] == [1, 1]
+    assert not any(s.exhausted for s in stats.per_task)  # left alone, not searched out
+
+
 def test_tune_minutes_adds_each_tasks_trials_over_its_steps_by_name(tmp_path, monkeypatch):
     mod = matmul_module(8, 8, 8, copies=2)  # two tasks
     names = [t.name for t in extract_tasks(mod, TARGET)]

@@ -120,6 +120,9 @@ class DriverOptions:
             is lowered, the original's as much as the candidates' ("NCHW": as imported; "NHWC":
             conv2d NHWC/HWIO and conv3d NDHWC/DHWIO). The records are per layout.
         progress: print a progress line for each long step on stderr.
+        budget_tuned: set by :func:`~tvm_pet.pipeline.tune.tune_model` after a whole-model
+            ``budget``: the original's kernels (workloads) it tuned, which a mutant's tuning
+            then leaves as the budget left them.
     """
 
     target: str = "llvm"
@@ -152,6 +155,7 @@ class DriverOptions:
     tvm_rewrites: bool = True
     layout: str = "NCHW"
     progress: bool = False
+    budget_tuned: frozenset = frozenset()
 
     def search_limit(self, search_limit: float | None, elapsed_s: float = 0.0) -> float | None:
         """The search's time limit, ``elapsed_s`` into the run: its own, within ``time_limit``

@@ -112,9 +112,11 @@ class Toolchain(Protocol):
         ...
 
     def tune(self, module: Any, trials: int, *, seed: int,
-             progress: Callable[[str], None] | None = None) -> Tuned:
-        """Tune the module's kernels up to ``trials`` records each, with ``seed``; ``progress``
-        gets a line per task with an ETA."""
+             progress: Callable[[str], None] | None = None,
+             skip: frozenset[str] = frozenset()) -> Tuned:
+        """Tune the module's kernels up to ``trials`` records each, with ``seed``, except the
+        ``skip`` workloads (left as they are); ``progress`` gets a line per task with an
+        ETA."""
         ...
 
     def tune_whole(self, module: Any, budget: Any, *, seed: int,

@@ -173,7 +173,11 @@ def _tune_original(toolchain: Toolchain, program: Program, options: DriverOption
         first = toolchain.tune_whole(toolchain.lower(program), options.budget,
                                      seed=options.seed, progress=progress)
         per_task = max(1, round(first.records_per_task))
-        return first, dataclasses.replace(options, trials=per_task), None
+        # a mutant's tuning then tops up its new kernels only: the scheduler's share for the
+        # original's stays what the budget gave (topped up, swin_t's 124 kernels took minutes a
+        # mutant, and the baseline had trials beyond its budget, counted as PET's)
+        budgeted = frozenset(t.workload for t in first.per_task)
+        return first, dataclasses.replace(options, trials=per_task, budget_tuned=budgeted), None
     return _tune(toolchain, program, options, progress), options, None
 
 
@@ -262,7 +266,8 @@ def _tune_mutant(toolchain: Toolchain, program: Program, trials: int, options: D
                          f"copy) do not fit what is left of the mutants' reserve "
                          f"({allowance.reserve - allowance.spent} of {allowance.reserve} trials)")
             return None
-    stats = toolchain.tune(module, trials, seed=options.seed, progress=progress)
+    stats = toolchain.tune(module, trials, seed=options.seed, progress=progress,
+                           skip=options.budget_tuned)
     if allowance is not None:
         allowance.charge(stats)
     return stats

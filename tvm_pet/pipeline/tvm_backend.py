@@ -195,7 +195,8 @@ class TVMToolchain:
         return self._sources
 
     def tune(self, module: tvm.IRModule, trials: int, *, seed: int,
-             progress: Callable[[str], None] | None = None) -> TuneStats:
+             progress: Callable[[str], None] | None = None,
+             skip: frozenset[str] = frozenset()) -> TuneStats:
         """Tune every task of ``module`` up to ``trials`` records, into the records folder.
 
         The tuner counts the tasks' trials in the records this toolchain opens for costing and
@@ -205,7 +206,8 @@ class TVMToolchain:
         self._sources = None  # new records, or an interrupt: open again when next asked
         opened = sources[0]
         stats = tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc,
-                     progress=progress, database=None if opened is None else opened.own)
+                     progress=progress, database=None if opened is None else opened.own,
+                     skip=skip)
         if not stats.new_trials:
             self._sources = sources
         return stats

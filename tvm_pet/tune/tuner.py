@@ -84,18 +84,17 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
          records_dir: str | Path = records.DEFAULT_RECORDS_DIR, *, seed: int = 0,
          max_workers: int = 2, timeout_s: float = 60.0, rpc: str | None = None,
          trials_per_iter: int = 64, builder: ms.builder.Builder | None = None,
-         runner: ms.runner.Runner | None = None,
-         progress: Callable[[str], None] | None = None,
-         database: ms.database.Database | None = None) -> TuneStats:
+         runner: ms.runner.Runner | None = None, progress: Callable[[str], None] | None = None,
+         database: ms.database.Database | None = None, skip: frozenset = frozenset()
+         ) -> TuneStats:
     """Tune every task of a module with MetaSchedule, topping each task up to ``trials`` records.
 
-    A task with ``trials`` records already (failed and pruned ones included) is skipped, so a
-    second call measures nothing; so is one whose search space was exhausted (``_top_up``).
-    Records borrowed from a compatible target do not count: tuning for the target itself
-    measured 6-24 % faster than borrowed schedules (benchmarks/results/compatible_records_own.md),
-    so a budget is spent on the target's own records, which then take precedence. Failed
-    candidates are recorded as failures and the search goes on (evolutionary, XGBoost cost
-    model, ``fast_build``). An interrupted run keeps its records (module docstring: faults).
+    A task with ``trials`` records (failed and pruned ones included) is skipped, so a second
+    call measures nothing; so is one whose search space ran out (``_top_up``). Records borrowed
+    from a compatible target do not count: tuning for the target itself measured 6-24 % faster
+    than borrowed schedules (benchmarks/results/compatible_records_own.md), so a budget is spent
+    on the target's own records, which then take precedence. Failed candidates are recorded as
+    failures and the search goes on. An interrupted run keeps its records (module docstring).
 
     Args:
         mod, target: a Relax module; a target or spec.
@@ -110,8 +109,8 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
             the local or RPC runner (the caller shuts a runner it passes down).
         progress: called with one line per task (done/total, time so far, ETA).
         database: the target's own database, opened by the caller (a large one takes half a
-            minute to load); opened here when None, or when a killed run's records were
-            recovered.
+            minute to load); opened here when None, or when a killed run's were recovered.
+        skip: workloads (``TaskStats.workload``) left as they are: a whole-model budget's.
 
     Returns: ``TuneStats``; ``new_trials`` counts the candidates measured by this call.
     """
@@ -129,7 +128,8 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
         with _watch_interrupts() as interrupted:
             for task, task_seed in zip(tasks, ms.utils.fork_seed(seed, n=len(tasks))):
                 before = _trials_done(task, database, pruned)
-                done = _already_tuned(task, before, trials, database, exhausted)
+                done = _already_tuned(task, before, 0 if str(task.shash) in skip else trials,
+                                      database, exhausted)
                 if done is None:
                     if builder is None:
                         builder = make_builder(max_workers=max_workers, timeout_s=timeout_s)
