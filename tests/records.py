@@ -36,6 +36,23 @@ def matmul_module(m: int, k: int, n: int, copies: int = 1) -> tvm.IRModule:
     return bb.finalize()
 
 
+def embedding_module() -> tvm.IRModule:
+    """BERT's word embedding: a ``take`` (TVM's frontends emit it in "fast" mode, unchecked) of
+    token ids from a 30522 x 64 table; random ids read out of bounds."""
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Embedding:
+        @R.function
+        def main(ids: R.Tensor((1, 128), "int64"), w: R.Tensor((30522, 64), "float32")):
+            with R.dataflow():
+                y = R.take(w, ids, axis=0, mode="fast")
+                R.output(y)
+            return y
+
+    return Embedding
+
+
 def task_mods(count: int = 2, target=TARGET) -> list[tvm.IRModule]:
     """Distinct small tasks (MetaSchedule ``main`` PrimFunc modules)."""
     return [extract_tasks(matmul_module(8, 8, 8 * (i + 1)), target)[0].mod for i in range(count)]

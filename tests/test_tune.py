@@ -47,6 +47,7 @@ from tvm_pet.tune.records import (
     default_records_dir,
     record_sources,
 )
+from tests.records import embedding_module
 from tvm_pet.tune.records_plan import records_plan
 from tvm_pet.tune.targets import available_cores, compatible_dirs, detect_mcpu
 
@@ -409,20 +410,9 @@ def test_tune_through_rpc_loopback(tmp_path):
 def test_an_embedding_take_gets_a_record_through_rpc(tmp_path):
     """The RPC runner fills integer arguments with zeros too (tuner.in_bounds_rpc_arguments):
     random indices made a gather read out of bounds on the server."""
-    from tvm.script import relax as R
-
-    @tvm.script.ir_module
-    class Embedding:
-        @R.function
-        def main(ids: R.Tensor((1, 128), "int64"), w: R.Tensor((30522, 64), "float32")):
-            with R.dataflow():
-                y = R.take(w, ids, axis=0, mode="fast")
-                R.output(y)
-            return y
-
     with rpc_loopback("pet-cpu-take") as rpc:
-        stats = tune(Embedding, resolve_target("llvm"), trials=2, records_dir=tmp_path, rpc=rpc,
-                     timeout_s=60)
+        stats = tune(embedding_module(), resolve_target("llvm"), trials=2, records_dir=tmp_path,
+                     rpc=rpc, timeout_s=60)
     assert [s.best_s is not None for s in stats.per_task] == [True]
 
 

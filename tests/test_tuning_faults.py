@@ -30,7 +30,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import PyRunner
 
 from tvm_pet.errors import PetError
-from tests.records import matmul_module, task_mods, write_records
+from tests.records import embedding_module, matmul_module, task_mods, write_records
 from tvm_pet.io import atomic_write, dir_lock
 from tvm_pet.tune import (Task, TuningSearch, count_records, extract_tasks, open_database,
                           resolve_target, tune, tune_budget, tuner)
@@ -888,16 +888,5 @@ def test_the_runner_times_candidates_on_in_bounds_indices():
 @pytest.mark.tuning
 @only_when_selected
 def test_an_embedding_take_gets_a_record(tmp_path):
-    from tvm.script import relax as R
-
-    @tvm.script.ir_module
-    class Embedding:
-        @R.function
-        def main(ids: R.Tensor((1, 128), "int64"), w: R.Tensor((30522, 64), "float32")):
-            with R.dataflow():
-                y = R.take(w, ids, axis=0, mode="fast")
-                R.output(y)
-            return y
-
-    stats = tune_budget(Embedding, TARGET, 2, tmp_path)
+    stats = tune_budget(embedding_module(), TARGET, 2, tmp_path)
     assert [s.best_s is not None for s in stats.per_task] == [True]
