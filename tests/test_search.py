@@ -261,3 +261,20 @@ def _verified_mutants(program, sub):
     from tvm_pet.search.generator import generate
     mutants, _ = generate(sub.program, SearchConfig(depth=3))
     return [m.corrected for m in mutants]
+
+
+def test_a_search_out_of_time_stops_between_the_mutants_of_one_subset(monkeypatch):
+    # a measured cost may time a whole candidate (seconds on swin_t): the deadline was checked
+    # once per subset, and swin_t's search ran minutes past its 148 s on one subset's mutants
+    from tvm_pet.search import optimizer as opt_module
+    program = dilated_chain(layers=1)
+    opt = opt_module.Optimizer(SearchConfig(rounds=1), PenaliseDilationAndLayouts())
+    seen: set = set()
+    monkeypatch.setattr(opt_module.Optimizer, "out_of_time", lambda self: len(seen) >= 1)
+    fresh, scored = opt_module._single_mutations(opt, (opt.cost(program), program, []), seen,
+                                                 "search")
+    assert len(fresh) == len(scored) == 1  # the first mutant costed, then the time is up
+    monkeypatch.setattr(opt_module.Optimizer, "out_of_time", lambda self: False)
+    everything, _ = opt_module._single_mutations(opt, (opt.cost(program), program, []), set(),
+                                                 "search")
+    assert len(everything) > 1  # there were more to cost

@@ -466,6 +466,8 @@ def _single_mutations(opt: Optimizer, entry: _Entry, seen: set, label: str
             part_cost = opt.cost(part.program) if mutants and additive else 0.0
             region = opt.region_of(prog, part) if mutants and not additive else None
             for mutant, corrected in mutants:
+                if opt.out_of_time():  # a measured cost may time a whole candidate: seconds
+                    break
                 new = replace_subprogram(prog, part, corrected)
                 key = canonical(new, opt.keys)[0]
                 if key in seen:
