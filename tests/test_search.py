@@ -278,3 +278,15 @@ def test_a_search_out_of_time_stops_between_the_mutants_of_one_subset(monkeypatc
     everything, _ = opt_module._single_mutations(opt, (opt.cost(program), program, []), set(),
                                                  "search")
     assert len(everything) > 1  # there were more to cost
+
+
+def test_no_post_optimization_once_the_time_limit_has_passed(monkeypatch):
+    from tvm_pet.search import optimizer as opt_module
+    program = dilated_chain(layers=1)
+    opt = opt_module.Optimizer(SearchConfig(rounds=1), PenaliseDilationAndLayouts())
+    called = []
+    monkeypatch.setattr(opt_module, "post_optimize", lambda p: called.append(p) or (p, ["x"]))
+    monkeypatch.setattr(opt_module.Optimizer, "out_of_time", lambda self: True)
+    assert opt_module._polished(opt, program, 1.0) == (program, 1.0, []) and not called
+    monkeypatch.setattr(opt_module.Optimizer, "out_of_time", lambda self: False)
+    assert opt_module._polished(opt, program, 1e9)[2] == ["x"] and called == [program]

@@ -489,7 +489,11 @@ def _single_mutations(opt: Optimizer, entry: _Entry, seen: set, label: str
 def _polished(opt: Optimizer, program: Program, cost: float
               ) -> tuple[Program, float, list[str]]:
     """``program`` post-optimized when that does not raise its cost, its cost, and the
-    post-optimizations applied (none when the polished program was not kept)."""
+    post-optimizations applied (none when the polished program was not kept, or when the time
+    limit has passed: on swin_t they verify and cost the whole program, minutes for the best and
+    its runners-up)."""
+    if opt.out_of_time():
+        return program, cost, []
     polished, names = post_optimize(program)
     if names and opt.cost(polished) <= cost:
         return polished, opt.cost(polished), names
