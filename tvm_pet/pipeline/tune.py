@@ -173,9 +173,9 @@ def _tune_original(toolchain: Toolchain, program: Program, options: DriverOption
         first = toolchain.tune_whole(toolchain.lower(program), options.budget,
                                      seed=options.seed, progress=progress)
         per_task = max(1, round(first.records_per_task))
-        # a mutant's tuning then tops up its new kernels only: the scheduler's share for the
-        # original's stays what the budget gave (topped up, swin_t's 124 kernels took minutes a
-        # mutant, and the baseline had trials beyond its budget, counted as PET's)
+        # a mutant's tuning then tops up its new kernels only: the original's keep what the
+        # scheduler gave them (topping them up took 20 minutes in swin_t's first mutant, and
+        # gave the baseline trials beyond its budget, counted as PET's)
         budgeted = frozenset(t.workload for t in first.per_task)
         return first, dataclasses.replace(options, trials=per_task, budget_tuned=budgeted), None
     return _tune(toolchain, program, options, progress), options, None

@@ -378,7 +378,7 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
     """Reports trials done out of the budget after each measured batch, with an ETA."""
 
     def __init__(self, total: int, say: Callable[[str], None],
-                 line: Callable[[int, int, float], str] | None = None, *, kernels: int = 0,
+                 line: Callable[[int, int, float], str] | None = None, *, kernels: int,
                  every_s: float = 20.0):
         self.total, self.say, self.done, self.start = total, say, 0, time.perf_counter()
         self.line = line or _trials_line
@@ -391,7 +391,7 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
 
     def built(self, count: int) -> None:
         """A batch of candidates built. The task scheduler builds every kernel's first batch
-        before it measures any, and no measure callback runs until then (12 minutes for
+        before it measures any, and no measure callback runs until then (17 minutes for
         swin_t's 124 kernels here): say how far that first round is, at most every ``every_s``
         seconds, until the first trials are counted."""
         self.batches += 1
@@ -399,9 +399,8 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
         if self.done or (self.said is not None and now - self.said < self.every_s):
             return
         self.said = now
-        first = (f"{min(self.batches, self.kernels)}/{self.kernels} kernels"
-                 if self.kernels else f"{self.batches} batches")
-        if 0 < self.batches < self.kernels:  # at the round's own pace so far
+        first = f"{min(self.batches, self.kernels)}/{self.kernels} kernels"
+        if self.batches < self.kernels:  # at the round's own pace so far
             left = (now - self.start) / self.batches * (self.kernels - self.batches)
             first += f" sent to measure, about {_clock(left)} left of it"
         else:
@@ -416,8 +415,8 @@ class _Deadline(ms.measure_callback.PyMeasureCallback):
     first measured batch past it terminates every task still searching. A step of
     :func:`tune_minutes` then ends within a batch of its time; before, the step running at the
     deadline ran to its end (swin_t's first step, 16 trials for each of 124 kernels, was longer
-    than its whole 30-minute budget here). Batches in flight at that moment are not waited for
-    (the scheduler drops them)."""
+    than its whole 30-minute budget here). Other tasks' batches still being measured at that
+    moment may be lost."""
 
     def __init__(self, deadline: float):
         self.deadline = deadline
