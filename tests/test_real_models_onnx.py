@@ -147,6 +147,7 @@ def test_onnx_package_squeezenet_opset9_matches_its_reference(tmp_path):
     assert report["coverage"]["subprograms"] > 0
 
 
+@pytest.mark.slow  # 80-120 s each here: the default run keeps squeezenet (above)
 @pytest.mark.parametrize("name", ONNX_REAL[1:])
 def test_onnx_package_real_models_match_their_references(name, tmp_path):
     report = check_light(name, tmp_path)
