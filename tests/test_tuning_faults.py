@@ -645,17 +645,6 @@ def test_tune_minutes_sizes_a_later_step_to_the_time_left(tmp_path, monkeypatch)
     assert deadlines[-1] == 60.0  # the minute left
 
 
-class FakeScheduler:
-    """What :class:`tuner._Deadline` reads of MetaSchedule's task scheduler."""
-
-    def __init__(self, terminated):
-        self.tasks_ = [types.SimpleNamespace(is_terminated=t) for t in terminated]
-
-    def terminate_task(self, i):
-        assert not self.tasks_[i].is_terminated  # TVM checks it too
-        self.tasks_[i].is_terminated = True
-
-
 def test_an_interrupted_step_of_a_minutes_budget_counts_its_time(tmp_path, monkeypatch):
     mod = matmul_module(8, 8, 8, copies=2)
     asked = []
@@ -705,16 +694,51 @@ def test_an_interrupt_in_a_whole_model_search_is_raised_again(tmp_path, mods):
         tuner._tune_together(tasks, 4, tmp_path, None, search)
 
 
-def test_a_deadline_ends_every_task_still_searching_after_the_batch_past_it(monkeypatch):
-    clock = [10.0]
-    monkeypatch.setattr(tuner.time, "perf_counter", lambda: clock[0])
-    deadline, scheduler = tuner._Deadline(20.0), FakeScheduler([False, True, False])
-    deadline._inst.apply(scheduler, 0, [], [], [])
-    assert [t.is_terminated for t in scheduler.tasks_] == [False, True, False]
-    clock[0] = 20.0
-    deadline._inst.apply(scheduler, 2, [], [], [])
-    assert [t.is_terminated for t in scheduler.tasks_] == [True, True, True]
-    deadline._inst.apply(scheduler, 0, [], [], [])  # a later batch: nothing left to end
+class FakeStrategy:
+    """MetaSchedule's search strategy as :class:`tuner._DeadlineSearch` calls it: each call
+    finds a batch of two candidates, named by their order."""
+
+    def __init__(self):
+        self.batches, self.calls = 0, []
+
+    def generate_measure_candidates(self):
+        self.batches += 1
+        return [f"b{self.batches}c0", f"b{self.batches}c1"]
+
+    def __getattr__(self, name):  # the other methods are passed on as they are
+        return lambda *args: self.calls.append((name, args))
+
+
+def test_a_deadline_holds_back_a_tasks_batches_after_its_first():
+    clock = [30.0]  # already past the deadline at the first call
+    inner = FakeStrategy()
+    search = tuner._DeadlineSearch(20.0, inner, clock=lambda: clock[0])._inst
+    # the first batch is never held back: the scheduler's first round is not cut short
+    assert search.generate_measure_candidates() == ["b1c0", "b1c1"]
+    assert search.generate_measure_candidates() is None  # then the task ends itself
+    assert inner.batches == 1
+    clock[0] = 10.0  # before the deadline, every batch is the inner search's
+    assert search.generate_measure_candidates() == ["b2c0", "b2c1"]
+    search.pre_tuning(8, 2, ["space"], "db", "model")
+    search.notify_runner_results(["b2c0"], ["r"])
+    search.post_tuning()
+    assert inner.calls == [("pre_tuning", (8, 2, ["space"], "db", "model")),
+                           ("notify_runner_results", (["b2c0"], ["r"])), ("post_tuning", ())]
+
+
+@pytest.mark.tuning
+@only_when_selected
+def test_a_deadline_passed_after_the_first_round_ends_the_search_cleanly(tmp_path,
+                                                                         monkeypatch):
+    # swin_t, 30 minutes in: terminating the tasks from a measure callback let the gradient
+    # scheduler pick a task just terminated, and TVM failed its check `!task->is_terminated`
+    mod = matmul_module(16, 16, 16, copies=3)
+    clock = itertools.chain([0.0] * 2, itertools.repeat(1e9))  # tune_budget's start, 1 batch
+    monkeypatch.setattr(tuner, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    stats = tune_budget(mod, TARGET, 240, tmp_path, deadline=1.0)
+    # 240 trials for 3 tasks: batches of 40; the first round (3 batches) and the one batch sent
+    # before the deadline, each measured and kept; every task then ends at its next turn
+    assert stats.new_trials == 4 * 40 and count_records(tmp_path, TARGET) == 4 * 40
 
 
 @pytest.mark.tuning

@@ -174,7 +174,7 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
         progress: called after each measured batch with trials done, time so far and an ETA.
         progress_line: makes that line from (trials done, trials asked, seconds so far) instead
             (:func:`tune_minutes` counts its own).
-        deadline: when the search ends (:class:`_Deadline`), whatever trials are left.
+        deadline: when the search ends (:class:`_DeadlineSearch`), whatever trials are left.
 
     Returns:
         ``TuneStats`` with one entry per task.
@@ -217,7 +217,7 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
     ``minutes`` rather than a whole step past it (here a step of 16 per task on a 25-kernel BERT
     takes about 10 minutes); a step that could not give each task one trial is not started, and
     a step still running when the minutes are spent ends after its next measured batch
-    (:class:`_Deadline`).
+    (:class:`_DeadlineSearch`).
 
     The minutes count this module's earlier runs on the same records
     (:class:`MinutesSpent`): a second run with the same budget measures nothing, and one with
@@ -329,8 +329,6 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
     target = search.target
     work_dir = records.db_dir(records_dir, target)
     callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
-    if deadline is not None:
-        callbacks.append(_Deadline(deadline))
     builder = search.builder
     if progress is not None:
         callbacks.append(progress)
@@ -341,7 +339,9 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
             _task_logger(work_dir, "budget") as logger:
         contexts = [search.new_context(mod=t.mod, target=target,
                                        space_generator="post-order-apply",
-                                       search_strategy="evolutionary", task_name=t.name,
+                                       search_strategy=("evolutionary" if deadline is None else
+                                                        _DeadlineSearch(deadline)),
+                                       task_name=t.name,
                                        logger=logger, rand_state=s,
                                        num_threads=search.num_threads).clone()
                     for t, s in zip(tasks, ms.utils.fork_seed(search.seed, n=len(tasks)))]
@@ -410,24 +410,46 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
 
 
 @derived_object
-class _Deadline(ms.measure_callback.PyMeasureCallback):
-    """Ends the task scheduler's search at ``deadline`` (a ``time.perf_counter()`` time): the
-    first measured batch past it terminates every task still searching. A step of
-    :func:`tune_minutes` then ends within a batch of its time; before, the step running at the
-    deadline ran to its end (swin_t's first step, 16 trials for each of 124 kernels, was longer
-    than its whole 30-minute budget here). Other tasks' batches still being measured at that
-    moment may be lost."""
+class _DeadlineSearch(ms.search_strategy.PySearchStrategy):
+    """``inner`` (MetaSchedule's evolutionary search by default), which finds no more
+    candidates once ``deadline`` (a ``clock()`` time) has passed: the task scheduler then
+    terminates the task itself, after measuring and committing the batch it has in flight. A
+    task's first batch is never held back, so the scheduler's first round is not cut short.
 
-    def __init__(self, deadline: float):
-        self.deadline = deadline
+    A step of :func:`tune_minutes` then ends within a batch of its time; before, the step running
+    at the deadline ran to its end (swin_t's first step, 16 trials for each of 124 kernels, was
+    longer than its whole 30-minute budget here). Terminating the tasks from a measure callback
+    instead broke the scheduler: it could pick a task that the callback had just terminated, and
+    failed TVM's check ``!task->is_terminated`` (swin_t, 30 minutes in)."""
 
-    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
-              runner_results) -> None:
-        if time.perf_counter() < self.deadline:
-            return
-        for i, task in enumerate(task_scheduler.tasks_):
-            if not task.is_terminated:
-                task_scheduler.terminate_task(i)
+    def __init__(self, deadline: float, inner=None, clock: Callable[[], float] | None = None):
+        self.deadline, self.clock = deadline, clock or time.perf_counter
+        self.inner = inner if inner is not None else ms.search_strategy.EvolutionarySearch()
+        self.sent = False
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None,
+                   cost_model=None) -> None:
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database,
+                              cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self):
+        if self.sent and self.clock() >= self.deadline:
+            return None
+        candidates = self.inner.generate_measure_candidates()
+        self.sent = self.sent or candidates is not None
+        return candidates
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        self.inner.notify_runner_results(measure_candidates, results)
+
+    def clone(self):
+        return _DeadlineSearch(self.deadline, self.inner.clone(), self.clock)
 
 
 @derived_object
