@@ -324,8 +324,8 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
                    search: TuningSearch, deadline: float | None = None) -> None:
     """Run MetaSchedule's gradient task scheduler over ``tasks`` for ``trials`` in all, ended
     at ``deadline`` if one is given. An interrupt is raised as ``KeyboardInterrupt`` (TVM's FFI
-    makes it a bare ``RuntimeError``: :func:`_run_search`), with the records measured so far
-    kept."""
+    makes it a bare ``RuntimeError``: :func:`_run_search`), and a failure inside TVM as a
+    ``PetError`` that names it, with the records measured so far kept either way."""
     target = search.target
     work_dir = records.db_dir(records_dir, target)
     callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
@@ -355,7 +355,19 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
         except (RuntimeError, ValueError, TypeError) as err:  # TVM's errors are these builtins
             if search.interrupted:
                 raise KeyboardInterrupt from err
-            raise
+            raise PetError(f"MetaSchedule's task scheduler failed: {_last_line(err)}. The "
+                           "records measured before it are kept, and a second run goes on "
+                           "from them") from err
+
+
+def _last_line(err: Exception) -> str:
+    """The last non-blank line of ``err``'s text (TVM's error puts its C++ frames first).
+
+    >>> _last_line(RuntimeError("Traceback:\\n  File x.cc, line 198\\nCheck failed: no\\n"))
+    'RuntimeError: Check failed: no'
+    """
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[-1] if lines else 'no message'}"
 
 
 def _trials_done(task: Task, database, pruned: dict[str, int]) -> int:
