@@ -921,3 +921,30 @@ def test_the_runner_times_candidates_on_in_bounds_indices():
 def test_an_embedding_take_gets_a_record(tmp_path):
     stats = tune_budget(embedding_module(), TARGET, 2, tmp_path)
     assert [s.best_s is not None for s in stats.per_task] == [True]
+
+
+def test_the_plan_says_what_earlier_runs_spent_of_a_whole_model_budget(tmp_path):
+    # swin_t, rerun with the --budget 30m its first run had spent: the plan said "tuning the
+    # whole model within 30 minutes for this target first", and tuned nothing
+    from tvm_pet.pipeline.options import WholeBudget
+    from tvm_pet.tune.records_plan import records_plan
+    mod = matmul_module(8, 8, 8, copies=2)
+    tasks = extract_tasks(mod, TARGET)
+    fresh = records_plan(mod, TARGET, tmp_path)
+    assert (fresh.own_trials, fresh.tuned_s) == (0, 0.0)
+    assert "tuning the whole model within 30 minutes for this target first (MetaSchedule" in \
+        fresh.summary(budget=WholeBudget(minutes=30.0))
+    write_records(db_dir(tmp_path, TARGET), [t.mod for t in tasks], per_task=3)
+    spent = tuner.MinutesSpent(db_dir(tmp_path, TARGET) / tuner.MinutesSpent.FILE)
+    spent.put(tuner.MinutesSpent.key(tasks), 1805.7)
+    plan = records_plan(mod, TARGET, tmp_path)
+    assert (plan.own_trials, plan.tuned_s) == (6, 1805.7)
+    assert plan.summary(budget=WholeBudget(minutes=30.0)).endswith(
+        "; the whole-model budget of 30 minutes was spent by earlier runs on these records "
+        "(30m05s): the original's kernels are not tuned again")
+    forty = plan.summary(budget=WholeBudget(minutes=40.0))
+    assert "within 40 minutes for this target first (30m05s of it spent by earlier runs on " \
+           "these records, 9m54s left) (MetaSchedule" in forty
+    assert "within 100 trials for this target first (6 trials of it spent by earlier runs " \
+           "on these records, 94 trials left)" in plan.summary(budget=WholeBudget(trials=100))
+    assert "budget of 6 trials was spent" in plan.summary(budget=WholeBudget(trials=6))

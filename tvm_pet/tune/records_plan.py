@@ -33,6 +33,10 @@ class RecordsPlan:
         unowned_spatial: kernels without a record of the target's own that do not reduce
             (:func:`~tvm_pet.tune.compile.reduces`: pads, copies), whose tuning holds about a
             trial (MetaSchedule exhausts a pad's search space at one).
+        own_trials: the trials the module's kernels hold in the target's own records (a
+            whole-model budget in trials counts them).
+        tuned_s: seconds earlier whole-model runs tuned this module on these records for (a
+            budget in minutes counts them: :class:`~tvm_pet.tune.tuner.MinutesSpent`).
     """
 
     target: str
@@ -42,6 +46,8 @@ class RecordsPlan:
     own: int
     borrowed: int
     unowned_spatial: int = 0
+    own_trials: int = 0
+    tuned_s: float = 0.0
 
     @property
     def untuned(self) -> int:
@@ -54,7 +60,8 @@ class RecordsPlan:
 
         Args:
             trials: trials per kernel tuned for this target first (0: none).
-            budget: a whole-model budget, in words, tuned instead of ``trials`` per kernel.
+            budget: a whole-model budget (``WholeBudget``, or its words), tuned instead of
+                ``trials`` per kernel; what earlier runs on these records spent of one is said.
             by_default: ``trials`` were chosen by default, because kernels have no record.
             default_cap: the most untuned kernels tuned by default, when there were more (the
                 run keeps them untuned and says how to tune them).
@@ -65,9 +72,16 @@ class RecordsPlan:
         parts.append(f"{self.untuned} untuned")
         line = f"records for {self.target}: {self.tasks} kernels, " + ", ".join(parts)
         if budget is not None:
+            spent, left = self._spent(budget)
+            if spent and not left:
+                return line + (f"; the whole-model budget of {budget} was spent by earlier runs "
+                               f"on these records ({spent}): the original's kernels are not "
+                               "tuned again")
             return line + (f"; tuning the whole model within {budget} for this target first "
-                           f"(MetaSchedule's task scheduler shares it across the kernels, after "
-                           f"a first round of one batch each that it does not cut short)")
+                           + (f"({spent} of it spent by earlier runs on these records, {left} "
+                              "left) " if spent else "")
+                           + "(MetaSchedule's task scheduler shares it across the kernels, "
+                           "after a first round of one batch each that it does not cut short)")
         if trials > 0 and by_default:
             return line + (f"; tuning {trials} trials per kernel for this target first, by "
                            f"default since {self.untuned} have no record anywhere (about a "
@@ -82,6 +96,30 @@ class RecordsPlan:
             return line + ("; the untuned ones stay naive loops (give --trials N, or run "
                            "tvm-pet tune, to tune them for this target)")
         return line
+
+    def _spent(self, budget) -> tuple[str, str]:
+        """What earlier runs on these records spent of a whole-model ``budget`` (its ``trials``
+        or ``minutes``), and what is left, in words (``""``: nothing); ``("", "")`` when they
+        spent none.
+
+        >>> import types
+        >>> plan = RecordsPlan("t", "d", None, 3, 3, 0, own_trials=90, tuned_s=1805.7)
+        >>> plan._spent(types.SimpleNamespace(trials=None, minutes=30.0))
+        ('30m05s', '')
+        >>> plan._spent(types.SimpleNamespace(trials=200, minutes=None))
+        ('90 trials', '110 trials')
+        """
+        from tvm_pet.tune.tuner import clock
+        minutes, trials = getattr(budget, "minutes", None), getattr(budget, "trials", None)
+        if minutes is not None and self.tuned_s > 0:
+            left = minutes * 60 - self.tuned_s
+            return (clock(self.tuned_s),
+                    clock(left) if left >= 1 else "")
+        if trials is not None and self.own_trials > 0:
+            left = trials - self.own_trials
+            return (f"{self.own_trials} trials",
+                    f"{left} trials" if left > 0 else "")
+        return "", ""
 
     def to_json(self) -> dict:
         return {**asdict(self), "untuned": self.untuned}
@@ -109,6 +147,8 @@ def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
     found = [lent for record, lent in best if record is not None]
     spatial = sum(not reduces(t) for t, (record, lent) in zip(tasks, best)
                   if record is None or lent)
+    from tvm_pet.tune.tuner import earlier_tuning
+    own_trials, tuned_s = earlier_tuning(tasks, target, records_dir)
     return RecordsPlan(target_dir(target), str(sources.own),
                        sources.borrowed.name if sources.borrowed else None, len(tasks),
-                       found.count(False), found.count(True), spatial)
+                       found.count(False), found.count(True), spatial, own_trials, tuned_s)

@@ -264,6 +264,20 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
     return TuneStats(steps[0].target_key, steps[0].db_dir, merged, time.perf_counter() - start)
 
 
+def earlier_tuning(tasks: list[Task], target, records_dir) -> tuple[int, float]:
+    """What earlier runs left of ``tasks`` in the target's own records: (trials they hold, pruned
+    ones included, as :func:`tune_budget` counts them; seconds :func:`tune_minutes` tuned this
+    set of tasks for); ``(0, 0.0)`` when the target has no records folder."""
+    target = resolve_target(target)
+    work_dir = records.db_dir(records_dir, target)
+    if not work_dir.is_dir():
+        return 0, 0.0
+    database = records.open_database(records_dir, target)
+    pruned = dbfile.pruned_counts(work_dir)
+    trials = sum(_trials_done(t, database, pruned) for t in tasks)
+    return trials, MinutesSpent(work_dir / MinutesSpent.FILE).get(MinutesSpent.key(tasks))
+
+
 class MinutesSpent(dbfile.SidecarCache):
     """Seconds :func:`tune_minutes` has tuned each module for, in a JSON file beside the
     records, keyed by the module's set of tasks (their structural hashes)."""
@@ -315,8 +329,8 @@ def _minutes_line(before: int, minutes: float, start: float) -> Callable[[int, i
     def line(done: int, total: int, elapsed: float) -> str:
         spent = time.perf_counter() - start
         left = max(0.0, minutes * 60 - spent)
-        return (f"tuning {before + min(done, total)} trials, {_clock(spent)} of "
-                f"{_clock(minutes * 60)}" + (f", ETA {_clock(left)}" if left else ""))
+        return (f"tuning {before + min(done, total)} trials, {clock(spent)} of "
+                f"{clock(minutes * 60)}" + (f", ETA {clock(left)}" if left else ""))
     return line
 
 
@@ -414,7 +428,7 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
         first = f"{min(self.batches, self.kernels)}/{self.kernels} kernels"
         if self.batches < self.kernels:  # at the round's own pace so far
             left = (now - self.start) / self.batches * (self.kernels - self.batches)
-            first += f" sent to measure, about {_clock(left)} left of it"
+            first += f" sent to measure, about {clock(left)} left of it"
         else:
             first += " sent to measure"
         self.say(f"{self.line(0, self.total, now - self.start)} (first round: {first}; the "
@@ -480,8 +494,8 @@ class _BuildReporter(ms.builder.PyBuilder):
 def _trials_line(done: int, total: int, elapsed: float) -> str:
     """``tuning 112/400 trials 2m41s, ETA 6m59s``: the ETA at the rate so far."""
     left = elapsed / done * max(0, total - done) if done else 0.0
-    return (f"tuning {min(done, total)}/{total} trials {_clock(elapsed)}"
-            + (f", ETA {_clock(left)}" if 0 < done < total else ""))
+    return (f"tuning {min(done, total)}/{total} trials {clock(elapsed)}"
+            + (f", ETA {clock(left)}" if 0 < done < total else ""))
 
 
 def _progress_line(stats: list[TaskStats], total: int, elapsed: float) -> str:
@@ -492,13 +506,13 @@ def _progress_line(stats: list[TaskStats], total: int, elapsed: float) -> str:
     if last.exhausted:
         count = last.records_before + last.new_trials
         what += f", search space exhausted at {count} trial{'' if count == 1 else 's'}"
-    line = f"tuning task {len(stats)}/{total} ({last.name}: {what}) {_clock(elapsed)}"
+    line = f"tuning task {len(stats)}/{total} ({last.name}: {what}) {clock(elapsed)}"
     if tuned and len(stats) < total:
-        line += f", ETA {_clock(sum(s.wall_s for s in tuned) / len(tuned) * (total - len(stats)))}"
+        line += f", ETA {clock(sum(s.wall_s for s in tuned) / len(tuned) * (total - len(stats)))}"
     return line
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
     """``42s``, ``3m05s`` or ``1h02m``."""
     seconds = int(seconds)
     if seconds < 60:
