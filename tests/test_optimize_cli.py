@@ -1,4 +1,6 @@
 """`tvm-pet optimize` end to end on a small model, without tuning (records only)."""
+import contextlib
+import io
 import json
 
 import numpy as np
@@ -19,10 +21,27 @@ def optimized(tmp_path_factory):
     model = root / "model.onnx"
     onnx.save(dilated_model(), model)
     out = root / "out"
-    code = main(["optimize", str(model), "--target", "llvm", "--out", str(out), "--cost",
-                 "analytic", "--rounds", "1", "--records", str(root / "records"), "--trials", "0"])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["optimize", str(model), "--target", "llvm", "--out", str(out), "--cost",
+                     "analytic", "--rounds", "1", "--records", str(root / "records"),
+                     "--trials", "0"])
     assert code == 0
+    (out / "summary.txt").write_text(printed.getvalue())  # what it printed, for the tests
     return model, out
+
+
+def test_the_summary_names_the_look_its_candidate_time_is_from(optimized):
+    # swin_t: three candidates timed, and the candidate line's x0.975 was the third look's,
+    # which the summary did not say
+    _, out = optimized
+    report = json.loads((out / "report.json").read_text())
+    lines = (out / "summary.txt").read_text().splitlines()
+    (line,) = [line for line in lines if line.startswith("  candidate ")]
+    ratio = f"x{report['measured_speedup_of_candidate']:.3f}"
+    named = [look for look in report["looks"]
+             if line.endswith(f"({ratio}, from the {look['what']})")]
+    assert named and f"x{named[0]['ratio']:.3f}" == ratio, line
 
 
 def test_report_has_the_promised_fields(optimized):

@@ -177,9 +177,9 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     report = optimize(args.model, args.out, _search_config(args), _driver_options(args))
     print(f"{args.model} on {report.target}: kept the {report.kept} model")
     print(f"  baseline  {report.baseline_time_s * 1e3:9.3f} ms (median of interleaved rounds)")
-    print(f"  candidate {report.candidate_time_s * 1e3:9.3f} ms  "
-          f"(x{report.measured_speedup_of_candidate:.3f})")
     deciding = report.confirmation.look
+    print(f"  candidate {report.candidate_time_s * 1e3:9.3f} ms  "
+          f"(x{report.measured_speedup_of_candidate:.3f}, from the {deciding.what})")
     for look in report.confirmation.looks:
         if look is deciding:  # below
             continue
