@@ -107,3 +107,23 @@ def test_ctrl_c_is_a_line_and_exit_130_not_a_traceback(tmp_path, capsys, monkeyp
     err = capsys.readouterr().err
     assert err.startswith(f"tvm-pet {command}: interrupted") and "Traceback" not in err
     assert ("records measured so far are kept" in err) == kept
+
+
+def test_the_time_limit_defaults_grow_with_a_budget_in_minutes():
+    from tvm_pet.cli import BUDGET_TIME_LIMIT_PER_MINUTE, _default_time_limit, build_parser
+
+    def limit(*words):
+        args = build_parser().parse_args(list(words))
+        _default_time_limit(args)
+        return args.time_limit
+
+    assert limit("optimize", "m.onnx", "--out", "o") == 240.0
+    assert limit("tune", "m.onnx") == 600.0
+    # swin_t with --budget 30m: 240 s had left the timing nothing; 900 s timed 3 candidates
+    assert limit("optimize", "m.onnx", "--out", "o", "--budget", "30m") == \
+        30 * BUDGET_TIME_LIMIT_PER_MINUTE == 900.0
+    assert limit("optimize", "m.onnx", "--out", "o", "--budget", "5m") == 240.0  # the larger
+    assert limit("optimize", "m.onnx", "--out", "o", "--budget", "2000") == 240.0  # trials
+    assert limit("optimize", "m.onnx", "--out", "o", "--budget", "30m",
+                 "--time-limit", "100") == 100.0  # as given
+    assert limit("tune", "m.onnx", "--budget", "60m") == 1800.0
