@@ -40,7 +40,7 @@ def test_the_summary_names_the_look_its_candidate_time_is_from(optimized):
     (line,) = [line for line in lines if line.startswith("  candidate ")]
     ratio = f"x{report['measured_speedup_of_candidate']:.3f}"
     named = [look for look in report["looks"]
-             if line.endswith(f"({ratio}, from the {look['what']})")]
+             if line.endswith(f"({ratio}: {look['what']})")]
     assert named and f"x{named[0]['ratio']:.3f}" == ratio, line
 
 

@@ -179,7 +179,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     print(f"  baseline  {report.baseline_time_s * 1e3:9.3f} ms (median of interleaved rounds)")
     deciding = report.confirmation.look
     print(f"  candidate {report.candidate_time_s * 1e3:9.3f} ms  "
-          f"(x{report.measured_speedup_of_candidate:.3f}, from the {deciding.what})")
+          f"(x{report.measured_speedup_of_candidate:.3f}: {deciding.what})")
     for look in report.confirmation.looks:
         if look is deciding:  # below
             continue
