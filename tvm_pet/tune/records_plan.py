@@ -148,7 +148,7 @@ def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
     spatial = sum(not reduces(t) for t, (record, lent) in zip(tasks, best)
                   if record is None or lent)
     from tvm_pet.tune.tuner import earlier_tuning
-    own_trials, tuned_s = earlier_tuning(tasks, target, records_dir)
+    own_trials, tuned_s = earlier_tuning(tasks, opened.own, sources.own)
     return RecordsPlan(target_dir(target), str(sources.own),
                        sources.borrowed.name if sources.borrowed else None, len(tasks),
                        found.count(False), found.count(True), spatial, own_trials, tuned_s)

@@ -232,12 +232,10 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
     start = time.perf_counter()
     target = resolve_target(target)
     tasks = extract_tasks(mod, target)
-    database = records.open_database(records_dir, target)
-    pruned = dbfile.pruned_counts(records.db_dir(records_dir, target))
-    total = sum(_trials_done(t, database, pruned) for t in tasks)
-    spent = MinutesSpent(records.db_dir(records_dir, target) / MinutesSpent.FILE)
-    key = MinutesSpent.key(tasks)
-    earlier = spent.get(key)  # this module's earlier runs on these records count
+    work_dir = records.db_dir(records_dir, target)
+    # this module's earlier runs on these records count
+    total, earlier = earlier_tuning(tasks, records.open_database(records_dir, target), work_dir)
+    spent, key = MinutesSpent(work_dir / MinutesSpent.FILE), MinutesSpent.key(tasks)
     steps: list[TuneStats] = []
     started = False  # a step that raises (an interrupt) has spent its time too
     try:
@@ -264,17 +262,14 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
     return TuneStats(steps[0].target_key, steps[0].db_dir, merged, time.perf_counter() - start)
 
 
-def earlier_tuning(tasks: list[Task], target, records_dir) -> tuple[int, float]:
-    """What earlier runs left of ``tasks`` in the target's own records: (trials they hold, pruned
-    ones included, as :func:`tune_budget` counts them; seconds :func:`tune_minutes` tuned this
-    set of tasks for); ``(0, 0.0)`` when the target has no records folder."""
-    target = resolve_target(target)
-    work_dir = records.db_dir(records_dir, target)
-    if not work_dir.is_dir():
-        return 0, 0.0
-    database = records.open_database(records_dir, target)
+def earlier_tuning(tasks: list[Task], database, work_dir: str | Path) -> tuple[int, float]:
+    """What earlier runs left of ``tasks`` in the target's own records, ``database`` as the
+    caller opened it from ``work_dir`` (None: no records): the trials they hold, pruned ones
+    included, as :func:`tune_budget` counts them; and the seconds :func:`tune_minutes` tuned
+    this set of tasks for."""
+    work_dir = Path(work_dir)
     pruned = dbfile.pruned_counts(work_dir)
-    trials = sum(_trials_done(t, database, pruned) for t in tasks)
+    trials = 0 if database is None else sum(_trials_done(t, database, pruned) for t in tasks)
     return trials, MinutesSpent(work_dir / MinutesSpent.FILE).get(MinutesSpent.key(tasks))
 
 
@@ -438,9 +433,10 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
 @derived_object
 class _DeadlineSearch(ms.search_strategy.PySearchStrategy):
     """``inner`` (MetaSchedule's evolutionary search by default), which finds no more
-    candidates once ``deadline`` (a ``clock()`` time) has passed: the task scheduler then
-    terminates the task itself, after measuring and committing the batch it has in flight. A
-    task's first batch is never held back, so the scheduler's first round is not cut short.
+    candidates once ``deadline`` (a ``now()`` time, ``time.perf_counter`` by default) has
+    passed: the task scheduler then terminates the task itself, after measuring and committing
+    the batch it has in flight. A task's first batch is never held back, so the scheduler's
+    first round is not cut short.
 
     A step of :func:`tune_minutes` then ends within a batch of its time; before, the step running
     at the deadline ran to its end (swin_t's first step, 16 trials for each of 124 kernels, was
@@ -448,8 +444,8 @@ class _DeadlineSearch(ms.search_strategy.PySearchStrategy):
     instead broke the scheduler: it could pick a task that the callback had just terminated, and
     failed TVM's check ``!task->is_terminated`` (swin_t, 30 minutes in)."""
 
-    def __init__(self, deadline: float, inner=None, clock: Callable[[], float] | None = None):
-        self.deadline, self.clock = deadline, clock or time.perf_counter
+    def __init__(self, deadline: float, inner=None, now: Callable[[], float] | None = None):
+        self.deadline, self.now = deadline, now or time.perf_counter
         self.inner = inner if inner is not None else ms.search_strategy.EvolutionarySearch()
         self.sent = False
 
@@ -465,7 +461,7 @@ class _DeadlineSearch(ms.search_strategy.PySearchStrategy):
         self.inner.post_tuning()
 
     def generate_measure_candidates(self):
-        if self.sent and self.clock() >= self.deadline:
+        if self.sent and self.now() >= self.deadline:
             return None
         candidates = self.inner.generate_measure_candidates()
         self.sent = self.sent or candidates is not None
@@ -475,7 +471,7 @@ class _DeadlineSearch(ms.search_strategy.PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self):
-        return _DeadlineSearch(self.deadline, self.inner.clone(), self.clock)
+        return _DeadlineSearch(self.deadline, self.inner.clone(), self.now)
 
 
 @derived_object
