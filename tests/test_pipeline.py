@@ -83,7 +83,8 @@ class FakePlan:
     tasks: int
     untuned: int = 0
 
-    def summary(self, trials=0, budget=None, *, by_default=False, default_cap=None):
+    def summary(self, trials=0, budget=None, *, by_default=False, default_cap=None,
+                inside_share=None):
         return (f"records for fake: {self.tasks} kernels, {self.untuned} untuned; trials "
                 f"{trials}, by default {by_default}, cap {default_cap}")
 

@@ -594,7 +594,8 @@ def test_tune_minutes_adds_each_tasks_trials_over_its_steps_by_name(tmp_path, mo
     names = [t.name for t in extract_tasks(mod, TARGET)]
     trials = {names[0]: [5, 3], names[1]: [7, 0]}  # per step
 
-    def step(mod, target, total, records_dir, *, seed, rpc, progress, progress_line, deadline):
+    def step(mod, target, total, records_dir, *, seed, rpc, progress, progress_line, deadline,
+             first_batch):
         k = seed  # tune_minutes gives step k the seed k
         per_task = [tuner.TaskStats(n, 1, 0, trials[n][k], 0, 0.0, 1e-3 * (k + 1))
                     for n in (names if k == 0 else names[::-1])]  # a step may list them otherwise
@@ -613,7 +614,7 @@ def test_tune_minutes_sizes_a_later_step_to_the_time_left(tmp_path, monkeypatch)
     asked, lines, deadlines = [], [], []
 
     def step(mod, target, total, records_dir, *, seed, rpc, progress=None, progress_line=None,
-             deadline=None):
+             deadline=None, first_batch=None):
         asked.append(total)
         deadlines.append(deadline)
         lines.append(progress_line and progress_line(6, 32, 0.0))
@@ -645,12 +646,38 @@ def test_tune_minutes_sizes_a_later_step_to_the_time_left(tmp_path, monkeypatch)
     assert deadlines[-1] == 60.0  # the minute left
 
 
+def test_a_short_minutes_budget_starts_with_a_round_that_fits_it(tmp_path, monkeypatch):
+    # the scheduler's first round is not cut short: at 8 trials a kernel, Inception-v3 at 330
+    # (62 kernels) tuned for 12 minutes of a 3-minute budget here
+    mod = matmul_module(8, 8, 8, copies=2)  # two tasks: a step of 16 each, batches of 8
+    asked = []
+
+    def step(mod, target, total, records_dir, *, seed, rpc, progress=None, progress_line=None,
+             deadline=None, first_batch=None):
+        asked.append((total, first_batch))
+        return tuner.TuneStats("key", "dir", (tuner.TaskStats("t", 1, 0, total, 0, 0.0, 1e-3),),
+                               0.0)
+
+    monkeypatch.setattr(tuner, "tune_budget", step)
+    for minutes, records_dir in ((0.2, tmp_path / "a"), (0.05, tmp_path / "b"),
+                                 (30.0, tmp_path / "c")):
+        clock = itertools.chain([0.0, 0.0], itertools.repeat(minutes * 60))  # one step, spent
+        monkeypatch.setattr(tuner, "time",
+                            types.SimpleNamespace(perf_counter=lambda: next(clock)))
+        tuner.tune_minutes(mod, TARGET, minutes, records_dir)
+    # the step is whole; its new kernels' first batch is what the time holds at 1.7 s a trial:
+    # 12 s hold 7 trials, 3 a kernel; 3 s still 1; 30 minutes a whole batch of 8, which the
+    # evolutionary search draws, as before (None)
+    assert tuner.PRIOR_TRIAL_S == 1.7
+    assert asked == [(32, 3), (32, 1), (32, None)]
+
+
 def test_an_interrupted_step_of_a_minutes_budget_counts_its_time(tmp_path, monkeypatch):
     mod = matmul_module(8, 8, 8, copies=2)
     asked = []
 
     def step(mod, target, total, records_dir, *, seed, rpc, progress=None, progress_line=None,
-             deadline=None):
+             deadline=None, first_batch=None):
         asked.append(total)
         raise KeyboardInterrupt  # Ctrl-C 50 s into the first step
 
@@ -699,15 +726,15 @@ def test_an_interrupt_or_a_failure_of_tvm_in_a_whole_model_search(tmp_path, mods
 
 
 class FakeStrategy:
-    """MetaSchedule's search strategy as :class:`tuner._DeadlineSearch` calls it: each call
-    finds a batch of two candidates, named by their order."""
+    """MetaSchedule's search strategy as :class:`tuner._WholeModelSearch` calls it: each call
+    finds a batch of two candidates, named by the strategy and their order."""
 
-    def __init__(self):
-        self.batches, self.calls = 0, []
+    def __init__(self, name: str = "b"):
+        self.name, self.batches, self.calls = name, 0, []
 
     def generate_measure_candidates(self):
         self.batches += 1
-        return [f"b{self.batches}c0", f"b{self.batches}c1"]
+        return [f"{self.name}{self.batches}c0", f"{self.name}{self.batches}c1"]
 
     def __getattr__(self, name):  # the other methods are passed on as they are
         return lambda *args: self.calls.append((name, args))
@@ -716,7 +743,8 @@ class FakeStrategy:
 def test_a_deadline_holds_back_a_tasks_batches_after_its_first():
     clock = [30.0]  # already past the deadline at the first call
     inner = FakeStrategy()
-    search = tuner._DeadlineSearch(20.0, inner, now=lambda: clock[0])._inst
+    search = tuner._WholeModelSearch(20.0, inner, now=lambda: clock[0],
+                                     fresh=FakeStrategy("random"))._inst
     # the first batch is never held back: the scheduler's first round is not cut short
     assert search.generate_measure_candidates() == ["b1c0", "b1c1"]
     assert search.generate_measure_candidates() is None  # then the task ends itself
@@ -728,6 +756,50 @@ def test_a_deadline_holds_back_a_tasks_batches_after_its_first():
     search.post_tuning()
     assert inner.calls == [("pre_tuning", (8, 2, ["space"], "db", "model")),
                            ("notify_runner_results", (["b2c0"], ["r"])), ("post_tuning", ())]
+
+
+class FakeDatabase:
+    """A database that holds records of the task modules in ``tuned`` only."""
+
+    def __init__(self, tuned):
+        self.tuned = tuned
+
+    def has_workload(self, mod):
+        return mod in self.tuned
+
+    def commit_workload(self, mod):
+        return mod
+
+    def get_top_k(self, workload, k):
+        return ["record"][:k]
+
+
+def test_a_kernel_without_records_draws_its_first_batch_at_random():
+    # where a minutes budget cannot give every kernel a whole first batch, a new kernel's
+    # smaller one is drawn at random: the evolutionary search ranks its samples by a cost model
+    # that has no data during the scheduler's first round, 4-8 s a kernel
+    for tuned, first, drawn in ((["other"], 2, "random1"), (["task"], 2, "b1"),
+                                (["other"], None, "b1")):
+        inner, fresh = FakeStrategy(), FakeStrategy("random")
+        search = tuner._WholeModelSearch(None, inner, fresh=fresh, first=first)._inst
+        search._initialize_with_tune_context(types.SimpleNamespace(mod="task"))
+        search.pre_tuning(8, 4, ["space"], FakeDatabase(tuned), "model")
+        assert search.generate_measure_candidates()[0] == f"{drawn}c0"
+        search.notify_runner_results(["c"], ["r"])
+        assert search.generate_measure_candidates()[0] == ("b1c0" if drawn != "b1" else "b2c0")
+        search.post_tuning()
+        # the evolutionary search counts every trial; the random draw is set up only when used,
+        # for a batch of `first` trials
+        assert [c[0] for c in inner.calls] == ["_initialize_with_tune_context", "pre_tuning",
+                                               "notify_runner_results", "post_tuning"]
+        assert inner.calls[1][1][1] == 4
+        if drawn == "random1":
+            assert [c[0] for c in fresh.calls] == ["_initialize_with_tune_context", "pre_tuning",
+                                                   "notify_runner_results", "post_tuning"]
+            assert fresh.calls[1][1][1] == 2
+        else:
+            assert [c[0] for c in fresh.calls] == ["_initialize_with_tune_context"]
+    assert not tuner._has_records(None, "task")  # no database: no records
 
 
 @pytest.mark.tuning
@@ -945,3 +1017,19 @@ def test_the_plan_says_what_earlier_runs_spent_of_a_whole_model_budget(tmp_path)
     assert "within 100 trials for this target first (6 trials of it spent by earlier runs " \
            "on these records, 94 trials left)" in plan.summary(budget=WholeBudget(trials=100))
     assert "budget of 6 trials was spent" in plan.summary(budget=WholeBudget(trials=6))
+    # the same with PET's mutants charged inside the budget (the line had said nothing of it)
+    inside = plan.summary(budget=WholeBudget(trials=100), inside_share=0.25)
+    assert "within 100 trials (PET's mutants inside it: 25% kept for them) for this target " \
+           "first (6 trials of it spent by earlier runs on these records, 94 trials left)" \
+           in inside
+    assert "budget of 6 trials (PET's mutants inside it: 25% kept for them) was spent" in \
+        plan.summary(budget=WholeBudget(trials=6), inside_share=0.25)
+    # the first round: kernels without records of their own get what the time left holds at
+    # 1.7 s a trial (9m54s: all 8 of a batch), or half a budget in trials over the kernels
+    assert plan.own == 0  # the records written here are stand-ins, not schedules to apply
+    assert ("after a first round that it does not cut short: one batch per kernel, 8 trials for "
+            "each of the 2 kernels (about 27s at 1.7 s a trial))" in forty)
+    assert "the 2 kernels, at random (about 3s at 1.7 s a trial)" in plan.summary(  # 3 s: 1
+        budget=WholeBudget(minutes=1805.7 / 60 + 0.05))
+    assert "one batch per kernel, 25 trials for each of the 2 kernels)" in \
+        fresh.summary(budget=WholeBudget(trials=100))

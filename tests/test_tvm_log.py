@@ -49,3 +49,26 @@ def test_nothing_left_out_adds_no_line():
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "plain\n"
+
+
+def test_a_left_out_warning_leaves_out_its_indented_lines_too():
+    # MetaSchedule's warning for a pooling kernel, as it came once per kernel on Inception-v3
+    import io
+
+    from tvm_pet.tvm_log import filter_lines
+    head = ('[05:39:{:02d}] /project/src/s_tir/meta_schedule/schedule_rule/apply_custom_rule.cc:'
+            '64: Warning: Unknown schedule rule "meta_schedule.pool_{}" for target keys '
+            '"("cpu",)". Checked ffi::Functions:\n')
+    lines = []
+    for second, kind in enumerate(("max", "avg", "avg", "max", "avg")):
+        lines += [head.format(second, kind),
+                  f"  s_tir.meta_schedule.cpu.meta_schedule.pool_{kind}\n"]
+    lines += ["tvm-pet: tuning 0 trials\n", "  an indented line of the run's own\n"]
+    out = io.BytesIO()
+    assert filter_lines(io.BytesIO("".join(lines).encode()), out) == 3
+    shown = out.getvalue().decode().splitlines()
+    assert shown[:4] == [lines[0].rstrip("\n"), lines[1].rstrip("\n"),
+                         lines[2].rstrip("\n"), lines[3].rstrip("\n")]
+    assert shown[4:] == ["tvm-pet: tuning 0 trials", "  an indented line of the run's own",
+                         "tvm-pet: TVM repeated its warnings above 3 times more (each is shown "
+                         "once)"]

@@ -28,8 +28,8 @@ _TVM_WARNING = re.compile(rb"^\[\d\d:\d\d:\d\d\] (\S+:\d+: Warning: .*?)\r?\n?$"
 
 def filter_lines(lines: BinaryIO, out: BinaryIO) -> int:
     """Copy ``lines`` to ``out`` line by line, leaving out a TVM warning already passed on (the
-    same source line and text; the time stamp may differ); then, if any was left out, one line
-    that says how many. Returns that count.
+    same source line and text; the time stamp may differ) with the indented lines that continue
+    it; then, if any was left out, one line that says how many. Returns that count.
 
     >>> out = io.BytesIO()
     >>> warn = b"] /tvm/topi/transform.h:1261: Warning: Fast mode segfaults\\n"
@@ -41,14 +41,19 @@ def filter_lines(lines: BinaryIO, out: BinaryIO) -> int:
     tvm-pet: TVM repeated its warnings above 1 time more (each is shown once)
     """
     seen: set[bytes] = set()
-    left_out = 0
+    left_out, dropping = 0, False
     for line in iter(lines.readline, b""):
         match = _TVM_WARNING.match(line)
         if match is not None:
-            if match.group(1) in seen:
+            dropping = match.group(1) in seen
+            if dropping:
                 left_out += 1
                 continue
             seen.add(match.group(1))
+        elif dropping and line[:1] in (b" ", b"\t"):  # the left-out warning's own next lines
+            continue
+        else:
+            dropping = False
         out.write(line)
         out.flush()
     if left_out:

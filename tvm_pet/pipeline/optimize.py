@@ -147,12 +147,11 @@ def records_plan(toolchain: Toolchain, program: Program,
     found = toolchain.records_plan(toolchain.lower(program))
     chosen = options.tuning_for(found.untuned)
     too_many = not chosen.tunes and options.untuned_trials > 0 and found.untuned > 0
-    budget = chosen.budget
-    if budget is not None and chosen.charge == "inside":
-        budget = f"{budget} (PET's mutants inside it: {chosen.mutant_share:.0%} kept for them)"
-    return chosen, found.summary(chosen.trials, budget,
+    inside = chosen.budget is not None and chosen.charge == "inside"
+    return chosen, found.summary(chosen.trials, chosen.budget,
                                  by_default=chosen.tunes and not options.tunes,
-                                 default_cap=options.untuned_cap if too_many else None)
+                                 default_cap=options.untuned_cap if too_many else None,
+                                 inside_share=chosen.mutant_share if inside else None)
 
 
 def load_model(model, options: DriverOptions = DriverOptions(),

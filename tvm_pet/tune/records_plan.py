@@ -55,16 +55,18 @@ class RecordsPlan:
         return self.tasks - self.own - self.borrowed
 
     def summary(self, trials: int = 0, budget=None, *, by_default: bool = False,
-                default_cap: int | None = None) -> str:
+                default_cap: int | None = None, inside_share: float | None = None) -> str:
         """One line for the plan: what was found, and what the run will do about the rest.
 
         Args:
             trials: trials per kernel tuned for this target first (0: none).
-            budget: a whole-model budget (``WholeBudget``, or its words), tuned instead of
-                ``trials`` per kernel; what earlier runs on these records spent of one is said.
+            budget: a whole-model budget (``WholeBudget``), tuned instead of ``trials`` per
+                kernel; what earlier runs on these records spent of one is said.
             by_default: ``trials`` were chosen by default, because kernels have no record.
             default_cap: the most untuned kernels tuned by default, when there were more (the
                 run keeps them untuned and says how to tune them).
+            inside_share: with ``budget``, the part of it kept for PET's mutants when they are
+                charged inside it (``--charge inside``).
         """
         parts = [f"{self.own} from its own records"]
         if self.borrowed_from is not None:
@@ -73,15 +75,19 @@ class RecordsPlan:
         line = f"records for {self.target}: {self.tasks} kernels, " + ", ".join(parts)
         if budget is not None:
             spent, left = self._spent(budget)
+            words = str(budget) + ("" if inside_share is None else
+                                   f" (PET's mutants inside it: {inside_share:.0%} kept for them)")
             if spent and not left:
-                return line + (f"; the whole-model budget of {budget} was spent by earlier runs "
+                return line + (f"; the whole-model budget of {words} was spent by earlier runs "
                                f"on these records ({spent}): the original's kernels are not "
                                "tuned again")
-            return line + (f"; tuning the whole model within {budget} for this target first "
+            first = ("one batch per kernel" if inside_share is not None else
+                     self._first_round(budget))
+            return line + (f"; tuning the whole model within {words} for this target first "
                            + (f"({spent} of it spent by earlier runs on these records, {left} "
                               "left) " if spent else "")
                            + "(MetaSchedule's task scheduler shares it across the kernels, "
-                           "after a first round of one batch each that it does not cut short)")
+                           f"after a first round that it does not cut short: {first})")
         if trials > 0 and by_default:
             return line + (f"; tuning {trials} trials per kernel for this target first, by "
                            f"default since {self.untuned} have no record anywhere (about a "
@@ -120,6 +126,38 @@ class RecordsPlan:
             return (f"{self.own_trials} trials",
                     f"{left} trials" if left > 0 else "")
         return "", ""
+
+    def _first_round(self, budget) -> str:
+        """The task scheduler's first round under a whole-model ``budget``, in words: one batch
+        per kernel, and for the kernels with no records of their own its size (drawn at random)
+        and, in minutes, its time at the prior rate (:func:`~tvm_pet.tune.tuner.first_round`).
+
+        >>> import types
+        >>> plan = RecordsPlan("t", "d", None, 62, 0, 0)
+        >>> plan._first_round(types.SimpleNamespace(trials=None, minutes=3.0))[22:]
+        '1 trial for each of the 62 kernels, at random (about 1m45s at 1.7 s a trial)'
+        >>> RecordsPlan("t", "d", None, 62, 60, 0)._first_round(
+        ...     types.SimpleNamespace(trials=2000, minutes=None))
+        'one batch per kernel, 16 trials for each of the 2 kernels without records of their own'
+        """
+        from tvm_pet.tune.tuner import PRIOR_TRIAL_S, clock, first_round
+        minutes, trials = getattr(budget, "minutes", None), getattr(budget, "trials", None)
+        new = self.tasks - self.own
+        if not new or (minutes is None and trials is None):
+            return "one batch per kernel"
+        if minutes is not None:
+            each = first_round(self.tasks, minutes * 60 - self.tuned_s)
+        else:
+            each = max(1, min(64, (trials - self.own_trials) // (2 * self.tasks)))
+        words = (f"one batch per kernel, {each} trial{'s' if each > 1 else ''} for "
+                 + ("its one kernel" if self.tasks == 1 else f"each of the {new} kernels")
+                 + ("" if new == self.tasks else " without records of their own"))
+        if minutes is None:
+            return words
+        if each < 8:  # a whole batch does not fit: drawn at random (tuner._WholeModelSearch)
+            words += ", at random"
+        return words + f" (about {clock(each * new * PRIOR_TRIAL_S)} at " \
+            f"{PRIOR_TRIAL_S:g} s a trial)"
 
     def to_json(self) -> dict:
         return {**asdict(self), "untuned": self.untuned}

@@ -153,7 +153,7 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
                 trials_per_iter: int = 64,
                 progress: Callable[[str], None] | None = None,
                 progress_line: Callable[[int, int, float], str] | None = None,
-                deadline: float | None = None) -> TuneStats:
+                deadline: float | None = None, first_batch: int | None = None) -> TuneStats:
     """Tune a whole module within ``budget`` trials in all, allocated across its tasks by
     MetaSchedule's gradient task scheduler (more trials where they save more time), and, given
     a ``deadline`` (a ``time.perf_counter()`` time), no longer than a measured batch past it.
@@ -174,7 +174,10 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
         progress: called after each measured batch with trials done, time so far and an ETA.
         progress_line: makes that line from (trials done, trials asked, seconds so far) instead
             (:func:`tune_minutes` counts its own).
-        deadline: when the search ends (:class:`_DeadlineSearch`), whatever trials are left.
+        deadline: when the search ends (:class:`_WholeModelSearch`), whatever trials are left.
+        first_batch: the trials of a kernel's first batch when it has no records, drawn at
+            random (:class:`_WholeModelSearch`); None: a whole batch, by the evolutionary
+            search.
 
     Returns:
         ``TuneStats`` with one entry per task.
@@ -198,7 +201,8 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
                                       max_workers, trials_per_iter, interrupted)
                 say = (None if progress is None else
                        _Progress(remaining, progress, progress_line, kernels=len(searchable)))
-                _tune_together(searchable, remaining, records_dir, say, search, deadline)
+                _tune_together(searchable, remaining, records_dir, say, search, deadline,
+                               first_batch)
         finally:  # its popen worker outlives the process otherwise
             runner.pool.shutdown()
     database = records.open_database(records_dir, target)
@@ -212,12 +216,15 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
                  progress: Callable[[str], None] | None = None) -> TuneStats:
     """Tune a whole module for about ``minutes``: :func:`tune_budget` in steps of at most
     ``step_per_task`` trials per task (the gradient scheduler spreads each step), until the time
-    is spent or a step measures nothing (every search space exhausted). After the first step,
-    a step is sized to the time left at the rate measured so far, so the run ends near
+    is spent or a step measures nothing (every search space exhausted). The task scheduler's
+    first round is not cut short; where a whole batch per kernel does not fit in the minutes,
+    a kernel with no records gets a first batch sized to them (:func:`first_round`), drawn at
+    random (:class:`_WholeModelSearch`), so that the round fits where it can. After the first
+    step, a step is sized to the time left at the rate measured so far, so the run ends near
     ``minutes`` rather than a whole step past it (here a step of 16 per task on a 25-kernel BERT
     takes about 10 minutes); a step that could not give each task one trial is not started, and
     a step still running when the minutes are spent ends after its next measured batch
-    (:class:`_DeadlineSearch`).
+    (:class:`_WholeModelSearch`).
 
     The minutes count this module's earlier runs on the same records
     (:class:`MinutesSpent`): a second run with the same budget measures nothing, and one with
@@ -243,9 +250,13 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
                                   minutes * 60 - earlier, time.perf_counter() - start)):
             total, started = total + size, True
             line = _minutes_line(sum(s.new_trials for s in steps), minutes, start - earlier)
+            first = None if steps else first_round(len(tasks), minutes * 60 - earlier,
+                                                   step_per_task // 2)
+            first = None if first == step_per_task // 2 else first  # a whole batch fits
             steps.append(tune_budget(mod, target, total, records_dir, seed=seed + len(steps),
                                      rpc=rpc, progress=progress, progress_line=line,
-                                     deadline=start - earlier + minutes * 60))
+                                     deadline=start - earlier + minutes * 60,
+                                     first_batch=first))
             if steps[-1].new_trials == 0:
                 break
     finally:
@@ -294,6 +305,28 @@ class MinutesSpent(dbfile.SidecarCache):
         self._store(key, seconds)
 
 
+#: Seconds a trial of the task scheduler's first round took here, evolutionary search included
+#: (ResNet-18: 152 trials in 262 s; Inception-v3 at 330: 447 in 738 s; 2 cores): what a minutes
+#: budget's first round is sized by, before any trial is measured.
+PRIOR_TRIAL_S = 1.7
+
+
+def first_round(kernels: int, seconds: float, batch: int = 8) -> int:
+    """Trials of a kernel's first batch in :func:`tune_minutes`, ``seconds`` left of the
+    budget: the task scheduler gives every kernel one batch before it chooses, and does not cut
+    that round short, so the round gets what the time left holds at :data:`PRIOR_TRIAL_S` a
+    trial; at least 1 trial per kernel, at most ``batch`` (the step's own). Before, it was
+    always ``batch``: on Inception-v3 at 330 (62 kernels), 12 minutes of tuning for a 3-minute
+    budget.
+
+    >>> first_round(62, 3 * 60), first_round(62, 12.3 * 60)  # Inception-v3 at 330
+    (1, 7)
+    >>> first_round(19, 5 * 60), first_round(124, 30 * 60)  # ResNet-18; swin_t at 224
+    (8, 8)
+    """
+    return max(1, min(batch, int(seconds / PRIOR_TRIAL_S) // kernels))
+
+
 def _step_size(steps: list[TuneStats], full: int, tasks: int, seconds: float,
                elapsed: float) -> int:
     """Trials for :func:`tune_minutes`' next step: ``full`` for the first, then what the time
@@ -330,7 +363,8 @@ def _minutes_line(before: int, minutes: float, start: float) -> Callable[[int, i
 
 
 def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
-                   search: TuningSearch, deadline: float | None = None) -> None:
+                   search: TuningSearch, deadline: float | None = None,
+                   first_batch: int | None = None) -> None:
     """Run MetaSchedule's gradient task scheduler over ``tasks`` for ``trials`` in all, ended
     at ``deadline`` if one is given. An interrupt is raised as ``KeyboardInterrupt`` (TVM's FFI
     makes it a bare ``RuntimeError``: :func:`_run_search`), and a failure inside TVM as a
@@ -348,8 +382,8 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
             _task_logger(work_dir, "budget") as logger:
         contexts = [search.new_context(mod=t.mod, target=target,
                                        space_generator="post-order-apply",
-                                       search_strategy=("evolutionary" if deadline is None else
-                                                        _DeadlineSearch(deadline)),
+                                       search_strategy=_WholeModelSearch(deadline,
+                                                                         first=first_batch),
                                        task_name=t.name,
                                        logger=logger, rand_state=s,
                                        num_threads=search.num_threads).clone()
@@ -431,47 +465,82 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
 
 
 @derived_object
-class _DeadlineSearch(ms.search_strategy.PySearchStrategy):
-    """``inner`` (MetaSchedule's evolutionary search by default), which finds no more
-    candidates once ``deadline`` (a ``now()`` time, ``time.perf_counter`` by default) has
-    passed: the task scheduler then terminates the task itself, after measuring and committing
-    the batch it has in flight. A task's first batch is never held back, so the scheduler's
-    first round is not cut short.
+class _WholeModelSearch(ms.search_strategy.PySearchStrategy):
+    """One kernel's search under a whole-model budget: ``inner`` (MetaSchedule's evolutionary
+    search by default), with two changes.
 
-    A step of :func:`tune_minutes` then ends within a batch of its time; before, the step running
-    at the deadline ran to its end (swin_t's first step, 16 trials for each of 124 kernels, was
-    longer than its whole 30-minute budget here). Terminating the tasks from a measure callback
-    instead broke the scheduler: it could pick a task that the callback had just terminated, and
-    failed TVM's check ``!task->is_terminated`` (swin_t, 30 minutes in)."""
+    1. **Given ``first``, a kernel with no records draws a first batch of ``first`` trials at
+       random** (``fresh``: MetaSchedule's ``ReplayTrace``; None: the evolutionary search
+       draws a whole batch, as before). The evolutionary search ranks 512 samples, evolved
+       four times, by the cost model, but the model has no data until the scheduler's first
+       round is over (XGBoost's scores are uniform draws below 100 samples): 4-8 s a kernel
+       here. On Inception-v3 at 330 (62 kernels, a first batch of 1 trial each) the first round
+       took about 9 minutes with the evolutionary search, and 2 min 35 s at random. Where a
+       whole batch fits, the evolutionary search keeps it: on ResNet-18 at 5 minutes, a round
+       of 7 at random ran x0.90 as fast as the round of 8 it replaced (one draw each). The
+       evolutionary search takes over from the second batch, from the records the first left.
+    2. **No more candidates once ``deadline`` has passed** (a ``now()`` time,
+       ``time.perf_counter`` by default; ``None``: none): the task scheduler then terminates
+       the task itself, after measuring and committing the batch it has in flight. A task's
+       first batch is never held back, so the scheduler's first round is not cut short. A step
+       of :func:`tune_minutes` then ends within a batch of its time; before, the step running
+       at the deadline ran to its end (swin_t's first step, 16 trials for each of 124 kernels,
+       was longer than its whole 30-minute budget here). Terminating the tasks from a measure
+       callback instead broke the scheduler: it could pick a task that the callback had just
+       terminated, and failed TVM's check ``!task->is_terminated`` (swin_t, 30 minutes in).
+    """
 
-    def __init__(self, deadline: float, inner=None, now: Callable[[], float] | None = None):
-        self.deadline, self.now = deadline, now or time.perf_counter
+    def __init__(self, deadline: float | None = None, inner=None,
+                 now: Callable[[], float] | None = None, fresh=None, first: int | None = None):
+        self.deadline, self.now, self.first = deadline, now or time.perf_counter, first
         self.inner = inner if inner is not None else ms.search_strategy.EvolutionarySearch()
-        self.sent = False
+        self.fresh = fresh if fresh is not None else ms.search_strategy.ReplayTrace()
+        self.sent, self.new, self.mod = False, False, None
 
     def _initialize_with_tune_context(self, context) -> None:
+        self.mod = context.mod
         self.inner._initialize_with_tune_context(context)
+        self.fresh._initialize_with_tune_context(context)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None,
                    cost_model=None) -> None:
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database,
                               cost_model)
+        self.new = (self.first is not None and not self.sent
+                    and not _has_records(database, self.mod))
+        if self.new:
+            self.fresh.pre_tuning(max_trials, min(num_trials_per_iter, self.first),
+                                  design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
         self.inner.post_tuning()
+        if self.new:
+            self.fresh.post_tuning()
 
     def generate_measure_candidates(self):
-        if self.sent and self.now() >= self.deadline:
+        if self.sent and self.deadline is not None and self.now() >= self.deadline:
             return None
-        candidates = self.inner.generate_measure_candidates()
+        drawn = self.fresh if self.new and not self.sent else self.inner
+        candidates = drawn.generate_measure_candidates()
         self.sent = self.sent or candidates is not None
         return candidates
 
     def notify_runner_results(self, measure_candidates, results) -> None:
+        # both count the trials measured (the evolutionary search stops at max_trials)
         self.inner.notify_runner_results(measure_candidates, results)
+        if self.new:
+            self.fresh.notify_runner_results(measure_candidates, results)
 
     def clone(self):
-        return _DeadlineSearch(self.deadline, self.inner.clone(), self.now)
+        return _WholeModelSearch(self.deadline, self.inner.clone(), self.now, self.fresh.clone(),
+                                 self.first)
+
+
+def _has_records(database, mod) -> bool:
+    """Whether ``database`` (None: no database) holds a measured record of the task ``mod``."""
+    if database is None or mod is None or not database.has_workload(mod):
+        return False
+    return len(database.get_top_k(database.commit_workload(mod), 1)) > 0
 
 
 @derived_object
