@@ -10,7 +10,7 @@ from an empty records folder twice:
 
 - ``before``: as before 2026-11-29, a first step of 16 trials per kernel (a round of 8 each),
   every batch drawn by the evolutionary search; reproduced here by patching
-  ``tuner.first_round`` to a whole batch (8);
+  ``tuner.first_round`` to say a whole batch (8) fits;
 - ``after``: the code as it is: where a whole batch per kernel does not fit in the minutes at
   ``tuner.PRIOR_TRIAL_S`` a trial, a new kernel's first batch is what they hold, 1 to 7
   (``tuner.first_round``), drawn at random (``tuner._WholeModelSearch``); later batches of 8,
@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 def tune_variant(mod, target, minutes: float, records_dir: pathlib.Path, before: bool) -> dict:
     """Tune ``mod`` for ``minutes`` into ``records_dir``, the old way or the new."""
     from tvm_pet.tune import tuner
-    patches = ([mock.patch.object(tuner, "first_round", lambda k, s, batch=8: batch)]
+    patches = ([mock.patch.object(tuner, "first_round", lambda k, s, batch=8: None)]
                if before else [])
     for patch in patches:
         patch.start()

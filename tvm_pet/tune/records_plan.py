@@ -140,21 +140,24 @@ class RecordsPlan:
         ...     types.SimpleNamespace(trials=2000, minutes=None))
         'one batch per kernel, 16 trials for each of the 2 kernels without records of their own'
         """
-        from tvm_pet.tune.tuner import PRIOR_TRIAL_S, clock, first_round
+        from tvm_pet.tune.tuner import (PRIOR_TRIAL_S, STEP_PER_TASK, clock, first_round,
+                                        scheduler_batch)
         minutes, trials = getattr(budget, "minutes", None), getattr(budget, "trials", None)
         new = self.tasks - self.own
         if not new or (minutes is None and trials is None):
             return "one batch per kernel"
+        drawn = None  # a smaller first batch, drawn at random (tuner._WholeModelSearch)
         if minutes is not None:
-            each = first_round(self.tasks, minutes * 60 - self.tuned_s)
+            drawn = first_round(self.tasks, minutes * 60 - self.tuned_s)
+            each = STEP_PER_TASK // 2 if drawn is None else drawn
         else:
-            each = max(1, min(64, (trials - self.own_trials) // (2 * self.tasks)))
+            each = scheduler_batch(trials - self.own_trials, self.tasks)
         words = (f"one batch per kernel, {each} trial{'s' if each > 1 else ''} for "
                  + ("its one kernel" if self.tasks == 1 else f"each of the {new} kernels")
                  + ("" if new == self.tasks else " without records of their own"))
         if minutes is None:
             return words
-        if each < 8:  # a whole batch does not fit: drawn at random (tuner._WholeModelSearch)
+        if drawn is not None:
             words += ", at random"
         return words + f" (about {clock(each * new * PRIOR_TRIAL_S)} at " \
             f"{PRIOR_TRIAL_S:g} s a trial)"

@@ -36,6 +36,9 @@ from tvm_pet.tune.builder import make_builder
 from tvm_pet.tune.compile import Task, extract_tasks
 from tvm_pet.tune.targets import resolve_target, target_dir
 
+#: Trials per task of a :func:`tune_minutes` step; its first round's batches hold half of them.
+STEP_PER_TASK = 16
+
 
 @dataclass(frozen=True, slots=True)
 class TaskStats:
@@ -125,7 +128,7 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     own_runner, stats = None, []
     plan = [(t, _trials_done(t, database, pruned), 0 if str(t.shash) in skip else trials)
             for t in tasks]  # each task, its trials so far, and the trials it should have
-    todo = sum(b < want and str(t.shash) not in exhausted for t, b, want in plan)
+    todo = sum(_needs_trials(t, b, want, exhausted) for t, b, want in plan)
     try:
         with _watch_interrupts() as interrupted:
             for (task, before, want), task_seed in zip(plan, ms.utils.fork_seed(seed, len(tasks))):
@@ -212,7 +215,7 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
 
 def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
                  records_dir: str | Path = records.DEFAULT_RECORDS_DIR, *, seed: int = 0,
-                 step_per_task: int = 16, rpc: str | None = None,
+                 step_per_task: int = STEP_PER_TASK, rpc: str | None = None,
                  progress: Callable[[str], None] | None = None) -> TuneStats:
     """Tune a whole module for about ``minutes``: :func:`tune_budget` in steps of at most
     ``step_per_task`` trials per task (the gradient scheduler spreads each step), until the time
@@ -252,7 +255,6 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
             line = _minutes_line(sum(s.new_trials for s in steps), minutes, start - earlier)
             first = None if steps else first_round(len(tasks), minutes * 60 - earlier,
                                                    step_per_task // 2)
-            first = None if first == step_per_task // 2 else first  # a whole batch fits
             steps.append(tune_budget(mod, target, total, records_dir, seed=seed + len(steps),
                                      rpc=rpc, progress=progress, progress_line=line,
                                      deadline=start - earlier + minutes * 60,
@@ -311,20 +313,33 @@ class MinutesSpent(dbfile.SidecarCache):
 PRIOR_TRIAL_S = 1.7
 
 
-def first_round(kernels: int, seconds: float, batch: int = 8) -> int:
-    """Trials of a kernel's first batch in :func:`tune_minutes`, ``seconds`` left of the
-    budget: the task scheduler gives every kernel one batch before it chooses, and does not cut
-    that round short, so the round gets what the time left holds at :data:`PRIOR_TRIAL_S` a
-    trial; at least 1 trial per kernel, at most ``batch`` (the step's own). Before, it was
-    always ``batch``: on Inception-v3 at 330 (62 kernels), 12 minutes of tuning for a 3-minute
-    budget.
+def first_round(kernels: int, seconds: float, batch: int = STEP_PER_TASK // 2) -> int | None:
+    """Trials of a new kernel's first batch in :func:`tune_minutes`, ``seconds`` left of the
+    budget, drawn at random (:class:`_WholeModelSearch`); None where a whole ``batch`` (the
+    step's own) fits, which the evolutionary search draws as before. The task scheduler gives
+    every kernel one batch before it chooses, and does not cut that round short, so the round
+    gets what the time left holds at :data:`PRIOR_TRIAL_S` a trial, at least 1 per kernel.
+    Before, it was always ``batch``: on Inception-v3 at 330 (62 kernels), 12 minutes of tuning
+    for a 3-minute budget.
 
     >>> first_round(62, 3 * 60), first_round(62, 12.3 * 60)  # Inception-v3 at 330
     (1, 7)
     >>> first_round(19, 5 * 60), first_round(124, 30 * 60)  # ResNet-18; swin_t at 224
-    (8, 8)
+    (None, None)
     """
-    return max(1, min(batch, int(seconds / PRIOR_TRIAL_S) // kernels))
+    each = max(1, int(seconds / PRIOR_TRIAL_S) // kernels)
+    return None if each >= batch else each
+
+
+def scheduler_batch(trials: int, kernels: int, per_iter: int = 64) -> int:
+    """The batch MetaSchedule's task scheduler measures per kernel when :func:`tune_budget`
+    shares ``trials`` across ``kernels``: small enough that every kernel gets a first round and
+    the scheduler has a choice (half the trials over the kernels), at most ``per_iter``.
+
+    >>> scheduler_batch(2000, 62), scheduler_batch(300, 1), scheduler_batch(10, 62)
+    (16, 64, 1)
+    """
+    return max(1, min(per_iter, trials // (2 * kernels)))
 
 
 def _step_size(steps: list[TuneStats], full: int, tasks: int, seconds: float,
@@ -377,7 +392,7 @@ def _tune_together(tasks: list[Task], trials: int, records_dir, progress,
         callbacks.append(progress)
         builder = _BuildReporter(builder, progress.built)
     # small enough batches that every task gets a first round and the scheduler has a choice
-    per_iter = max(1, min(search.trials_per_iter, trials // (2 * len(tasks))))
+    per_iter = scheduler_batch(trials, len(tasks), search.trials_per_iter)
     with records.pending_database(records_dir, target, [t.mod for t in tasks]) as database, \
             _task_logger(work_dir, "budget") as logger:
         contexts = [search.new_context(mod=t.mod, target=target,
@@ -506,8 +521,7 @@ class _WholeModelSearch(ms.search_strategy.PySearchStrategy):
                    cost_model=None) -> None:
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database,
                               cost_model)
-        self.new = (self.first is not None and not self.sent
-                    and not _has_records(database, self.mod))
+        self.new = self.first is not None and not _has_records(database, self.mod)
         if self.new:
             self.fresh.pre_tuning(max_trials, min(num_trials_per_iter, self.first),
                                   design_spaces, database, cost_model)
@@ -602,12 +616,18 @@ def _already_tuned(task: Task, before: int, trials: int, database,
                    exhausted: dict[str, int]) -> TaskStats | None:
     """The statistics of a task that has its ``trials`` already, or whose search ran out of new
     candidates before (``dbfile.exhausted``), with nothing measured; else ``None``."""
-    if before < trials and str(task.shash) not in exhausted:
+    if _needs_trials(task, before, trials, exhausted):
         return None
     best = records.best_record(database, task.mod)
     return TaskStats(task.name, task.weight, before, 0, 0, 0.0,
                      records.mean_run_secs(best) if best else None, exhausted=before < trials,
                      workload=str(task.shash))
+
+
+def _needs_trials(task: Task, before: int, trials: int, exhausted: dict[str, int]) -> bool:
+    """Whether a task with ``before`` records is short of ``trials`` and its search has not run
+    out of new candidates before (``dbfile.exhausted``)."""
+    return before < trials and str(task.shash) not in exhausted
 
 
 @dataclass(frozen=True, slots=True)
