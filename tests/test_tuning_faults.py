@@ -826,9 +826,8 @@ def test_a_budget_is_spread_over_the_tasks_and_reused(tmp_path):
     assert stats.new_trials == 12 and count_records(tmp_path, TARGET) == 12
     assert lines and lines[-1].startswith("tuning 12/12 trials")
     # the scheduler builds every task's first batch before it counts a trial: said as it goes
-    assert re.fullmatch(r"tuning 0/12 trials \S+ \(first round: 1/2 kernels sent to measure, "
-                        r"about \S+ left of it; the trials are counted once every kernel is\)",
-                        lines[0]), lines[0]
+    assert re.fullmatch(r"tuning 0/12 trials \S+ \(first round: 1/2 kernels sent to measure; "
+                        r"the trials are counted once every kernel is\)", lines[0]), lines[0]
     assert tune_budget(mod, TARGET, 12, tmp_path).new_trials == 0
 
 
@@ -845,20 +844,23 @@ def test_the_first_round_is_reported_until_a_trial_is_counted(monkeypatch):
     clock = [100.0]
     monkeypatch.setattr(tuner.time, "perf_counter", lambda: clock[0])
     lines = []
-    progress = tuner._Progress(40, lines.append, kernels=3, every_s=20.0)
-    for step in (10.0, 5.0, 20.0):  # the second comes 5 s after the first: not said
+    progress = tuner._Progress(40, lines.append, kernels=4, every_s=20.0)
+    for step in (30.0, 5.0, 20.0, 25.0):  # the second comes 5 s after the first: not said
         clock[0] += step
         progress.built(8)
-    assert lines == [  # 10 s for the first kernel: 20 s for the other two
-        "tuning 0/40 trials 10s (first round: 1/3 kernels sent to measure, about 20s left of "
+    assert lines == [  # the first kernel's 30 s hold the workers' start: no pace from it
+        "tuning 0/40 trials 30s (first round: 1/4 kernels sent to measure; the trials are "
+        "counted once every kernel is)",
+        # two kernels in the 25 s since the first: 12.5 s for the last one
+        "tuning 0/40 trials 55s (first round: 3/4 kernels sent to measure, about 12s left of "
         "it; the trials are counted once every kernel is)",
-        "tuning 0/40 trials 35s (first round: 3/3 kernels sent to measure; "
+        "tuning 0/40 trials 1m20s (first round: 4/4 kernels sent to measure; "
         "the trials are counted once every kernel is)"]
     clock[0] += 5.0
     progress._inst.apply(None, 0, [None] * 8, [], [])  # the first batch counted
     clock[0] += 60.0
     progress.built(8)  # later builds say nothing: the counted trials have their own lines
-    assert lines[2:] == ["tuning 8/40 trials 40s, ETA 2m40s"]
+    assert lines[3:] == ["tuning 8/40 trials 1m25s, ETA 5m40s"]
 
 
 # ------------------------------------------------------------------ exhausted search spaces
