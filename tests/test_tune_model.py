@@ -1,6 +1,7 @@
 """`tune_model`'s choice of what to tune, with the tuner and the measured cost stubbed by a
 toolchain that overrides TVM's: the original, the screened mutants, then their combination across
 layers (no MetaSchedule here)."""
+import dataclasses
 import types
 
 import numpy as np
@@ -87,6 +88,48 @@ def test_a_whole_model_budget_tunes_the_original_then_mutants_at_its_trials_per_
     assert toolchain.trials and set(toolchain.trials) == {12}  # (10 + 12 + 14) / 3 per task
     assert summary["budget"] == "36 trials" and summary["trials_per_task"] == 12
     assert summary["new_trials"] == 36 and summary["mutant_trials"] == 0
+
+
+def test_the_summary_splits_the_stage_s_seconds_between_tuning_and_screening(tmp_path,
+                                                                            monkeypatch):
+    import tvm_pet.pipeline.tune as tune_stage
+    clock = [0.0]  # the stage's clock: the original's budget takes 30 s, a mutant's tuning 5 s,
+    monkeypatch.setattr(tune_stage, "time",  # and screening a mutant 1 s
+                        types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def taking(seconds, stats):
+        clock[0] += seconds
+        return dataclasses.replace(stats, wall_s=seconds)
+
+    class Screening(StubCost):
+        def screen(self, before, after):
+            clock[0] += 1.0
+            return super().screen(before, after)
+
+    class Timed(StubToolchain):
+        def tune(self, module, trials, *, seed, progress=None, skip=frozenset()):
+            return taking(5.0, super().tune(module, trials, seed=seed))
+
+        def tune_whole(self, module, budget, *, seed, progress=None):
+            return taking(30.0, super().tune_whole(module, budget, seed=seed))
+
+        def cost_model(self):
+            return Screening(self.target, self.records_dir)
+
+    from tvm_pet.cli import _split_seconds
+    options = DriverOptions(budget=WholeBudget(trials=36), records_dir=str(tmp_path / "none"),
+                            promising=2)
+    toolchain = Timed(options.records_dir)
+    summary = tune_model(dilated_chain(), SearchConfig(rounds=1, time_limit=120), options,
+                         toolchain).to_json()
+    mutants, screened = len(toolchain.tuned), summary["screened_mutants"]  # the picks, and
+    assert mutants >= 2 and screened >= mutants  # their combination
+    assert (summary["original_s"], summary["mutants_s"]) == (30.0, 5.0 * mutants)
+    assert summary["screen_s"] == 1.0 * screened
+    assert summary["tuning_time_s"] == 30.0 + 5.0 * mutants + screened
+    assert _split_seconds(summary) == (
+        f"{30 + 5 * mutants + screened} s: 30 s tuning the original, {screened} s screening "
+        f"{screened} mutants, {5 * mutants} s tuning mutants")
 
 
 def test_combination_of_fewer_than_two_improving_subsets_is_none():

@@ -67,6 +67,10 @@ class TuneSummary:
         screen_trials: trials per task of the second screen.
         inside: with ``--charge inside``, the mutants' allowance (:meth:`Allowance.to_json`);
             None when they are charged beside the budget.
+        original_s: seconds of the tuning calls of the original's kernels (the budget's, and
+            with ``--charge inside`` its top-up).
+        mutants_s: seconds of the tuning calls of PET's mutants (the second screen's too).
+            The rest of ``tuning_time_s`` went to generating, lowering and screening mutants.
     """
 
     records: str
@@ -79,6 +83,14 @@ class TuneSummary:
     mutant_trials: int = 0
     screen_trials: int = 0
     inside: dict | None = None
+    original_s: float = 0.0
+    mutants_s: float = 0.0
+
+    @property
+    def screen_s(self) -> float:
+        """Seconds of the stage outside its tuning calls: generating, lowering and screening
+        the mutants."""
+        return max(0.0, self.tuning_time_s - self.original_s - self.mutants_s)
 
     @property
     def ran(self) -> bool:
@@ -97,7 +109,8 @@ class TuneSummary:
                 "screened_by_flops": self.plan.by_flops, "short_tuned": self.plan.short_tuned,
                 "screen_trials": self.screen_trials, "tuned_mutants": self.plan.to_json(),
                 "charge": "beside" if self.inside is None else "inside",
-                "inside_budget": self.inside}
+                "inside_budget": self.inside, "original_s": self.original_s,
+                "mutants_s": self.mutants_s, "screen_s": self.screen_s}
 
 
 def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
@@ -141,12 +154,13 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
         if combined_stats is not None:
             stats.append(combined_stats)
             picks.append(combined_pick(combined))
-    rest = 0 if allowance is None else allowance.top_up(toolchain, program, options.seed,
-                                                        progress).new_trials
+    rest = [] if allowance is None else [allowance.top_up(toolchain, program, options.seed,
+                                                          progress)]
     mutant_trials = sum(s.new_trials for s in stats)
     return TuneSummary(records=str(toolchain.records_dir),
                        tuning_time_s=time.perf_counter() - start,
-                       new_trials=first.new_trials + mutant_trials + rest,
+                       new_trials=first.new_trials + mutant_trials + sum(r.new_trials
+                                                                          for r in rest),
                        tasks=first.tasks + sum(s.tasks for s in stats),
                        trials_per_task=options.trials,
                        plan=TuningPlan(tuple(picks), len(screened),
@@ -154,7 +168,9 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                        budget=None if options.budget is None else str(options.budget),
                        mutant_trials=mutant_trials,
                        screen_trials=options.second_screen_trials,
-                       inside=None if allowance is None else allowance.to_json())
+                       inside=None if allowance is None else allowance.to_json(),
+                       original_s=sum(r.wall_s for r in [first, *rest]),
+                       mutants_s=sum(s.wall_s for s in stats))
 
 
 def _tune_original(toolchain: Toolchain, program: Program, options: DriverOptions,
