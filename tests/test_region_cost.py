@@ -9,6 +9,7 @@ import pytest
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import ProgramBuilder
+from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.optimizer import Optimizer, operator_subsets
 from tvm_pet.search.partition import extract, partition, replace_subprogram
@@ -105,6 +106,65 @@ def test_region_difference_equals_the_whole_programs(name, limit):
             if checked >= limit:
                 break
     assert checked >= limit and cost.regions_refused == 0
+
+
+def test_without_a_region_a_rewrite_is_costed_from_the_kernels_the_whole_programs_differ_in():
+    from tvm_pet.models import build_model
+    from tvm_pet.pipeline.load import load
+    from tvm_pet.tune.measured_cost import MeasuredCost
+
+    loaded = load(build_model("resnet18", image=64))
+    program = loaded.program
+    timed = []
+
+    def timer(task_mod, target, repeat=3):
+        timed.append(task_mod)
+        return _fake_timer(task_mod, target, repeat)
+
+    cost = MeasuredCost("llvm", tuned=False, lower=loaded.lower, measure_untuned=timer)
+    base = cost.cost(program)
+    opt = Optimizer(SearchConfig(time_limit=120), cost)
+    checked = 0
+    for sub in partition(program, max_merge=3)[:6]:
+        for subset in operator_subsets(program, sub, 2):
+            part, mutants = opt.mutants_of(program, subset, sub.name)
+            for _, corrected in mutants[:2]:
+                new = replace_subprogram(program, part, corrected)
+                timed.clear()
+                # no region (too large, or not compilable alone): the whole programs' kernels
+                got = opt.rewrite_cost(None, base, part, corrected, new, program)
+                changed = len(timed)
+                assert got == pytest.approx(cost.cost(new), rel=1e-9, abs=1e-12), sub.name
+                # costed whole, every kernel of the candidate is looked up (the original's from
+                # the cache); the difference timed only those the original lacks
+                assert changed < len(cost.kernels(new))
+                checked += 1
+    assert checked >= 6
+
+
+def test_without_a_region_a_rewrite_to_kernels_without_records_is_set_aside_untimed(tmp_path):
+    from tests.records import write_records
+    from tvm_pet.tune.compile import extract_tasks
+    from tvm_pet.tune.measured_cost import MeasuredCost
+    from tvm_pet.tune.records import db_dir
+    from tvm_pet.tune.targets import resolve_target
+
+    p, target = _residual_block(), resolve_target("llvm")
+    original = [t.mod for t in extract_tasks(program_to_module(p), target)]
+    write_records(db_dir(tmp_path, target), original, per_task=1, valid=True)
+    timed = []
+    cost = MeasuredCost("llvm", tmp_path, measure_untuned=lambda *a, **k: timed.append(a) or 1.0)
+    opt = Optimizer(SearchConfig(time_limit=60), cost)
+    sub = partition(p)[0]
+    costs = []
+    for subset in operator_subsets(p, sub, 2):
+        part, mutants = opt.mutants_of(p, subset, sub.name)
+        costs += [opt.rewrite_cost(None, 1.0, part, corrected,
+                                   replace_subprogram(p, part, corrected), p)
+                  for _, corrected in mutants]
+    # every rewrite that makes a kernel the records lack is set aside, and none is timed
+    assert cost.set_aside >= 1 and costs.count(float("inf")) == cost.set_aside
+    assert timed == []
 
 
 def test_unchanged_operators_lower_to_the_imported_kernels():

@@ -355,22 +355,26 @@ class Optimizer:
         return fusion_region(program, part)
 
     def rewrite_cost(self, region: Region | None, cost_now: float, part: Subprogram,
-                     corrected: Program, new: Program) -> float:
-        """The cost of ``new``: the program (costing ``cost_now``) with ``part`` replaced by
-        ``corrected``.
+                     corrected: Program, new: Program, before: Program | None = None) -> float:
+        """The cost of ``new``: the program ``before`` (costing ``cost_now``) with ``part``
+        replaced by ``corrected``.
 
         With ``part``'s :meth:`region_of`, the rewrite is costed by the cost model's
-        ``difference`` of the region before and after, memoized by both regions' structure;
-        without a region, or when ``difference`` returns None (the region cannot be compiled
-        alone), ``new`` is costed whole.
+        ``difference`` of the region before and after, memoized by both regions' structure.
+        Without a region, or when ``difference`` returns None (the region cannot be compiled
+        alone), by the cost model's ``whole_difference`` of ``before`` and ``new`` where it has
+        one (the kernels the whole programs do not share), else ``new`` is costed whole.
         """
         after = None if region is None else region.after(part, corrected)
-        if after is None:
-            return self.cost(new)
-        key = (canonical(region.before, self.keys)[0], canonical(after, self.keys)[0])
-        if key not in self.differences:
-            self.differences[key] = self.cost_model.difference(region.before, after)
-        delta = self.differences[key]
+        delta = None
+        if after is not None:
+            key = (canonical(region.before, self.keys)[0], canonical(after, self.keys)[0])
+            if key not in self.differences:
+                self.differences[key] = self.cost_model.difference(region.before, after)
+            delta = self.differences[key]
+        whole = getattr(self.cost_model, "whole_difference", None)
+        if delta is None and whole is not None and before is not None:
+            delta = whole(before, new)
         return self.cost(new) if delta is None else cost_now + delta
 
     def out_of_time(self) -> bool:
@@ -476,7 +480,7 @@ def _single_mutations(opt: Optimizer, entry: _Entry, seen: set, label: str
                 # with additive costs only the replaced part changes, so only small
                 # programs are costed; otherwise the region around it (or the whole candidate)
                 c = (cost_now - part_cost + opt.cost(corrected) if additive
-                     else opt.rewrite_cost(region, cost_now, part, corrected, new))
+                     else opt.rewrite_cost(region, cost_now, part, corrected, new, prog))
                 if math.isinf(c):  # the cost model set it aside (measured: untuned kernels)
                     continue
                 step = Applied(sub.name, _op_names(part.program.nodes), mutant.ops,

@@ -96,6 +96,7 @@ class MeasuredCost:
         self.measure_untuned = measure_untuned
         self._memo: dict = {}
         self._regions: dict = {}
+        self._last_whole: tuple = (None, {})
         #: Regions that could not be lowered on their own (their candidates were costed whole).
         self.regions_refused = 0
         #: Rewrites set aside by :meth:`difference`: new kernels without records, replacing
@@ -142,9 +143,12 @@ class MeasuredCost:
             costs the whole program.
         """
         change = self._change(before, after)
-        if change is None:
-            return None
-        lost, gained = change
+        return None if change is None else self._difference(*change)
+
+    def _difference(self, lost: list[tuple[Task, int]], gained: list[tuple[Task, int]]
+                    ) -> float:
+        """Seconds the ``gained`` kernels add over the ``lost`` ones; ``inf`` when new kernels
+        without records replace kernels that all have some, or when TVM cannot build one."""
         if self.records_dir is not None:
             opened = records.OpenRecords.of(self._open()[0])
             if (all(opened.best(t.mod)[0] is not None for t, _ in lost)
@@ -156,6 +160,26 @@ class MeasuredCost:
         except KernelBuildError:  # a mutant's kernel that TVM's code generation fails on
             self.unbuildable += 1
             return math.inf
+
+    def whole_difference(self, before: Program, after: Program) -> float:
+        """:meth:`difference` of two whole programs, lowered as :meth:`kernels` lowers them:
+        for a rewrite whose fusion region is too large to compile on its own (swin_t's shifted
+        windows: regions of 97-100 nodes). It equals ``cost(after) - cost(before)``, but times
+        only the kernels that differ, and sets aside new kernels without records as
+        :meth:`difference` does: costing such a candidate whole timed its untuned loop nests,
+        and took three quarters of swin_t's search (it searched 18 of 52 subprograms in its
+        250 s)."""
+        lost, gained = kernel_change(self._whole_tasks(before), self._whole_tasks(after))
+        return self._difference(lost, gained)
+
+    def _whole_tasks(self, program: Program) -> dict[int, Task]:
+        """The program's fused kernels by structural hash, the last program's remembered (a
+        search costs many rewrites of one program)."""
+        key = canonical(program)[0]
+        if self._last_whole[0] != key:
+            tasks = extract_tasks(self.lower(program), self.target)
+            self._last_whole = (key, {t.shash: t for t in tasks})
+        return self._last_whole[1]
 
     def screen(self, before: Program, after: Program) -> RewriteScreen | None:
         """The tuning screen of a rewrite, from its fusion region before and after (as
