@@ -256,6 +256,27 @@ def test_a_search_out_of_time_before_any_subprogram_says_so(tmp_path, capsys, mo
     assert "time limit ran out before it searched any subprogram" in out
 
 
+def test_a_search_out_of_time_part_way_says_how_many_subprograms_it_searched(tmp_path, capsys,
+                                                                              monkeypatch):
+    from tvm_pet.search.optimizer import Optimizer
+    # out of time once the first subprogram is searched (swin_t's search: 18 of 52)
+    from tests.dilated import dilated_chain
+    from tvm_pet.onnx import export_model
+    monkeypatch.setattr(Optimizer, "out_of_time", lambda self: bool(self.reports))
+    model = tmp_path / "model.onnx"
+    onnx.save(export_model(dilated_chain()), model)  # three convs, each a subprogram
+    code = main(["optimize", str(model), "--out", str(tmp_path / "out"), "--cost", "analytic",
+                 "--trials", "0", "--records", str(tmp_path / "records")])
+    out = capsys.readouterr().out
+    assert code == 0
+    coverage = json.loads((tmp_path / "out" / "report.json").read_text())["coverage"]
+    total = coverage["subprograms"]
+    assert coverage["searched_subprograms"] == 1 and total == 3
+    assert f"in 1 of {total} multi-linear subprograms searched" in out
+    assert f"the search's time limit ran out after 1 of {total} subprograms: give --time-limit" \
+        in out
+
+
 def test_the_timing_line_says_when_a_look_outran_what_the_time_limit_left():
     from types import SimpleNamespace
 

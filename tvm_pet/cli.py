@@ -278,14 +278,19 @@ def _print_trust(report, args: argparse.Namespace) -> None:
           f"TVM rewrites on both sides: {rewrites}")
     opaque = ", ".join(f"{k} x{v}" for k, v in cov["opaque"].items()) or "none"
     flops = (f"{100 * cov['coverage']:.1f}% of linear FLOPs in " if "coverage" in cov else "")
-    print(f"  coverage: {flops}{cov['subprograms']} multi-linear subprograms searched; "
-          f"left opaque: {opaque}")
+    total = cov["subprograms"]
+    searched = cov.get("searched_subprograms", total)
+    print(f"  coverage: {flops}{searched if searched == total else f'{searched} of {total}'} "
+          f"multi-linear subprograms searched; left opaque: {opaque}")
     search = facts["search"]
     if search["stop"] == "time_limit" and not any(s["generated"] or s["cached"]
                                                   for s in search["subsets"]):
         print(f"  the search's time limit ran out before it searched any subprogram: give "
               f"--time-limit more than {args.time_limit:g} s (the measured cost first times "
               f"the original's kernels, untuned ones too), or tune first")
+    elif search["stop"] == "time_limit" and searched < total:
+        print(f"  the search's time limit ran out after {searched} of {total} subprograms: "
+              f"give --time-limit more than {args.time_limit:g} s to search them all")
     if facts.get("records_plan"):
         print(f"  {facts['records_plan']}")
     if report.baseline_lowering is not None:

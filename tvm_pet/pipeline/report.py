@@ -24,7 +24,7 @@ import numpy as np
 from tvm_pet.errors import PetError
 from tvm_pet.io import atomic_write
 from tvm_pet.ir.node import Program
-from tvm_pet.ir.ops import Op
+from tvm_pet.ir.ops import REDUCING, Op
 from tvm_pet.onnx import export_model
 from tvm_pet.pipeline.baseline import BaselineLowering
 from tvm_pet.pipeline.confirm import Confirmation, check_outputs
@@ -195,11 +195,14 @@ class Report:
 
 
 def coverage(program: Program) -> dict:
-    """How much of the model PET saw: its multi-linear subprograms, the operators it lifted, and
+    """How much of the model PET saw: its multi-linear subprograms with a conv, matmul or pool
+    (those the search rewrites), the operators it lifted, and
     the operators it left opaque, by kind."""
     opaque = collections.Counter(n.attrs["kind"] for n in program.nodes if n.op is Op.OPAQUE)
     lifted = collections.Counter(n.op.value for n in program.nodes if n.op is not Op.OPAQUE)
-    return {"subprograms": len([s for s in partition(program) if "+" not in s.name]),
+    searchable = [s for s in partition(program) if "+" not in s.name
+                  and any(program.nodes[k].op in REDUCING for k in s.nodes)]
+    return {"subprograms": len(searchable),
             "lifted": dict(sorted(lifted.items())), "opaque": dict(sorted(opaque.items()))}
 
 
