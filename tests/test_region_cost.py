@@ -344,3 +344,46 @@ def test_a_deep_transformers_regions_stop_at_the_mask_every_layer_reads():
                     assert local == pytest.approx(cost.cost(new), rel=1e-9, abs=1e-12)
                     checked += 1
     assert regions >= 12 and checked == 12 and cost.regions_refused == 0
+
+
+def test_swin_t_s_shifted_window_regions_are_costed_alone_and_exactly():
+    """torchvision's swin_t: its shifted windows gather with indices computed outside the
+    lifted program (``arange``, ``add``, ``mod``). A region did not emit them, so it could not be
+    compiled alone and its rewrites were costed in the whole model (4 s each at 224). A region
+    now emits those that read no parameter of the model, and costs a rewrite exactly as the
+    whole program does."""
+    pytest.importorskip("torch")
+    from tvm_pet.pipeline.load import load
+    from tvm_pet.testing.real_models import (build_torch_model, stub_torchvision_meta,
+                                             to_relax_module)
+    from tvm_pet.tune.measured_cost import MeasuredCost
+
+    stub_torchvision_meta()  # its compiled _C does not load with CPU torch
+    pytest.importorskip("torchvision")
+    model, inputs = build_torch_model("swin_t", size=64)
+    loaded = load(to_relax_module(model, inputs))
+    # as optimize does (pipeline/baseline.py)
+    loaded.lower.lower_original_as_candidates(loaded.lower.round_trip())
+    program = loaded.program
+    assert any(b.value.op.name == "relax.arange" for b in loaded.lower.lifted.outside
+               if hasattr(b.value, "op"))
+    cost = MeasuredCost("llvm", tuned=False, lower=loaded.lower, measure_untuned=_fake_timer)
+    base = cost.cost(program)
+    opt = Optimizer(SearchConfig(time_limit=120), cost)
+    checked = 0
+    for sub in partition(program, max_merge=3):
+        for subset in operator_subsets(program, sub, 3):
+            part, mutants = opt.mutants_of(program, subset, sub.name)
+            region = fusion_region(program, part) if mutants else None
+            if region is None:
+                continue
+            if "take(" not in loaded.lower.region(region.before).script():
+                continue  # a region that gathers nothing
+            new = replace_subprogram(program, part, mutants[0][1])
+            local = opt.rewrite_cost(region, base, part, mutants[0][1], new)
+            assert local == pytest.approx(cost.cost(new), rel=1e-9, abs=1e-12), sub.name
+            checked += 1
+            break
+        if checked >= 4:
+            break
+    assert checked >= 4 and cost.regions_refused == 0

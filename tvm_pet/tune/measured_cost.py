@@ -163,12 +163,12 @@ class MeasuredCost:
 
     def whole_difference(self, before: Program, after: Program) -> float:
         """:meth:`difference` of two whole programs, lowered as :meth:`kernels` lowers them:
-        for a rewrite whose fusion region is too large to compile on its own (swin_t's shifted
-        windows: regions of 97-100 nodes). It equals ``cost(after) - cost(before)``, but times
-        only the kernels that differ, and sets aside new kernels without records as
-        :meth:`difference` does: costing such a candidate whole timed its untuned loop nests,
-        and took three quarters of swin_t's search (it searched 18 of 52 subprograms in its
-        250 s)."""
+        for a rewrite without a fusion region, one too large (over ``MAX_REGION`` nodes: 44 of
+        swin_t's first 153 mutants) or one that cannot be compiled alone. It equals
+        ``cost(after) - cost(before)``, but times only the kernels that differ, and sets aside
+        new kernels without records as :meth:`difference` does. Costed whole, such candidates
+        timed their new kernels untuned: three quarters of swin_t's search, which then reached
+        18 of its 52 subprograms in its 250 s."""
         lost, gained = kernel_change(self._whole_tasks(before), self._whole_tasks(after))
         return self._difference(lost, gained)
 
