@@ -82,17 +82,22 @@ def _fake_timer(task_mod, target, repeat=3):
     return (tvm_ffi.structural_hash(task_mod) % 997 + 1) * 1e-6
 
 
+def _faked_search(loaded):
+    """A measured cost of ``loaded``'s lowering on the fake timer, the original's cost, and an
+    optimizer on it."""
+    from tvm_pet.tune.measured_cost import MeasuredCost
+    cost = MeasuredCost("llvm", tuned=False, lower=loaded.lower, measure_untuned=_fake_timer)
+    return cost, cost.cost(loaded.program), Optimizer(SearchConfig(time_limit=120), cost)
+
+
 @pytest.mark.parametrize("name, limit", [("resnet18", 16), ("csrnet_backend", 20)])
 def test_region_difference_equals_the_whole_programs(name, limit):
     from tvm_pet.models import build_model
     from tvm_pet.pipeline.load import load
-    from tvm_pet.tune.measured_cost import MeasuredCost
 
     loaded = load(build_model(name, image=64) if name == "resnet18" else build_model(name))
     program = loaded.program
-    cost = MeasuredCost("llvm", tuned=False, lower=loaded.lower, measure_untuned=_fake_timer)
-    base = cost.cost(program)
-    opt = Optimizer(SearchConfig(time_limit=120), cost)
+    cost, base, opt = _faked_search(loaded)
     checked = 0
     for sub in partition(program, max_merge=3):
         for subset in operator_subsets(program, sub, 3):
@@ -318,16 +323,13 @@ def test_a_deep_transformers_regions_stop_at_the_mask_every_layer_reads():
     from tvm_pet.search.region import MAX_REGION
     from tvm_pet.testing.real_models import (BertSize, build_torch_model, positional_bert,
                                              to_relax_module)
-    from tvm_pet.tune.measured_cost import MeasuredCost
 
     model, inputs = build_torch_model("bert", bert=BertSize(layers=6))
     loaded = load(to_relax_module(positional_bert(model), inputs))
     program = loaded.program
     # as optimize does (pipeline/baseline.py): its attention kernels' no-op broadcast_to
     loaded.lower.lower_original_as_candidates(loaded.lower.round_trip())
-    cost = MeasuredCost("llvm", tuned=False, lower=loaded.lower, measure_untuned=_fake_timer)
-    base = cost.cost(program)
-    opt = Optimizer(SearchConfig(time_limit=120), cost)
+    cost, base, opt = _faked_search(loaded)
     regions, checked = 0, 0
     for sub in partition(program):
         for subset in operator_subsets(program, sub, 3):
@@ -356,7 +358,6 @@ def test_swin_t_s_shifted_window_regions_are_costed_alone_and_exactly():
     from tvm_pet.pipeline.load import load
     from tvm_pet.testing.real_models import (build_torch_model, stub_torchvision_meta,
                                              to_relax_module)
-    from tvm_pet.tune.measured_cost import MeasuredCost
 
     stub_torchvision_meta()  # its compiled _C does not load with CPU torch
     pytest.importorskip("torchvision")
@@ -367,9 +368,7 @@ def test_swin_t_s_shifted_window_regions_are_costed_alone_and_exactly():
     program = loaded.program
     assert any(b.value.op.name == "relax.arange" for b in loaded.lower.lifted.outside
                if hasattr(b.value, "op"))
-    cost = MeasuredCost("llvm", tuned=False, lower=loaded.lower, measure_untuned=_fake_timer)
-    base = cost.cost(program)
-    opt = Optimizer(SearchConfig(time_limit=120), cost)
+    cost, base, opt = _faked_search(loaded)
     checked = 0
     for sub in partition(program, max_merge=3):
         for subset in operator_subsets(program, sub, 3):
