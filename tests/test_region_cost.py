@@ -71,7 +71,7 @@ def test_the_optimizer_costs_a_rewrite_by_difference_or_else_whole(answer):
     part, mutants = opt.mutants_of(p, subset, sub.name)
     _, corrected = mutants[0]
     new = replace_subprogram(p, part, corrected)
-    got = opt.rewrite_cost(opt.region_of(p, part), 1.0, part, corrected, new)
+    got = opt.rewrite_cost(opt.region_of(p, part), 1.0, part, corrected, new, p)
     assert cost.calls == 1
     assert got == (1.0 + answer if answer is not None else cost.cost(new))
 
@@ -105,7 +105,7 @@ def test_region_difference_equals_the_whole_programs(name, limit):
             region = opt.region_of(program, part)
             for _, corrected in mutants[:2]:
                 new = replace_subprogram(program, part, corrected)
-                local = opt.rewrite_cost(region, base, part, corrected, new)
+                local = opt.rewrite_cost(region, base, part, corrected, new, program)
                 assert local == pytest.approx(cost.cost(new), rel=1e-9, abs=1e-12), sub.name
                 checked += 1
             if checked >= limit:
@@ -342,7 +342,7 @@ def test_a_deep_transformers_regions_stop_at_the_mask_every_layer_reads():
             for _, corrected in mutants[:1]:
                 if checked < 12:
                     new = replace_subprogram(program, part, corrected)
-                    local = opt.rewrite_cost(region, base, part, corrected, new)
+                    local = opt.rewrite_cost(region, base, part, corrected, new, program)
                     assert local == pytest.approx(cost.cost(new), rel=1e-9, abs=1e-12)
                     checked += 1
     assert regions >= 12 and checked == 12 and cost.regions_refused == 0
@@ -379,7 +379,7 @@ def test_swin_t_s_shifted_window_regions_are_costed_alone_and_exactly():
             if "take(" not in loaded.lower.region(region.before).script():
                 continue  # a region that gathers nothing
             new = replace_subprogram(program, part, mutants[0][1])
-            local = opt.rewrite_cost(region, base, part, mutants[0][1], new)
+            local = opt.rewrite_cost(region, base, part, mutants[0][1], new, program)
             assert local == pytest.approx(cost.cost(new), rel=1e-9, abs=1e-12), sub.name
             checked += 1
             break

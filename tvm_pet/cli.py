@@ -261,8 +261,6 @@ def _split_seconds(tuning: dict) -> str:
     ...                 "mutants_s": 73.3, "screened_mutants": 404})
     '484 s: 191 s tuning the original, 220 s screening 404 mutants, 73 s tuning mutants'
     """
-    if "original_s" not in tuning:  # a report.json written before the split
-        return f"{tuning['tuning_time_s']:.0f} s"
     return (f"{tuning['tuning_time_s']:.0f} s: {tuning['original_s']:.0f} s tuning the "
             f"original, {tuning['screen_s']:.0f} s screening {tuning['screened_mutants']} "
             f"mutants, {tuning['mutants_s']:.0f} s tuning mutants")

@@ -24,7 +24,7 @@ import numpy as np
 from tvm_pet.errors import PetError
 from tvm_pet.io import atomic_write
 from tvm_pet.ir.node import Program
-from tvm_pet.ir.ops import REDUCING, Op
+from tvm_pet.ir.ops import Op
 from tvm_pet.onnx import export_model
 from tvm_pet.pipeline.baseline import BaselineLowering
 from tvm_pet.pipeline.confirm import Confirmation, check_outputs
@@ -33,7 +33,7 @@ from tvm_pet.pipeline.search import Found
 from tvm_pet.pipeline.toolchain import Toolchain
 from tvm_pet.pipeline.tune import TuneSummary
 from tvm_pet.search.optimizer import Applied
-from tvm_pet.search.partition import partition
+from tvm_pet.search.partition import partition, searchable
 
 #: The files :func:`write_artifacts` writes.
 ARTIFACTS = ("report.json", "optimized.so", "baseline.so", "optimized.onnx", "optimized.py")
@@ -200,9 +200,8 @@ def coverage(program: Program) -> dict:
     the operators it left opaque, by kind."""
     opaque = collections.Counter(n.attrs["kind"] for n in program.nodes if n.op is Op.OPAQUE)
     lifted = collections.Counter(n.op.value for n in program.nodes if n.op is not Op.OPAQUE)
-    searchable = [s for s in partition(program) if "+" not in s.name
-                  and any(program.nodes[k].op in REDUCING for k in s.nodes)]
-    return {"subprograms": len(searchable),
+    subs = [s for s in partition(program) if "+" not in s.name and searchable(program, s)]
+    return {"subprograms": len(subs),
             "lifted": dict(sorted(lifted.items())), "opaque": dict(sorted(opaque.items()))}
 
 

@@ -355,7 +355,7 @@ class Optimizer:
         return fusion_region(program, part)
 
     def rewrite_cost(self, region: Region | None, cost_now: float, part: Subprogram,
-                     corrected: Program, new: Program, before: Program | None = None) -> float:
+                     corrected: Program, new: Program, before: Program) -> float:
         """The cost of ``new``: the program ``before`` (costing ``cost_now``) with ``part``
         replaced by ``corrected``.
 
@@ -373,7 +373,7 @@ class Optimizer:
                 self.differences[key] = self.cost_model.difference(region.before, after)
             delta = self.differences[key]
         whole = getattr(self.cost_model, "whole_difference", None)
-        if delta is None and whole is not None and before is not None:
+        if delta is None and whole is not None:
             delta = whole(before, new)
         return self.cost(new) if delta is None else cost_now + delta
 

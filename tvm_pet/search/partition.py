@@ -37,6 +37,13 @@ class Subprogram:
         return len(self.parts) > 1
 
 
+def searchable(program: Program, sub: Subprogram) -> bool:
+    """Whether the search has anything to rewrite in ``sub``: a reducing operator (conv, matmul,
+    pool), which every subset it searches holds (``optimizer.operator_subsets``); a lone Pad
+    has none."""
+    return any(program.nodes[k].op in REDUCING for k in sub.nodes)
+
+
 def _components(program: Program) -> list[list[int]]:
     """Maximal connected sets of multi-linear nodes (union-find over produced tensors)."""
     linear = [k for k, n in enumerate(program.nodes) if n.op in MULTILINEAR]

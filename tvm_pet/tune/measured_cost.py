@@ -96,6 +96,7 @@ class MeasuredCost:
         self.measure_untuned = measure_untuned
         self._memo: dict = {}
         self._regions: dict = {}
+        #: The program whose rewrites ``whole_difference`` last costed, and its kernels.
         self._last_whole: tuple = (None, {})
         #: Regions that could not be lowered on their own (their candidates were costed whole).
         self.regions_refused = 0
@@ -169,17 +170,15 @@ class MeasuredCost:
         new kernels without records as :meth:`difference` does. Costed whole, such candidates
         timed their new kernels untuned: three quarters of swin_t's search, which then reached
         18 of its 52 subprograms in its 250 s."""
-        lost, gained = kernel_change(self._whole_tasks(before), self._whole_tasks(after))
+        key = canonical(before)[0]
+        if self._last_whole[0] != key:  # a search costs many rewrites of one program
+            self._last_whole = (key, self._tasks(self.lower(before)))
+        lost, gained = kernel_change(self._last_whole[1], self._tasks(self.lower(after)))
         return self._difference(lost, gained)
 
-    def _whole_tasks(self, program: Program) -> dict[int, Task]:
-        """The program's fused kernels by structural hash, the last program's remembered (a
-        search costs many rewrites of one program)."""
-        key = canonical(program)[0]
-        if self._last_whole[0] != key:
-            tasks = extract_tasks(self.lower(program), self.target)
-            self._last_whole = (key, {t.shash: t for t in tasks})
-        return self._last_whole[1]
+    def _tasks(self, mod: tvm.IRModule) -> dict[int, Task]:
+        """A module's fused kernels by structural hash."""
+        return {t.shash: t for t in extract_tasks(mod, self.target)}
 
     def screen(self, before: Program, after: Program) -> RewriteScreen | None:
         """The tuning screen of a rewrite, from its fusion region before and after (as
@@ -243,8 +242,7 @@ class MeasuredCost:
             except PetError:
                 self.regions_refused += 1
                 mod = None
-            self._regions[key] = (None if mod is None else
-                                  {t.shash: t for t in extract_tasks(mod, self.target)})
+            self._regions[key] = None if mod is None else self._tasks(mod)
         return self._regions[key]
 
     def _open(self):
