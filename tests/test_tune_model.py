@@ -162,6 +162,33 @@ def test_combination_is_exact():
                                evaluate(program, x, np.float64)[y], rtol=1e-9, atol=1e-9)
 
 
+def test_combination_starts_no_costing_past_the_time_limit():
+    """Where all together do not pay, candidates are added one at a time, each a whole
+    program's costing (seconds on swin_t): none starts once the search's time is up."""
+    from tvm_pet.search.optimizer import Optimizer, combine, operator_subsets
+    from tvm_pet.search.partition import partition, replace_subprogram
+    program = dilated_chain()
+    cost = PenaliseDilationAndLayouts()
+    opt = Optimizer(SearchConfig(rounds=1, time_limit=120), cost)
+    base, scored = cost.cost(program), []
+    for sub in partition(program):
+        for subset in operator_subsets(program, sub, 1):
+            part, mutants = opt.mutants_of(program, subset, sub.name)
+            scored += [(cost.cost(replace_subprogram(program, part, c)), part, c)
+                       for _, c in mutants]
+    costed = []
+
+    def never_pays(candidate):  # all together cost more than the best alone
+        costed.append(candidate)
+        return base * 2
+
+    assert combine(program, scored, base, never_pays) is not None
+    assert len(costed) == 3  # all together, then the two others one at a time
+    costed.clear()
+    assert combine(program, scored, base, never_pays, out_of_time=lambda: bool(costed))
+    assert len(costed) == 1  # all together only
+
+
 def test_the_toolchain_opens_the_records_once_until_tuning_adds_some(tmp_path, monkeypatch):
     import tvm_pet.pipeline.tvm_backend as tvm_backend
     opened, real = [], tvm_backend.costing_sources

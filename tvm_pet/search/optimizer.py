@@ -200,7 +200,8 @@ def replace_all(program: Program, replacements: Sequence[tuple[Subprogram, Progr
 
 
 def combine(program: Program, scored: Sequence[tuple], cost_now: float,
-            cost: Callable[[Program], float] | None = None, tries: int = COMBINE_TRIES
+            cost: Callable[[Program], float] | None = None, tries: int = COMBINE_TRIES,
+            out_of_time: Callable[[], bool] = lambda: False
             ) -> tuple[Program, list[int]] | None:
     """Apply together the cheapest improving candidate of each disjoint subset, post-optimized.
 
@@ -222,6 +223,8 @@ def combine(program: Program, scored: Sequence[tuple], cost_now: float,
         cost: the whole-program cost, when candidates are to be added one at a time where all
             together do not pay (None: all together, as with an additive cost).
         tries: the most one-at-a-time costings.
+        out_of_time: whether the search's time limit has passed: no further one-at-a-time
+            costing starts then (each costs a whole program: seconds on a large model).
 
     Returns:
         The combined program and the indices into ``scored`` of the candidates it applies
@@ -241,6 +244,8 @@ def combine(program: Program, scored: Sequence[tuple], cost_now: float,
         return together, chosen
     kept, best = [chosen[0]], (scored[chosen[0]][0], None)
     for k in chosen[1:1 + tries]:
+        if out_of_time():
+            break
         trial = _together(program, scored, kept + [k])
         trial_cost = cost(trial)
         if trial_cost < best[0]:
@@ -440,7 +445,8 @@ def _children(opt: Optimizer, entry: _Entry, seen: set, label: str) -> list[_Ent
     cost_now, prog, history = entry
     fresh, scored = _single_mutations(opt, entry, seen, label)
     together = (None if opt.out_of_time()
-                else combine(prog, scored, cost_now, None if opt.additive else opt.cost))
+                else combine(prog, scored, cost_now, None if opt.additive else opt.cost,
+                             out_of_time=opt.out_of_time))
     if together is not None:
         new, chosen = together
         key = canonical(new, opt.keys)[0]
