@@ -137,10 +137,12 @@ def test_combination_of_fewer_than_two_improving_subsets_is_none():
     assert combination(program, [], StubCost()) is None
 
 
-def test_combination_is_exact():
-    from tvm_pet.search.optimizer import Optimizer, combine, operator_subsets
+def _single_candidates(program):
+    """``program``'s cost and ``(cost, subprogram, corrected mutant)`` for each verified mutant
+    of each single-operator subset, applied alone, as a search round scores them for
+    :func:`~tvm_pet.search.optimizer.combine`."""
+    from tvm_pet.search.optimizer import Optimizer, operator_subsets
     from tvm_pet.search.partition import partition, replace_subprogram
-    program = dilated_chain()
     cost = PenaliseDilationAndLayouts()
     opt = Optimizer(SearchConfig(rounds=1, time_limit=120), cost)
     base, scored = cost.cost(program), []
@@ -149,6 +151,13 @@ def test_combination_is_exact():
             part, mutants = opt.mutants_of(program, subset, sub.name)
             scored += [(cost.cost(replace_subprogram(program, part, c)), part, c)
                        for _, c in mutants]
+    return base, scored
+
+
+def test_combination_is_exact():
+    from tvm_pet.search.optimizer import combine
+    program = dilated_chain()
+    base, scored = _single_candidates(program)
     combined, chosen = combine(program, scored, base)
     # one candidate per layer, each the cheapest of its layer's, each an improvement
     assert len(chosen) == 3 and len({scored[k][1].nodes for k in chosen}) == 3
@@ -165,17 +174,9 @@ def test_combination_is_exact():
 def test_combination_starts_no_costing_past_the_time_limit():
     """Where all together do not pay, candidates are added one at a time, each a whole
     program's costing (seconds on swin_t): none starts once the search's time is up."""
-    from tvm_pet.search.optimizer import Optimizer, combine, operator_subsets
-    from tvm_pet.search.partition import partition, replace_subprogram
+    from tvm_pet.search.optimizer import combine
     program = dilated_chain()
-    cost = PenaliseDilationAndLayouts()
-    opt = Optimizer(SearchConfig(rounds=1, time_limit=120), cost)
-    base, scored = cost.cost(program), []
-    for sub in partition(program):
-        for subset in operator_subsets(program, sub, 1):
-            part, mutants = opt.mutants_of(program, subset, sub.name)
-            scored += [(cost.cost(replace_subprogram(program, part, c)), part, c)
-                       for _, c in mutants]
+    base, scored = _single_candidates(program)
     costed = []
 
     def never_pays(candidate):  # all together cost more than the best alone
