@@ -194,7 +194,7 @@ def test_a_combination_one_rewrite_spoils_is_built_one_rewrite_at_a_time():
 
 def test_without_combining_one_round_changes_at_most_one_layer(monkeypatch):
     from tvm_pet.search import optimizer
-    monkeypatch.setattr(optimizer, "combine", lambda *a: None)
+    monkeypatch.setattr(optimizer, "combine", lambda *a, **k: None)
     result = optimize(dilated_chain(), SearchConfig(depth=3, rounds=1, time_limit=120),
                       cost=PenaliseDilationAndLayouts())
     assert len(result.applied) <= 1
