@@ -33,7 +33,7 @@ from tvm_pet.pipeline.search import Found
 from tvm_pet.pipeline.toolchain import Toolchain
 from tvm_pet.pipeline.tune import TuneSummary
 from tvm_pet.search.optimizer import Applied
-from tvm_pet.search.partition import partition, searchable
+from tvm_pet.search.partition import searchable_subprograms
 
 #: The files :func:`write_artifacts` writes.
 ARTIFACTS = ("report.json", "optimized.so", "baseline.so", "optimized.onnx", "optimized.py")
@@ -200,8 +200,7 @@ def coverage(program: Program) -> dict:
     the operators it left opaque, by kind."""
     opaque = collections.Counter(n.attrs["kind"] for n in program.nodes if n.op is Op.OPAQUE)
     lifted = collections.Counter(n.op.value for n in program.nodes if n.op is not Op.OPAQUE)
-    subs = [s for s in partition(program) if "+" not in s.name and searchable(program, s)]
-    return {"subprograms": len(subs),
+    return {"subprograms": len(searchable_subprograms(program)),
             "lifted": dict(sorted(lifted.items())), "opaque": dict(sorted(opaque.items()))}
 
 

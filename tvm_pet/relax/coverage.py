@@ -26,7 +26,7 @@ from tvm_pet.ir.node import Program
 from tvm_pet.ir.ops import Op
 from tvm_pet.relax.lifted_function import Lifted
 from tvm_pet.relax.relax_types import call_kind, static_shape
-from tvm_pet.search.partition import partition, searchable
+from tvm_pet.search.partition import searchable_subprograms
 
 _CONVS = frozenset({"relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"})
 _CONV_TRANSPOSES = frozenset({"relax.nn.conv1d_transpose", "relax.nn.conv2d_transpose",
@@ -113,7 +113,7 @@ def coverage(func: relax.Function, name: str, lifted: Lifted | None = None,
     program = lifted.program
     # a subprogram without a reducing operator (a lone Pad: swin_t has five) has nothing the
     # search rewrites, and is not counted as left unsearched
-    subs = [s for s in partition(program) if len(s.parts) == 1 and searchable(program, s)]
+    subs = searchable_subprograms(program)
     visited = {part for label in (searched or ()) for part in label.split("+")}
     done = [s for s in subs if s.name in visited]
     flops = sum(_node_flops(program, k) for s in done for k in s.nodes)

@@ -37,11 +37,13 @@ class Subprogram:
         return len(self.parts) > 1
 
 
-def searchable(program: Program, sub: Subprogram) -> bool:
-    """Whether the search has anything to rewrite in ``sub``: a reducing operator (conv, matmul,
-    pool), which every subset it searches holds (``optimizer.operator_subsets``); a lone Pad
-    has none."""
-    return any(program.nodes[k].op in REDUCING for k in sub.nodes)
+def searchable_subprograms(program: Program) -> list[Subprogram]:
+    """The multi-linear subprograms of ``program`` that the search has anything to rewrite in,
+    unmerged: those with a reducing operator (conv, matmul, pool), which every subset it
+    searches holds (``optimizer.operator_subsets``); a lone Pad has none. Both coverage counts
+    (``tvm-pet optimize``'s report and the Relax pass's) count these."""
+    return [s for s in partition(program, max_merge=1)
+            if any(program.nodes[k].op in REDUCING for k in s.nodes)]
 
 
 def _components(program: Program) -> list[list[int]]:
