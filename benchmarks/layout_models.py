@@ -57,13 +57,17 @@ def forms(onnx_model) -> tuple[dict, list[np.ndarray]]:
 
 
 def measure(name: str, records: pathlib.Path, trials: int, seed: int, processes: int,
-            rounds: int, number: int) -> dict:
-    """Tune both forms of one model, check their outputs, and time them interleaved."""
+            rounds: int, number: int, make_forms=None, names: tuple[str, str] = FORMS) -> dict:
+    """Tune both forms of one model, check their outputs, and time them interleaved.
+
+    ``make_forms(onnx_model)`` gives the forms by name and the inputs (:func:`forms` by
+    default); ``names`` are the baseline's and the other's, the row's ``<other>_speedup``."""
     from tvm_pet.models import build_model
     from tvm_pet.pipeline.confirm import process_ratios
     from tvm_pet.pipeline.toolchain import tvm_toolchain
 
-    modules, inputs = forms(build_model(name, batch=1))
+    base, other = names
+    modules, inputs = (make_forms or forms)(build_model(name, batch=1))
     toolchain = tvm_toolchain("llvm", str(records), timing_processes=processes)
     new_trials, tuning_s = {}, {}
     for form, mod in modules.items():
@@ -73,21 +77,22 @@ def measure(name: str, records: pathlib.Path, trials: int, seed: int, processes:
         tuning_s[form] = time.perf_counter() - start
     executables = {form: toolchain.build(mod) for form, mod in modules.items()}
     kernels = {form: toolchain.kernel_records(mod) for form, mod in modules.items()}
-    reference = toolchain.run(executables["nchw"], inputs)[0]
-    got = toolchain.run(executables["nhwc"], inputs)[0]
+    reference = toolchain.run(executables[base], inputs)[0]
+    got = toolchain.run(executables[other], inputs)[0]
     err = float(np.max(np.abs(got - reference)))
     if not np.allclose(got, reference, rtol=1e-4, atol=1e-4):
-        raise SystemExit(f"{name}: the NHWC form's outputs differ from NCHW's (max {err:.2e})")
+        raise SystemExit(f"{name}: the {other} form's outputs differ from {base}'s "
+                         f"(max {err:.2e})")
     timing = toolchain.time(executables, inputs, rounds=rounds, number=number, repeat=3)
-    ratios = list(process_ratios(timing["nchw"], timing["nhwc"]))
+    ratios = list(process_ratios(timing[base], timing[other]))
     row = {"model": name, "trials_per_task": trials, "seed": seed, "new_trials": new_trials,
            "tuning_s": tuning_s, "kernels_with_records": kernels, "max_abs_err": err,
            "median_ms": {f: 1e3 * t.median for f, t in timing.items()},
            "by_process_ms": {f: [1e3 * v for v in t.layouts] for f, t in timing.items()},
-           "nhwc_speedup_by_process": ratios, "nhwc_speedup": geomean(ratios)}
-    print(f"{name}: nchw {row['median_ms']['nchw']:.2f} ms, nhwc {row['median_ms']['nhwc']:.2f}"
-          f" ms, x{row['nhwc_speedup']:.3f} (" + ", ".join(f"x{r:.2f}" for r in ratios) + ")",
-          flush=True)
+           f"{other}_speedup_by_process": ratios, f"{other}_speedup": geomean(ratios)}
+    print(f"{name}: {base} {row['median_ms'][base]:.2f} ms, {other} "
+          f"{row['median_ms'][other]:.2f} ms, x{row[f'{other}_speedup']:.3f} ("
+          + ", ".join(f"x{r:.2f}" for r in ratios) + ")", flush=True)
     return row
 
 

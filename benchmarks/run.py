@@ -24,7 +24,9 @@ already exist and every other kernel is TVM's untuned loop nest. The tuning time
 own candidates is reported separately, since equal trials per task is not equal tuning time.
 ``--layout NHWC`` builds both sides channels-last (TVM's ``ConvertLayout`` on the original and
 on PET's candidates alike, ``tvm-pet optimize --layout``); its results go to
-``<target>-nhwc.*``.
+``<target>-nhwc.*``. ``--fast-math`` lowers both sides with TVM's ``FastMathTransform`` (fast
+``erf``, ``exp``, ``tanh``, ``softmax``; ``tvm-pet optimize --fast-math``); its results go to
+``<target>-fastmath.*``.
 Peak memory is the child's peak resident set size. Results go to
 ``benchmarks/results/<target>.json``, ``.md`` and ``.png``; nothing here fails on timing.
 """
@@ -88,7 +90,8 @@ def _child(args) -> dict:
                                 # 3 calls a round), slow models included: fewer samples made
                                 # a whole model's look weaker than a user's own run
                                 timing_rounds=args.decision_rounds,
-                                timing_processes=args.timing_processes, layout=args.layout)
+                                timing_processes=args.timing_processes, layout=args.layout,
+                                fast_math=args.fast_math)
         report = optimize_model(path, pathlib.Path(tmp) / "out", config, options)
         rng = np.random.default_rng(0)
         feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
@@ -109,6 +112,7 @@ def _child(args) -> dict:
         return geomean([p[slow] / p[fast] for p in by_process])
     return {
         "model": args.one, "batch": args.batch, "target": args.target, "layout": args.layout,
+        "fast_math": args.fast_math,
         "target_detail": report["target"],
         "kept": report["kept"], "decision_rule": report["decision_rule"],
         "candidate_speedup_in_decision": report["measured_speedup_of_candidate"],
@@ -237,7 +241,7 @@ def _run_child(name: str, batch: int, args) -> dict:
            str(args.search_limit), "--timing-processes", str(args.timing_processes)]
     cmd += ["--records", args.records] if args.records else []
     cmd += ["--second-look", args.second_look, "--seed", str(args.seed), "--layout",
-            args.layout]
+            args.layout] + (["--fast-math"] if args.fast_math else [])
     start = time.perf_counter()
     row, error = _run_json(cmd)
     if row is None:
@@ -257,7 +261,8 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
     """
     ok = [r for r in rows if "error" not in r]
     stem = (run["target"].split()[0] + ("-quick" if run["quick"] else "")
-            + ("-" + run["layout"].lower() if run.get("layout", "NCHW") != "NCHW" else ""))
+            + ("-" + run["layout"].lower() if run.get("layout", "NCHW") != "NCHW" else "")
+            + ("-fastmath" if run.get("fast_math") else ""))
     table3 = [r for r in ok if r["model"] in TABLE3 and r["batch"] == 1]
     kept = [counted_speedup(r) for r in table3]
     whole = [counted_speedup(r) for r in ok
@@ -307,6 +312,9 @@ def budget_words(run: dict, rows: list[dict]) -> str:
     if run.get("layout", "NCHW") != "NCHW":
         where += (f", both sides' convolutions in {run['layout']} (TVM's ConvertLayout on the "
                   "original and on PET's candidates)")
+    if run.get("fast_math"):
+        where += (", both sides lowered with TVM's FastMathTransform (fast erf, exp, tanh and "
+                  "softmax)")
     if not run["trials"]:
         return (f"trials per task: TVM and PET+TVM build with {where}, no new tuning"
                 + (f" ({SHIPPED_TRIALS} trials per task)" if run["quick"] else
@@ -453,6 +461,8 @@ def main() -> int:
                              "several independent tunings of one model on fresh records")
     parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
                         help="the convolutions' layout on both sides (optimize --layout)")
+    parser.add_argument("--fast-math", action="store_true",
+                        help="TVM's FastMathTransform on both sides (optimize --fast-math)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the .md and .png of an earlier run's JSON")
@@ -486,7 +496,7 @@ def main() -> int:
     run = {"target": args.target, "quick": args.quick, "trials": args.trials,
            "rounds": args.rounds, "number": args.number, "records": args.records,
            "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes,
-           "seed": args.seed, "layout": args.layout}
+           "seed": args.seed, "layout": args.layout, "fast_math": args.fast_math}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)

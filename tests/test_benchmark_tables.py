@@ -209,6 +209,16 @@ def test_the_budget_names_the_tuning_seed_when_it_is_not_the_default():
     assert "32 trials with seed 2 " in run.budget_words(dict(RUN, seed=2), [])
 
 
+def test_a_fast_math_run_is_written_apart_and_its_budget_says_both_sides_had_it(tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setattr(run, "plot", lambda rows, path: None)
+    path = run.write_results([_row("bert_encoder", "original", 1.0)],
+                             dict(RUN, fast_math=True), tmp_path)
+    assert path.name == "llvm-fastmath.json"
+    assert "both sides lowered with TVM's FastMathTransform" in path.with_suffix(".md").read_text()
+    assert "FastMath" not in run.budget_words(RUN, [])
+
+
 def test_the_draws_table_counts_each_tuning_and_the_geo_mean_over_them(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "plot", lambda rows, path: None)
     for seed, kept, ratio in ((1, "optimized", 1.44), (2, "original", 0.9)):
@@ -312,6 +322,28 @@ def test_a_model_in_nhwc_by_tvms_convert_layout_computes_the_same_and_is_tabled(
            "kernels_with_records": {"nchw": [19, 19], "nhwc": [21, 20]}}
     table = layout_models.markdown([row], 3, 9, 5)
     assert "| resnet18 | 0 | 32 | 24.00 | 20.00 | x1.200 (1.19, 1.20, 1.21) | 19/19, 20/21 |" \
+        in table
+
+
+def test_a_model_with_tvms_fast_math_computes_nearly_the_same_and_is_tabled():
+    pytest.importorskip("tvm")
+    import numpy as np
+
+    from benchmarks import fast_math
+    from tvm_pet.models import build_model
+    model = build_model("bert_encoder", batch=1, seq=16, hidden=64, heads=4, ffn=128)
+    modules, inputs = fast_math.forms(model)
+    assert "fast_erf" in modules["fast"].script() and "fast_erf" not in modules["exact"].script()
+    outputs = _untuned_outputs(lambda _, form: (modules[form], inputs), "bert", modules)
+    assert np.abs(outputs["exact"]).max() > 0
+    assert not np.array_equal(outputs["fast"], outputs["exact"])
+    np.testing.assert_allclose(outputs["fast"], outputs["exact"], rtol=1e-5, atol=1e-5)
+    row = {"model": "bert_encoder", "seed": 0, "trials_per_task": 32, "max_abs_err": 2e-6,
+           "median_ms": {"exact": 8.5, "fast": 6.7}, "fast_speedup": 1.28,
+           "fast_speedup_by_process": [1.24, 1.29, 1.32],
+           "kernels_with_records": {"exact": [12, 12], "fast": [12, 12]}}
+    table = fast_math.markdown([row], 3, 9, 5)
+    assert "| bert_encoder | 0 | 32 | 8.50 | 6.70 | x1.280 (1.24, 1.29, 1.32) | 12/12, 12/12 |" \
         in table
 
 

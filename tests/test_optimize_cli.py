@@ -287,3 +287,30 @@ def test_the_timing_line_says_when_a_look_outran_what_the_time_limit_left():
     over = _timing_spent(SimpleNamespace(seconds=23.3, budget_s=0.0))
     assert over.startswith("23.3 s, past the 0 s --time-limit left it")
     assert " of 0 s" not in over
+
+
+def test_optimize_with_fast_math_builds_both_sides_with_tvms_approximations(tmp_path):
+    """``--fast-math``: the baseline and PET's build both lowered through TVM's
+    FastMathTransform (BERT's GELU by fast_erf), the report says so, and both libraries compute
+    what onnxruntime computes, within float error."""
+    from tvm_pet.models import build_model
+    from tvm_pet.pipeline import DriverOptions, optimize_model
+    from tvm_pet.search.config import SearchConfig
+
+    model = tmp_path / "bert.onnx"
+    onnx.save(build_model("bert_encoder", seq=16, hidden=64, heads=4, ffn=128), model)
+    out = tmp_path / "out"
+    options = DriverOptions(records_dir=str(tmp_path / "records"), fast_math=True,
+                            timing_processes=1, second_look=False, confirm=1)
+    report = optimize_model(model, out, SearchConfig(depth=3, rounds=1, time_limit=60), options)
+    assert "FastMathTransform (when lowered)" in report["tvm_rewrites"]
+    assert report["max_abs_err_vs_onnxruntime"] < 1e-4
+    x = np.random.default_rng(3).standard_normal((1, 16, 64)).astype(np.float32)
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+        None, {"hidden": x})[0]
+    for name in ("baseline.so", "optimized.so"):
+        binary = (out / name).read_bytes()  # libm's scalar erff is not linked, fast_erf is in
+        assert b"fast_erf" in binary and b"\x00erff\x00" not in binary, name
+        vm = relax.VirtualMachine(tvm.runtime.load_module(str(out / name)), tvm.cpu())
+        got = vm["main"](tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)

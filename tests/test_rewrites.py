@@ -185,3 +185,54 @@ def test_the_weights_transposes_folded_with_numpy_are_what_fold_constant_gives(n
     converted = rewrites.convert_layout(mod, "NHWC")
     assert _ops(converted)["relax.permute_dims"] == 2  # the input and the output
     tvm.ir.assert_structural_equal(converted, by_tvm)
+
+
+def _tir_functions(mod: tvm.IRModule) -> set[str]:
+    return {gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def test_fast_math_lowers_every_program_with_tvms_approximations_close_to_onnxruntime():
+    """``fast_math``: the original, a candidate and a region are lowered through TVM's
+    FastMathTransform alike (BERT's erf and softmax by fast_erf and fast_softmax, no relax.erf
+    left), and the outputs stay within float error of the exact lowering and of onnxruntime."""
+    import dataclasses
+
+    import onnxruntime as ort
+
+    from tvm_pet.pipeline.load import load
+
+    model = build_model("bert_encoder", seq=16, hidden=64, heads=4, ffn=128)
+    plain, fast = load(model), load(model, fast_math=True)
+    assert "FastMathTransform (when lowered)" in fast.rewrites
+    assert not any("FastMath" in r for r in plain.rewrites)
+    want = plain.lower(plain.program)
+    assert _ops(want)["relax.erf"] == 1 and _ops(want)["relax.nn.softmax"] == 1
+    modules = {"original": fast.lower(fast.program),
+               "candidate": fast.lower(dataclasses.replace(fast.program)),
+               "region": fast.lower.region(fast.program)}
+    x = _inputs(want)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    reference = session.run(None, {session.get_inputs()[0].name: x[0]})[0]
+    exact = _outputs(want, x)[0]
+    for what, mod in modules.items():
+        ops = _ops(mod)
+        assert ops["relax.erf"] == 0 and ops["relax.nn.softmax"] == 0, what
+        assert {"fast_erf", "fast_softmax"} <= _tir_functions(mod), what
+        got = _outputs(mod, x)[0]
+        assert not np.array_equal(got, exact), what  # another lowering, not the same kernels
+        np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5, err_msg=what)
+        np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4, err_msg=what)
+
+
+def test_fast_math_is_asked_by_a_flag_and_refused_for_a_program():
+    from tvm_pet.cli import _driver_options, build_parser
+    from tvm_pet.errors import PetError
+    from tvm_pet.onnx import import_model
+    from tvm_pet.pipeline.load import load
+
+    parse = build_parser().parse_args
+    assert _driver_options(parse(["optimize", "m.onnx", "--out", "o", "--fast-math"])).fast_math
+    assert not _driver_options(parse(["optimize", "m.onnx", "--out", "o"])).fast_math
+    assert _driver_options(parse(["tune", "m.onnx", "--fast-math"])).fast_math
+    with pytest.raises(PetError, match="fast math is for a model imported through TVM"):
+        load(import_model(build_model("conv5x5")), fast_math=True)

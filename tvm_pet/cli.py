@@ -9,7 +9,8 @@
     verified mutants; ``--emit`` writes each subprogram and each corrected mutant as ONNX.
 
 ``tvm-pet optimize MODEL --target llvm --out DIR [--trials N] [--depth D] [--rounds R]
-[--topk K] [--time-limit S] [--no-tvm-rewrites] [--layout NHWC] [--progress | --quiet]``
+[--topk K] [--time-limit S] [--no-tvm-rewrites] [--layout NHWC] [--fast-math]
+[--progress | --quiet]``
     Optimizes the model with PET for a TVM target, confirms it end to end against plain TVM with
     the same tuning records and TVM's own graph rewrites on both sides, and writes
     ``report.json``, ``optimized.so``, ``baseline.so``, ``optimized.onnx`` (where tvm_pet can
@@ -137,6 +138,7 @@ def _driver_options(args: argparse.Namespace):
                          confirm_every=not getattr(args, "first_kept", False),
                          tvm_rewrites=not args.no_tvm_rewrites,
                          layout=getattr(args, "layout", "NCHW"),
+                         fast_math=getattr(args, "fast_math", False),
                          progress=_progress(args))
 
 
@@ -508,17 +510,7 @@ def _add_optimize_and_tune(sub) -> None:
                             + f"; with --budget Nm, {BUDGET_TIME_LIMIT_PER_MINUTE:g} s per "
                             "minute of the budget when that is more; the timing takes at most "
                             "a quarter)")
-        o.add_argument("--no-tvm-rewrites", action="store_true",
-                       help="compare with TVM's default import: skip TVM's own graph rewrites "
-                            "(BN folding, CSE, CombineParallelMatmul), run on both sides by "
-                            "default")
-        o.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
-                       help="the convolutions' layout on both sides: NHWC runs TVM's "
-                            "ConvertLayout (conv2d NHWC/HWIO, conv3d NDHWC/DHWIO) on the "
-                            "original and on every candidate as they are lowered; PET searches "
-                            "the model as imported (default NCHW: as imported). Records are "
-                            "per layout: the shipped ones hold both for four of the paper's "
-                            "models")
+        _lowering_flags(o)
         _progress_flags(o)
         o.add_argument("--records", help="tuning records folder (default tuning_logs/<target>)")
         o.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")
@@ -527,6 +519,27 @@ def _add_optimize_and_tune(sub) -> None:
             o.set_defaults(func=_cmd_optimize)
         else:
             o.set_defaults(func=_cmd_tune)
+
+
+def _lowering_flags(o) -> None:
+    """The flags of how both sides are lowered: TVM's rewrites, the layout, fast math."""
+    o.add_argument("--no-tvm-rewrites", action="store_true",
+                   help="compare with TVM's default import: skip TVM's own graph rewrites "
+                        "(BN folding, CSE, CombineParallelMatmul), run on both sides by "
+                        "default")
+    o.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+                   help="the convolutions' layout on both sides: NHWC runs TVM's "
+                        "ConvertLayout (conv2d NHWC/HWIO, conv3d NDHWC/DHWIO) on the "
+                        "original and on every candidate as they are lowered; PET searches "
+                        "the model as imported (default NCHW: as imported). Records are "
+                        "per layout: the shipped ones hold both for four of the paper's "
+                        "models")
+    o.add_argument("--fast-math", action="store_true",
+                   help="run TVM's FastMathTransform on both sides as they are lowered: "
+                        "erf, exp, tanh and softmax by TVM's polynomial approximations "
+                        "(vectorized; fast_erf is within 3.3e-7 of erf). TVM's default "
+                        "lowers erf to one scalar libm call per element (BERT's GELU); "
+                        "records are per form")
 
 
 def _add_optimize_flags(o) -> None:

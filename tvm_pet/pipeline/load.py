@@ -86,7 +86,8 @@ class LoadedModel:
                            for s in self.inputs]}
 
 
-def load(model, *, rewrites: bool = True, layout: str = "NCHW") -> LoadedModel:
+def load(model, *, rewrites: bool = True, layout: str = "NCHW",
+         fast_math: bool = False) -> LoadedModel:
     """Load a model for the stages.
 
     Args:
@@ -98,6 +99,8 @@ def load(model, *, rewrites: bool = True, layout: str = "NCHW") -> LoadedModel:
         layout: the convolutions' layout every program is lowered into, by TVM's
             ``ConvertLayout`` (:func:`tvm_pet.relax.rewrites.convert_layout`): "NCHW" (as
             imported) or "NHWC". A Program is lowered by the toolchain on its own: "NCHW" only.
+        fast_math: lower every program with TVM's ``FastMathTransform``
+            (:func:`tvm_pet.relax.rewrites.fast_math`); not for a Program.
 
     Returns:
         The :class:`LoadedModel`.
@@ -105,7 +108,7 @@ def load(model, *, rewrites: bool = True, layout: str = "NCHW") -> LoadedModel:
     Raises:
         ModelError: a file that cannot be read or imported.
         PetError: a ``.pt2`` file without torch (the message names ``tvm-pet[torch]``).
-            Also a ``layout`` other than NCHW for a Program.
+            Also a ``layout`` other than NCHW, or ``fast_math``, for a Program.
     """
     if isinstance(model, LoadedModel):
         return model
@@ -113,9 +116,12 @@ def load(model, *, rewrites: bool = True, layout: str = "NCHW") -> LoadedModel:
         if layout != "NCHW":
             raise PetError(f"layout {layout!r} is for a model imported through TVM (an ONNX "
                            "file, a .pt2 file or a Relax module), not a tvm_pet Program")
+        if fast_math:
+            raise PetError("fast math is for a model imported through TVM (an ONNX file, a "
+                           ".pt2 file or a Relax module), not a tvm_pet Program")
         return LoadedModel.from_program(model)
     from tvm_pet.pipeline.tvm_backend import load_with_tvm
-    return load_with_tvm(model, rewrites=rewrites, layout=layout)
+    return load_with_tvm(model, rewrites=rewrites, layout=layout, fast_math=fast_math)
 
 
 def describe(model) -> str:

@@ -119,6 +119,9 @@ class DriverOptions:
         layout: the convolutions' layout, TVM's ``ConvertLayout`` run on every program as it
             is lowered, the original's as much as the candidates' ("NCHW": as imported; "NHWC":
             conv2d NHWC/HWIO and conv3d NDHWC/DHWIO). The records are per layout.
+        fast_math: TVM's ``FastMathTransform`` run on every program as it is lowered, both sides
+            alike (fast ``erf``, ``exp``, ``tanh`` and ``softmax``; their kernels are other
+            workloads, with records of their own).
         progress: print a progress line for each long step on stderr.
         budget_tuned: set by :func:`~tvm_pet.pipeline.tune.tune_model` after a whole-model
             ``budget``: the original's kernels (workloads) it tuned, which a mutant's tuning
@@ -154,6 +157,7 @@ class DriverOptions:
     confirm_share: float = 0.25
     tvm_rewrites: bool = True
     layout: str = "NCHW"
+    fast_math: bool = False
     progress: bool = False
     budget_tuned: frozenset = frozenset()
 

@@ -289,7 +289,8 @@ def _export_library(executable: relax.VMExecutable, path: str) -> None:
         executable.export_library(path)
 
 
-def load_with_tvm(model, *, rewrites: bool = True, layout: str = "NCHW") -> LoadedModel:
+def load_with_tvm(model, *, rewrites: bool = True, layout: str = "NCHW",
+                  fast_math: bool = False) -> LoadedModel:
     """A model imported with TVM's frontend, rewritten, and lifted
     (:func:`tvm_pet.relax.frontends.import_model`; :func:`tvm_pet.pipeline.load.load` calls it).
 
@@ -297,13 +298,14 @@ def load_with_tvm(model, *, rewrites: bool = True, layout: str = "NCHW") -> Load
         model: an ONNX file path or ``ModelProto``, a ``.pt2`` file, or a Relax ``IRModule``.
         rewrites: run TVM's graph rewrites first.
         layout: the convolutions' layout every program is lowered into, the original's too.
+        fast_math: lower every program with TVM's ``FastMathTransform``, the original's too.
 
     Returns:
         The :class:`~tvm_pet.pipeline.load.LoadedModel`; its ``lower`` emits a program into the
         imported module.
     """
     start = time.perf_counter()
-    imported = import_model(model, rewrites=rewrites, layout=layout)
+    imported = import_model(model, rewrites=rewrites, layout=layout, fast_math=fast_math)
     source = "the ONNX model" if hasattr(model, "SerializeToString") else str(model)
     if isinstance(model, tvm.IRModule):
         source = "a Relax module"

@@ -37,7 +37,7 @@ from tvm import relax
 from tvm_pet.errors import ModelError, PetError
 from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import Lifted, from_relax, region_to_module, to_relax
-from tvm_pet.relax.rewrites import LAYOUTS, REWRITES, convert_layout, tvm_rewrites
+from tvm_pet.relax.rewrites import LAYOUTS, REWRITES, convert_layout, fast_math, tvm_rewrites
 
 #: The TVM frontend used for each kind of model, in words for the report.
 FRONTENDS = {"onnx": "tvm.relax.frontend.onnx.from_onnx",
@@ -60,6 +60,8 @@ class Imported:
         onnx_model: the ONNX model, for onnxruntime's reference outputs (None otherwise).
         layout: the convolutions' layout programs are lowered into (a key of
             :data:`~tvm_pet.relax.rewrites.LAYOUTS`).
+        fast_math: lower programs with TVM's ``FastMathTransform``
+            (:func:`~tvm_pet.relax.rewrites.fast_math`).
     """
 
     module: tvm.IRModule
@@ -68,11 +70,12 @@ class Imported:
     rewrites: tuple[str, ...]
     onnx_model: object | None = None
     layout: str = "NCHW"
+    fast_math: bool = False
 
     @functools.cached_property
     def lowering(self) -> "ModuleLowering":
         """Program -> IRModule into this module, in ``layout`` (:class:`ModuleLowering`)."""
-        return ModuleLowering(self.module, self.lifted, self.layout)
+        return ModuleLowering(self.module, self.lifted, self.layout, self.fast_math)
 
     @property
     def frontend(self) -> str:
@@ -103,12 +106,15 @@ class ModuleLowering:
     imported), unless :meth:`lower_original_as_candidates` replaced it; any other program is
     emitted with :func:`~tvm_pet.relax.adapter.to_relax`, its OPAQUE nodes as their kept Relax
     expressions. Both then go into ``layout``
-    (:func:`~tvm_pet.relax.rewrites.convert_layout`; nothing to do for NCHW), and so do the
-    regions the measured cost lowers on their own.
+    (:func:`~tvm_pet.relax.rewrites.convert_layout`; nothing to do for NCHW) and, with
+    ``fast_math``, through TVM's ``FastMathTransform``, and so do the regions the measured cost
+    lowers on their own.
     """
 
-    def __init__(self, module: tvm.IRModule, lifted: Lifted, layout: str = "NCHW"):
+    def __init__(self, module: tvm.IRModule, lifted: Lifted, layout: str = "NCHW",
+                 fast_math: bool = False):
         self.module, self.lifted, self.layout = module, lifted, layout
+        self.fast_math = fast_math
         self._original: tvm.IRModule | None = None
         #: TVM's import, in ``layout``, once :meth:`lower_original_as_candidates` replaced it
         #: as the original's module; else None.
@@ -147,12 +153,17 @@ class ModuleLowering:
         return self._converted(region_to_module(program, self.lifted))
 
     def _converted(self, module: tvm.IRModule) -> tvm.IRModule:
-        """``module`` in ``layout``; a failure of TVM's pass is a :class:`ModelError`."""
-        return _run(lambda m: convert_layout(m, self.layout), module,
-                    f"TVM's ConvertLayout to {self.layout}")
+        """``module`` in ``layout``, and after ``FastMathTransform`` with ``fast_math``; a
+        failure of TVM's passes is a :class:`ModelError`."""
+        module = _run(lambda m: convert_layout(m, self.layout), module,
+                      f"TVM's ConvertLayout to {self.layout}")
+        if self.fast_math:
+            module = _run(fast_math, module, "TVM's FastMathTransform")
+        return module
 
 
-def import_model(model, *, rewrites: bool = True, layout: str = "NCHW") -> Imported:
+def import_model(model, *, rewrites: bool = True, layout: str = "NCHW",
+                 fast_math: bool = False) -> Imported:
     """Import a model with TVM's frontend, run TVM's rewrites, and lift its ``main``.
 
     Args:
@@ -162,6 +173,8 @@ def import_model(model, *, rewrites: bool = True, layout: str = "NCHW") -> Impor
         layout: the convolutions' layout programs are lowered into (a key of
             :data:`~tvm_pet.relax.rewrites.LAYOUTS`): PET lifts the model as imported, and
             :class:`ModuleLowering` converts what it lowers.
+        fast_math: lower every program with TVM's ``FastMathTransform`` (fast ``erf``, ``exp``,
+            ``tanh`` and ``softmax``), the original's too.
 
     Returns:
         The :class:`Imported` model.
@@ -181,9 +194,10 @@ def import_model(model, *, rewrites: bool = True, layout: str = "NCHW") -> Impor
         lifted = from_relax(module["main"])
     except PetError as e:
         raise _non_float_inputs(module["main"], e) or e
-    done = (REWRITES if rewrites else ()) + ((f"ConvertLayout({layout}, when lowered)",)
-                                             if LAYOUTS[layout] else ())
-    imported = Imported(module, lifted, kind, done, onnx_model, layout)
+    done = ((REWRITES if rewrites else ())
+            + ((f"ConvertLayout({layout}, when lowered)",) if LAYOUTS[layout] else ())
+            + (("FastMathTransform (when lowered)",) if fast_math else ()))
+    imported = Imported(module, lifted, kind, done, onnx_model, layout, fast_math)
     imported.lowering(lifted.program)  # the original in its layout: a failure shows here
     return imported
 
