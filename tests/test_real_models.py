@@ -78,3 +78,26 @@ def test_cnn_at_full_size_matches_torch(name):
     pet, err = optimized(name, size=FULL_SIZE.get(name, 224), config=SearchConfig())
     assert err < TOLERANCE, pet.report["main"]
     assert pet.coverage["main"].searched_subprograms > 0
+
+
+@pytest.mark.parametrize("name", ["bert", "convnext_tiny"])
+def test_fast_math_lowers_torch_exports_gelu_and_softmax_and_matches_torch(name):
+    """``--fast-math`` on what ``torch.export`` gives: GELU (an operator of its own there),
+    softmax and tanh all become TVM's fast functions, and the outputs stay within float32
+    tolerance of torch's."""
+    if name == "bert":
+        pytest.importorskip("transformers")
+    from tvm import relax
+
+    from tvm_pet.pipeline.load import load
+
+    model, inputs = build_torch_model(name)
+    loaded = load(to_relax_module(model, inputs), fast_math=True)
+    lowered = loaded.lower(loaded.program)
+    left = set()
+    relax.analysis.post_order_visit(lowered["main"], lambda e: left.add(e.op.name) if isinstance(
+        e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
+    assert not left & {"relax.nn.gelu", "relax.erf", "relax.nn.softmax", "relax.tanh"}, left
+    assert any(gv.name_hint.startswith("fast_erf") for gv in lowered.functions)
+    got = tvm_outputs(tvm.compile(lowered, target="llvm"), inputs)
+    assert max_relative_error(got, torch_outputs(model, inputs)) < TOLERANCE

@@ -236,3 +236,37 @@ def test_fast_math_is_asked_by_a_flag_and_refused_for_a_program():
     assert _driver_options(parse(["tune", "m.onnx", "--fast-math"])).fast_math
     with pytest.raises(PetError, match="fast math is for a model imported through TVM"):
         load(import_model(build_model("conv5x5")), fast_math=True)
+
+
+@pytest.mark.parametrize("op", ["gelu", "gelu_tanh", "silu", "sigmoid"])
+def test_fast_math_writes_out_what_torch_export_imports_and_keeps_its_value(op):
+    """GELU, its tanh form, SiLU and the sigmoid come from ``torch.export`` as operators of
+    their own, which TVM's FastMathTransform does not know; ``fast_math`` writes each out as
+    TVM legalizes it, so that its erf, tanh or exp becomes TVM's fast one. A float64 call, which
+    the fast functions do not serve, stays as it is."""
+    from tvm_pet.relax.rewrites import fast_math
+
+    function = getattr(relax.op.nn, op, None) or getattr(relax.op, op)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 256), "float32"))
+    y = relax.Var("y", relax.TensorType((4, 8), "float64"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.Tuple([bb.emit(function(x)), bb.emit(function(y))]))
+        bb.emit_func_output(out)
+    exact = bb.get()
+    fast = fast_math(exact)
+    name = f"relax.{'nn.' if op != 'sigmoid' else ''}{op}"
+    assert _ops(exact)[name] == 2 and _ops(fast)[name] == 1  # the float64 one stays
+    assert any(n.startswith("fast_") for n in _tir_functions(fast)), _tir_functions(fast)
+    rng = np.random.default_rng(0)
+    inputs = [rng.uniform(-6, 6, (4, 256)).astype("float32"), rng.standard_normal((4, 8))]
+
+    def run(mod):
+        vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+        return [r.numpy() for r in vm["main"](*[tvm.runtime.tensor(a) for a in inputs])]
+
+    (want, want64), (got, got64) = run(exact), run(fast)
+    assert not np.array_equal(got, want)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got64, want64)

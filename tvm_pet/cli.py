@@ -537,7 +537,8 @@ def _lowering_flags(o) -> None:
     o.add_argument("--fast-math", action="store_true",
                    help="run TVM's FastMathTransform on both sides as they are lowered: "
                         "erf, exp, tanh and softmax by TVM's polynomial approximations "
-                        "(vectorized; fast_erf is within 3.3e-7 of erf). TVM's default "
+                        "(vectorized; fast_erf is within 3.3e-7 of erf), GELU, SiLU and "
+                        "sigmoid written out in them first. TVM's default "
                         "lowers erf to one scalar libm call per element (BERT's GELU); "
                         "records are per form")
 
