@@ -2,6 +2,7 @@
 
     python benchmarks/fast_math.py --records DIR                        # tunes into DIR first
     python benchmarks/fast_math.py --records DIR --models bert_encoder --seed 1
+    python benchmarks/fast_math.py --records DIR --models torch:bert,torch:convnext_tiny
 
 TVM 0.27 lowers ``erf`` on a CPU to one call of libm's scalar ``erff`` per element, which no
 schedule vectorizes; BERT's GELU evaluates it 128 x 3072 times a layer. Relax's
@@ -15,7 +16,10 @@ them) is built in two forms:
 - ``fast``: the same module after ``FastMathTransform``
   (:func:`tvm_pet.relax.rewrites.fast_math`).
 
-Both are tuned with MetaSchedule at the same trials per task and seed into one records folder,
+A ``torch:`` name is a real model of :mod:`tvm_pet.testing.real_models` through ``torch.export``
+(transformers' BERT at BERT-base's sizes, 128 tokens; a torchvision CNN at 224 x 224), where
+GELU and the sigmoid come as operators of their own (:func:`tvm_pet.relax.rewrites.fast_math`
+writes them out first). Both are tuned with MetaSchedule at the same trials per task and seed into one records folder,
 their outputs checked against each other, then timed interleaved in fresh processes
 (:func:`benchmarks.layout_models.measure`). Results go to
 ``benchmarks/results/fast_math.{json,md}``; tuning never runs in CI, and nothing here fails on
@@ -47,6 +51,23 @@ def forms(onnx_model) -> tuple[dict, list[np.ndarray]]:
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal(shape).astype(dtype) for _, shape, dtype in imported.inputs()]
     return {"exact": imported.module, "fast": fast_math(imported.module)}, inputs
+
+
+#: transformers' BERT-base: 12 layers, hidden 768, 12 heads, 3072 wide, 128 tokens.
+BERT_BASE = dict(layers=12, hidden=768, heads=12, intermediate=3072, vocab=30522, sequence=128)
+
+
+def model_forms(name: str) -> tuple[dict, list[np.ndarray]]:
+    """:func:`forms` of the zoo's model ``name``, or of the real model ``torch:<name>``."""
+    if not name.startswith("torch:"):
+        from tvm_pet.models import build_model
+        return forms(build_model(name, batch=1))
+    from tvm_pet.testing.real_models import BertSize, build_torch_model, to_relax_module
+
+    real = name.split(":", 1)[1]
+    model, inputs = build_torch_model(real, size=224, bert=BertSize(**BERT_BASE))
+    modules, _ = forms(to_relax_module(model, inputs))
+    return modules, [t.numpy() for t in inputs]
 
 
 def markdown(rows: list[dict], processes: int, rounds: int, number: int) -> str:
@@ -85,7 +106,7 @@ def main(argv=None) -> int:
     from tvm_pet.tune.threads import size_thread_pool
     size_thread_pool()  # TVM on the physical cores, as optimize runs it, before TVM starts
     rows = [measure(name, pathlib.Path(args.records), args.trials, args.seed, args.processes,
-                    args.rounds, args.number, make_forms=forms, names=FORMS)
+                    args.rounds, args.number, make_forms=model_forms, names=FORMS)
             for name in args.models.split(",")]
     out = ROOT / "benchmarks" / "results" / "fast_math"
     rows = joined(out.with_suffix(".json"), rows)

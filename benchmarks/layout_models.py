@@ -60,14 +60,15 @@ def measure(name: str, records: pathlib.Path, trials: int, seed: int, processes:
             rounds: int, number: int, make_forms=None, names: tuple[str, str] = FORMS) -> dict:
     """Tune both forms of one model, check their outputs, and time them interleaved.
 
-    ``make_forms(onnx_model)`` gives the forms by name and the inputs (:func:`forms` by
-    default); ``names`` are the baseline's and the other's, the row's ``<other>_speedup``."""
+    ``make_forms(name)`` gives the forms by name and the inputs (by default :func:`forms` of
+    the zoo's model); ``names`` are the baseline's and the other's, the row's
+    ``<other>_speedup``."""
     from tvm_pet.models import build_model
     from tvm_pet.pipeline.confirm import process_ratios
     from tvm_pet.pipeline.toolchain import tvm_toolchain
 
     base, other = names
-    modules, inputs = (make_forms or forms)(build_model(name, batch=1))
+    modules, inputs = (make_forms(name) if make_forms else forms(build_model(name, batch=1)))
     toolchain = tvm_toolchain("llvm", str(records), timing_processes=processes)
     new_trials, tuning_s = {}, {}
     for form, mod in modules.items():
