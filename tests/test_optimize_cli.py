@@ -197,6 +197,18 @@ def test_layout_hint_on_a_cpu_convnet_built_channels_first(optimized):
     assert _layout_hint("NCHW", "llvm", no_convs) is None
 
 
+def test_fast_math_hint_on_a_cpu_model_with_gelu_or_softmax():
+    from tvm_pet.cli import _fast_math_hint
+    bert = {"lifted": {"MatMul": 6}, "opaque": {"Softmax": 1, "Erf": 1, "LayerNormalization": 2}}
+    hint = _fast_math_hint(False, "llvm", bert)
+    assert hint is not None and "--fast-math" in hint and "Erf, Softmax" in hint
+    assert _fast_math_hint(False, "llvm -mcpu=haswell", bert) == hint
+    assert _fast_math_hint(True, "llvm", bert) is None
+    assert _fast_math_hint(False, "cuda", bert) is None
+    assert _fast_math_hint(False, "llvm", {"lifted": {"Conv": 2}, "opaque": {"Relu": 2}}) is None
+    assert "relax.nn.silu" in _fast_math_hint(False, "llvm", {"opaque": {"relax.nn.silu": 3}})
+
+
 def bool_equality_model():
     """A matmul whose output is masked where two comparisons of it agree: TVM 0.27 compiles the
     equality of two bool tensors into an LLVM float compare, which LLVM's verifier rejects."""

@@ -232,6 +232,25 @@ def _layout_hint(layout: str, target: str, coverage: dict | None) -> str | None:
             "(whole convnets ran x1.29-x1.65 faster with it on the CPU of the README's NHWC table)")
 
 
+#: The opaque operators (kinds of :mod:`tvm_pet.relax.coverage`) that TVM 0.27 lowers to scalar
+#: libm calls on a CPU and ``--fast-math`` replaces.
+FAST_MATH_KINDS = ("Erf", "Gelu", "relax.nn.gelu_tanh", "Softmax", "Exp", "Tanh", "Sigmoid",
+                   "relax.nn.silu")
+
+
+def _fast_math_hint(fast_math: bool, target: str, coverage: dict | None) -> str | None:
+    """The line pointing a CPU model with erf, exp or tanh in its non-linear operators at
+    ``--fast-math``: TVM's own change, on both sides, which PET's ratio does not show."""
+    if fast_math or target.split()[0] != "llvm" or not coverage:
+        return None
+    found = [kind for kind in FAST_MATH_KINDS if kind in coverage.get("opaque", {})]
+    if not found:
+        return None
+    return (f"fast math: off; {', '.join(found)} run as TVM lowers them (erf and exp one scalar "
+            "libm call per element); --fast-math runs TVM's own FastMathTransform on both sides "
+            "(TVM itself ran x1.09-x1.34 faster with it on the README's BERTs and convnext_tiny)")
+
+
 def _onnx_missing(report) -> bool:
     return (report.optimized_onnx or "").startswith("not written")
 
@@ -325,8 +344,10 @@ def _print_trust(report, args: argparse.Namespace) -> None:
           + "".join(f"; {n}" for n in c.notes))
     if _onnx_missing(report):
         print(f"  optimized.onnx {report.optimized_onnx}")
-    if hint := _layout_hint(args.layout, args.target, cov):
-        print(f"  {hint}")
+    for hint in (_layout_hint(args.layout, args.target, cov),
+                 _fast_math_hint(args.fast_math, args.target, cov)):
+        if hint:
+            print(f"  {hint}")
     print(f"  total {report.total_time_s:.1f} s")
 
 
