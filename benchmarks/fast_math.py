@@ -27,8 +27,6 @@ timing.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import sys
 
@@ -37,7 +35,8 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.layout_models import joined, measure  # noqa: E402
+from benchmarks import layout_models  # noqa: E402
+from benchmarks.layout_models import forms_main  # noqa: E402
 
 FORMS = ("exact", "fast")
 
@@ -72,50 +71,13 @@ def model_forms(name: str) -> tuple[dict, list[np.ndarray]]:
 
 def markdown(rows: list[dict], processes: int, rounds: int, number: int) -> str:
     """The table: per model, both forms' times and the fast form's speed-up, by process too."""
-    lines = ["| model | seed | trials per task | exact ms | fast ms | exact / fast (by process) |"
-             " kernels with records (exact, fast) | max abs err (fast vs exact) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for row in rows:
-        ms, k = row["median_ms"], row["kernels_with_records"]
-        lines.append(
-            f"| {row['model']} | {row['seed']} | {row['trials_per_task']} | {ms['exact']:.2f} | "
-            f"{ms['fast']:.2f} | x{row['fast_speedup']:.3f} ("
-            + ", ".join(f"{r:.2f}" for r in row["fast_speedup_by_process"])
-            + f") | {k['exact'][1]}/{k['exact'][0]}, {k['fast'][1]}/{k['fast'][0]} | "
-            f"{row['max_abs_err']:.1e} |")
-    lines.append("")
-    lines.append("Both forms after TVM's graph rewrites; `fast` after Relax's `FastMathTransform`."
-                 " Both tuned by MetaSchedule at the row's trials per task and seed into one "
-                 f"records folder; timed interleaved, {rounds} rounds of 3 samples of {number} "
-                 f"calls, spread over {processes} fresh processes; times are medians of the pooled"
-                 " samples, the ratio the geometric mean of the processes' ratios of medians. TVM"
-                 " on 2 threads. Outputs checked against exact's.")
-    return "\n".join(lines) + "\n"
+    return layout_models.markdown(rows, processes, rounds, number, FORMS,
+                                  "Relax's `FastMathTransform`")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", required=True, help="records folder for both forms")
-    parser.add_argument("--models", default="bert_encoder", help="comma-separated model names")
-    parser.add_argument("--trials", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--processes", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--number", type=int, default=5)
-    args = parser.parse_args(argv)
-    from tvm_pet.tune.threads import size_thread_pool
-    size_thread_pool()  # TVM on the physical cores, as optimize runs it, before TVM starts
-    rows = [measure(name, pathlib.Path(args.records), args.trials, args.seed, args.processes,
-                    args.rounds, args.number, make_forms=model_forms, names=FORMS)
-            for name in args.models.split(",")]
-    out = ROOT / "benchmarks" / "results" / "fast_math"
-    rows = joined(out.with_suffix(".json"), rows)
-    out.with_suffix(".json").write_text(json.dumps(
-        {"processes": args.processes, "rounds": args.rounds, "number": args.number,
-         "rows": rows}, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(rows, args.processes, args.rounds, args.number))
-    print(f"wrote {out}.json and .md")
-    return 0
+    return forms_main(argv, __doc__.splitlines()[0], "bert_encoder", "fast_math", markdown, {},
+                      make_forms=model_forms, names=FORMS)
 
 
 if __name__ == "__main__":

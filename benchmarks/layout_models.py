@@ -85,7 +85,8 @@ def measure(name: str, records: pathlib.Path, trials: int, seed: int, processes:
         raise SystemExit(f"{name}: the {other} form's outputs differ from {base}'s "
                          f"(max {err:.2e})")
     timing = toolchain.time(executables, inputs, rounds=rounds, number=number, repeat=3)
-    ratios = list(process_ratios(timing[base], timing[other]))
+    ratios = (list(process_ratios(timing[base], timing[other]))  # one process: its ratio
+              or [timing[base].median / timing[other].median])
     row = {"model": name, "trials_per_task": trials, "seed": seed, "new_trials": new_trials,
            "tuning_s": tuning_s, "kernels_with_records": kernels, "max_abs_err": err,
            "median_ms": {f: 1e3 * t.median for f, t in timing.items()},
@@ -97,26 +98,30 @@ def measure(name: str, records: pathlib.Path, trials: int, seed: int, processes:
     return row
 
 
-def markdown(rows: list[dict], processes: int, rounds: int, number: int) -> str:
-    """The table: per model, both forms' times and NHWC's speed-up, by process too."""
-    lines = ["| model | seed | trials per task | nchw ms | nhwc ms | NCHW / NHWC (by process) |"
-             " kernels with records (nchw, nhwc) | max abs err |",
-             "|---|---|---|---|---|---|---|---|"]
+def markdown(rows: list[dict], processes: int, rounds: int, number: int,
+             names: tuple[str, str] = FORMS,
+             change: str = "Relax's `ConvertLayout` (conv2d NHWC, kernel HWIO)") -> str:
+    """The table: per model, both forms' times and the other form's speed-up, by process too
+    (``names``: the baseline's and the other's; ``change``: what made the other, in words)."""
+    base, other = names
+    lines = [f"| model | seed | trials per task | {base} ms | {other} ms | {base} / {other} (by "
+             f"process) | kernels with records ({base}, {other}) | max abs err ({other} vs "
+             f"{base}) |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         ms, k = row["median_ms"], row["kernels_with_records"]
         lines.append(
-            f"| {row['model']} | {row['seed']} | {row['trials_per_task']} | {ms['nchw']:.2f} | "
-            f"{ms['nhwc']:.2f} | x{row['nhwc_speedup']:.3f} ("
-            + ", ".join(f"{r:.2f}" for r in row["nhwc_speedup_by_process"])
-            + f") | {k['nchw'][1]}/{k['nchw'][0]}, {k['nhwc'][1]}/{k['nhwc'][0]} | "
+            f"| {row['model']} | {row['seed']} | {row['trials_per_task']} | {ms[base]:.2f} | "
+            f"{ms[other]:.2f} | x{row[f'{other}_speedup']:.3f} ("
+            + ", ".join(f"{r:.2f}" for r in row[f"{other}_speedup_by_process"])
+            + f") | {k[base][1]}/{k[base][0]}, {k[other][1]}/{k[other][0]} | "
             f"{row['max_abs_err']:.1e} |")
     lines.append("")
-    lines.append("Both forms after TVM's graph rewrites; `nhwc` after Relax's `ConvertLayout` "
-                 "(conv2d NHWC, kernel HWIO). Both tuned by MetaSchedule at the row's trials per "
-                 f"task and seed into one records folder; timed interleaved, {rounds} rounds of 3 "
-                 f"samples of {number} calls, spread over {processes} fresh processes; times are "
-                 "medians of the pooled samples, the ratio the geometric mean of the processes' "
-                 "ratios of medians. TVM on 2 threads. Outputs checked against nchw's.")
+    lines.append(f"Both forms after TVM's graph rewrites; `{other}` after {change}. Both tuned by "
+                 "MetaSchedule at the row's trials per task and seed into one records folder; "
+                 f"timed interleaved, {rounds} rounds of 3 samples of {number} calls, spread over "
+                 f"{processes} fresh processes; times are medians of the pooled samples, the "
+                 "ratio the geometric mean of the processes' ratios of medians. TVM on 2 threads."
+                 f" Outputs checked against {base}'s.")
     return "\n".join(lines) + "\n"
 
 
@@ -127,10 +132,14 @@ def joined(path: pathlib.Path, rows: list[dict]) -> list[dict]:
     return replace_rows(earlier, rows, ("model", "seed"))
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def forms_main(argv, description: str, default_models: str, out_name: str, render,
+               header: dict, make_forms=None, names: tuple[str, str] = FORMS) -> int:
+    """Parse the command line, :func:`measure` each model's two forms, and add the rows to
+    ``benchmarks/results/<out_name>.{json,md}`` (``render(rows, processes, rounds, number)``
+    writes the table; ``header`` goes into the JSON beside the settings)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--records", required=True, help="records folder for both forms")
-    parser.add_argument("--models", default="resnet18", help="comma-separated model names")
+    parser.add_argument("--models", default=default_models, help="comma-separated model names")
     parser.add_argument("--trials", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--processes", type=int, default=3)
@@ -139,17 +148,23 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from tvm_pet.tune.threads import size_thread_pool
     size_thread_pool()  # TVM on the physical cores, as optimize runs it, before TVM starts
-    from tvm_pet.relax.rewrites import LAYOUTS
     rows = [measure(name, pathlib.Path(args.records), args.trials, args.seed, args.processes,
-                    args.rounds, args.number) for name in args.models.split(",")]
-    out = ROOT / "benchmarks" / "results" / "layout_models"
+                    args.rounds, args.number, make_forms, names)
+            for name in args.models.split(",")]
+    out = ROOT / "benchmarks" / "results" / out_name
     rows = joined(out.with_suffix(".json"), rows)
     out.with_suffix(".json").write_text(json.dumps(
-        {"layouts": LAYOUTS["NHWC"], "processes": args.processes, "rounds": args.rounds,
-         "number": args.number, "rows": rows}, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(rows, args.processes, args.rounds, args.number))
+        header | {"processes": args.processes, "rounds": args.rounds, "number": args.number,
+                  "rows": rows}, indent=1) + "\n")
+    out.with_suffix(".md").write_text(render(rows, args.processes, args.rounds, args.number))
     print(f"wrote {out}.json and .md")
     return 0
+
+
+def main(argv=None) -> int:
+    from tvm_pet.relax.rewrites import LAYOUTS
+    return forms_main(argv, __doc__.splitlines()[0], "resnet18", "layout_models", markdown,
+                      {"layouts": LAYOUTS["NHWC"]})
 
 
 if __name__ == "__main__":
