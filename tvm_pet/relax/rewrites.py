@@ -50,7 +50,9 @@ every program as it is lowered, both sides alike.
 """
 from __future__ import annotations
 
+import functools
 import math
+import operator
 
 import numpy as np
 import tvm
@@ -104,14 +106,15 @@ def fast_math(mod: tvm.IRModule) -> tvm.IRModule:
     pass knows."""
     from tvm.relax.dpl import is_op, wildcard
 
-    for name, decompose in _DECOMPOSED.items():
-        def rewriter(call, _matches, decompose=decompose):
-            x = call.args[0]
-            if getattr(x.ty, "dtype", None) != "float32":
-                return call
-            return decompose(x, lambda v: relax.const(v, "float32"))
+    def rewriter(call, _matches):
+        x = call.args[0]
+        if getattr(x.ty, "dtype", None) != "float32":
+            return call
+        return _DECOMPOSED[call.op.name](x, lambda v: relax.const(v, "float32"))
 
-        mod = _rewrite_calls(mod, is_op(name)(wildcard()), rewriter)
+    # one pass over the module for all four (it runs on every program and region lowered)
+    ops = functools.reduce(operator.or_, map(is_op, _DECOMPOSED))
+    mod = _rewrite_calls(mod, ops(wildcard()), rewriter)
     return relax.transform.FastMathTransform()(mod)
 
 
