@@ -26,7 +26,9 @@ own candidates is reported separately, since equal trials per task is not equal 
 on PET's candidates alike, ``tvm-pet optimize --layout``); its results go to
 ``<target>-nhwc.*``. ``--fast-math`` lowers both sides with TVM's ``FastMathTransform`` (fast
 ``erf``, ``exp``, ``tanh``, ``softmax``; ``tvm-pet optimize --fast-math``); its results go to
-``<target>-fastmath.*``.
+``<target>-fastmath.*``. ``--winograd`` lets PET's search offer each 3×3 stride-1
+convolution by Winograd's F(4×4, 3×3) (``tvm-pet optimize --winograd``; TVM's side stays the
+direct form, which is all TVM's CPU lowering has); its results go to ``<target>-winograd.*``.
 Peak memory is the child's peak resident set size. Results go to
 ``benchmarks/results/<target>.json``, ``.md`` and ``.png``; nothing here fails on timing.
 """
@@ -78,7 +80,8 @@ def _child(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "model.onnx"
         onnx.save(model, path)
-        config = SearchConfig(depth=3, rounds=1, time_limit=args.search_limit)
+        config = SearchConfig(depth=3, rounds=1, time_limit=args.search_limit,
+                              winograd=args.winograd)
         # a close call's second look tunes both sides again at twice the trials per task: on a
         # whole model that is the whole model tuned again (an hour here), and the rows would no
         # longer share one budget; so by default whole models get no second look
@@ -241,7 +244,8 @@ def _run_child(name: str, batch: int, args) -> dict:
            str(args.search_limit), "--timing-processes", str(args.timing_processes)]
     cmd += ["--records", args.records] if args.records else []
     cmd += ["--second-look", args.second_look, "--seed", str(args.seed), "--layout",
-            args.layout] + (["--fast-math"] if args.fast_math else [])
+            args.layout] + (["--fast-math"] if args.fast_math else []) \
+        + (["--winograd"] if args.winograd else [])
     start = time.perf_counter()
     row, error = _run_json(cmd)
     if row is None:
@@ -262,7 +266,8 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
     ok = [r for r in rows if "error" not in r]
     stem = (run["target"].split()[0] + ("-quick" if run["quick"] else "")
             + ("-" + run["layout"].lower() if run.get("layout", "NCHW") != "NCHW" else "")
-            + ("-fastmath" if run.get("fast_math") else ""))
+            + ("-fastmath" if run.get("fast_math") else "")
+            + ("-winograd" if run.get("winograd") else ""))
     table3 = [r for r in ok if r["model"] in TABLE3 and r["batch"] == 1]
     kept = [counted_speedup(r) for r in table3]
     whole = [counted_speedup(r) for r in ok
@@ -315,6 +320,9 @@ def budget_words(run: dict, rows: list[dict]) -> str:
     if run.get("fast_math"):
         where += (", both sides lowered with TVM's FastMathTransform (fast erf, exp, tanh and "
                   "softmax)")
+    if run.get("winograd"):
+        where += (", PET's search offering 3×3 convolutions by Winograd's F(4×4, 3×3) (TVM's "
+                  "side: the direct form, all its CPU lowering has)")
     if not run["trials"]:
         return (f"trials per task: TVM and PET+TVM build with {where}, no new tuning"
                 + (f" ({SHIPPED_TRIALS} trials per task)" if run["quick"] else
@@ -463,6 +471,8 @@ def main() -> int:
                         help="the convolutions' layout on both sides (optimize --layout)")
     parser.add_argument("--fast-math", action="store_true",
                         help="TVM's FastMathTransform on both sides (optimize --fast-math)")
+    parser.add_argument("--winograd", action="store_true",
+                        help="PET's search offers Winograd's F(4x4, 3x3) (optimize --winograd)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the .md and .png of an earlier run's JSON")
@@ -496,7 +506,8 @@ def main() -> int:
     run = {"target": args.target, "quick": args.quick, "trials": args.trials,
            "rounds": args.rounds, "number": args.number, "records": args.records,
            "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes,
-           "seed": args.seed, "layout": args.layout, "fast_math": args.fast_math}
+           "seed": args.seed, "layout": args.layout, "fast_math": args.fast_math,
+           "winograd": args.winograd}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)

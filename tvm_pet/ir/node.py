@@ -99,6 +99,15 @@ class Node:
             raise ProgramError(f"node {self.describe()} has {len(self.outputs)} outputs, not one")
         return self.outputs[0]
 
+    @property
+    def label(self) -> str:
+        """The operator as summaries name it: an OPAQUE node's kind, ``WinogradConv`` for a CONV
+        lowered by Winograd's algorithm (:mod:`tvm_pet.ir.winograd`), else the kind's name."""
+        if self.op is Op.OPAQUE:
+            return self.attrs["kind"]
+        return "WinogradConv" if self.op is Op.CONV and self.attrs.get("winograd") else \
+            self.op.value
+
     def describe(self) -> str:
         """A one-line, readable form such as ``y = Conv(x, w; strides=(1, 1), ...)``."""
         outs = ", ".join(self.outputs)

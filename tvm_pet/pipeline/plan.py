@@ -286,4 +286,4 @@ def combination(program: Program, tuned: Sequence[tuple[Subprogram, Program, Pro
 
 def combined_pick(program: Program) -> Pick:
     """The pick that stands for the combination ``program``."""
-    return Pick(COMBINED, tuple(n.op.value for n in program.nodes), None)
+    return Pick(COMBINED, tuple(n.label for n in program.nodes), None)

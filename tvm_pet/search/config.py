@@ -22,6 +22,9 @@ class SearchConfig:
             fraction of random positions is dropped before full verification (its correction
             would recompute nearly everything).
         progress: show progress bars.
+        winograd: also offer each eligible 3×3 convolution by Winograd's F(4×4, 3×3)
+            (:mod:`tvm_pet.ir.winograd`): the same function, a quarter of the multiplications,
+            other rounding (off by default, like ``--fast-math``).
     """
 
     depth: int = 3
@@ -34,6 +37,7 @@ class SearchConfig:
     seed: int = 0
     min_agreement: float = 0.25
     progress: bool = False
+    winograd: bool = False
 
     def __post_init__(self):
         for name in ("depth", "rounds", "topk", "max_subset", "max_candidates", "tests"):

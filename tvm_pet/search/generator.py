@@ -89,7 +89,7 @@ class _MutantEnumerator:
 
     def __init__(self, sub: Program, config: SearchConfig, deadline: float | None):
         self.sub, self.config, self.deadline = sub, config, deadline
-        self.vocab = Vocabulary.of(sub)
+        self.vocab = Vocabulary.of(sub, winograd=config.winograd)
         self.targets = [sub.shapes[o] for o in sub.outputs]
         self.needed = set(sub.input_names) | set(sub.weights)
         self.reducing = sum(n.op in REDUCING for n in sub.nodes)
@@ -305,7 +305,7 @@ class _MutantEnumerator:
             return None
         if not result.equivalent:
             self.stats.corrected += 1
-        ops = tuple(n.op.value if n.op is not Op.OPAQUE else n.attrs["kind"] for n in kept)
+        ops = tuple(n.label for n in kept)
         return Mutant(candidate, corrected, result, ops, time.perf_counter() - self.start)
 
     @staticmethod

@@ -24,6 +24,7 @@ import math
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
 
+from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Attrs, Program, Shape
 from tvm_pet.ir.ops import Op
 from tvm_pet.ir.shapes import SHAPE_RULES
@@ -46,9 +47,11 @@ class Vocabulary:
     #: of a convolution's input that brings an awkward output side to a smooth one
     #: (:func:`aligning_pads`), as a PAD of its input or in the convolution's own pads.
     aligns: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...] = ()
+    #: Offer each eligible 3×3 convolution by Winograd's algorithm too (:mod:`tvm_pet.ir.winograd`).
+    winograd: bool = False
 
     @staticmethod
-    def of(program: Program) -> "Vocabulary":
+    def of(program: Program, winograd: bool = False) -> "Vocabulary":
         strides, dilations, pads, kernels, windows = {1}, {1}, set(), set(), set()
         aligns = set()
         for n in program.nodes:
@@ -65,7 +68,7 @@ class Vocabulary:
         factors = sorted({2, 3} | {s for s in strides | dilations if 1 < s <= 4})
         return Vocabulary(tuple(factors), tuple(sorted(strides)), tuple(sorted(dilations)),
                           tuple(sorted(pads)), tuple(sorted(kernels)), tuple(sorted(windows)),
-                          tuple(sorted(aligns)))
+                          tuple(sorted(aligns)), winograd)
 
 
 #: Output sides whose prime factors are all at most this are smooth: MetaSchedule tiles a loop
@@ -203,6 +206,8 @@ def conv_instances(vocab: Vocabulary, xs: Shape, ws: Shape) -> tuple[Attrs, ...]
             attrs = Attrs({"strides": (s,) * nsp, "dilations": (d,) * nsp, "pads": p, "groups": g})
             if infer(Op.CONV, attrs, [xs, ws]) is not None:
                 out.append(attrs)
+                if vocab.winograd and wino.eligible(xs, ws, attrs):
+                    out.append(attrs.replace(winograd=wino.SEARCH_TILE))
     return tuple(out)
 
 

@@ -158,7 +158,7 @@ class SearchResult:
 
 
 def _op_names(nodes: Sequence[Node]) -> tuple[str, ...]:
-    return tuple(n.attrs["kind"] if n.op.value == "Opaque" else n.op.value for n in nodes)
+    return tuple(n.label for n in nodes)
 
 
 def _rename(mutant: Program, mapping: dict[str, str], like: Program) -> Program:

@@ -1,0 +1,150 @@
+"""Is a 3×3 convolution faster on this CPU as Winograd's F(m×m, 3×3), written in Relax ops?
+
+    python benchmarks/winograd_forms.py --records DIR            # tunes into DIR/s<seed> first
+    python benchmarks/winograd_forms.py --records DIR --seeds 0 1 --kernels v28 b28d
+
+TVM 0.27 lowers a Relax ``conv2d`` on a CPU to the direct loop nest only; its Winograd
+schedules are CUDA's and ARM's. Winograd's form of a 3×3 convolution is multi-linear and exact
+in real arithmetic (Lavin and Gray, 2016): with the tile's output side ``m`` and ``a = m + 2``,
+each ``a × a`` input tile ``d`` becomes ``Bᵀ d B``, each filter ``g`` becomes ``G g Gᵀ``, the
+``a²`` products are batched matrix products over the channels, and ``Aᵀ · A`` turns each
+product tile back into ``m × m`` outputs: ``a² / (9 m²)`` of the direct form's multiplications
+(×0.44 at ``m = 2``, ×0.25 at ``m = 4``). Here it is written in Relax operators that TVM's own
+pipeline fuses and MetaSchedule tunes:
+
+- the input transform: a grouped convolution, stride ``m``, with the constant ``a² × a × a``
+  kernel ``B ⊗ B`` per channel, on the map padded to ``T m + 2`` (``T`` tiles a side);
+- ``permute_dims`` to ``[a², tiles, C]`` and one batched ``matmul`` with ``[a², C, K]``, the
+  filters' transform (a constant);
+- the output transform: ``matmul`` of ``Aᵀ ⊗ Aᵀ`` (``m² × a²``) with the products, then
+  ``permute_dims`` back to the map, sliced to its side;
+- a dilation-2 convolution (CSRNet's back end) is first regrouped into the four parity classes
+  of its map (space-to-batch, Figure 3 of the paper): a regular 3×3 convolution on each.
+
+The forms: ``orig`` (the convolution as imported), ``wino2`` (``m = 2``) and ``wino4``
+(``m = 4``), each with the bias and ReLU after it. Each form is tuned at 32 trials per task (the
+budget held equal per task: the Winograd forms have more tasks), timed interleaved in fresh
+processes, outputs checked against ``orig``'s (:func:`benchmarks.matmul_forms.measure`).
+Results go to ``benchmarks/results/winograd_forms.{json,md}``; tuning never runs in CI, and
+nothing here fails on timing.
+"""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.matmul_forms import forms_parser, run_forms  # noqa: E402
+
+FORMS = ("orig", "wino2", "wino4")
+#: The forms of a dilated kernel: also ``s2b``, the parity classes' regular direct convolution.
+DILATED_FORMS = ("orig", "s2b", "wino2", "wino4")
+#: Channels in and out, map side and dilation: CSRNet at 224 (VGG-16's front end on 112, 56 and
+#: 28; its back end's dilated convolutions on 28, and on 14 in the back end's benchmark row),
+#: ResNet-18's 14×14 3×3 convolution.
+KERNELS = {"v112": (128, 128, 112, 1), "v56": (256, 256, 56, 1), "v28": (512, 512, 28, 1),
+           "b28d": (512, 512, 28, 2), "b14d": (512, 512, 14, 2), "r14": (256, 256, 14, 1)}
+
+
+def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Winograd's ``A`` (``a × m``), ``B`` (``a × a``) and ``G`` (``a × 3``) for F(m, 3), from
+    TVM's own Cook-Toom construction.
+
+    >>> a, b, g = matrices(2)
+    >>> d, w = np.arange(4.0), np.array([1.0, -2.0, 3.0])
+    >>> np.allclose(a.T @ ((g @ w) * (b.T @ d)), np.correlate(d, w, "valid"))
+    True
+    """
+    from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
+    return _cook_toom_convolution(_interpolation_points(m + 1), m, 3)
+
+
+def winograd(bb, x, w: np.ndarray, n: int, side: int, m: int):
+    """Emit the 3×3 "same" convolution of ``x`` (``[n, C, side, side]``) with ``w``
+    (``[K, C, 3, 3]``) as Winograd's F(m×m, 3×3); its ``[n, K, side, side]`` result."""
+    from tvm import relax
+    a_mat, b_mat, g_mat = matrices(m)
+    a, (k, c) = m + 2, w.shape[:2]
+    tiles = -(-side // m)
+    padded = tiles * m + 2
+    xp = bb.emit(relax.op.nn.pad(x, [0, 0, 0, 0, 1, padded - side - 1, 1, padded - side - 1]))
+    # [c * a², 1, a, a]: output channel c*a² + (xi*a + nu) holds B[i, xi] * B[j, nu]
+    kb = np.einsum("ix,jy->xyij", b_mat, b_mat).reshape(a * a, 1, a, a)
+    kb = np.tile(kb, (c, 1, 1, 1)).astype("float32")
+    v = bb.emit(relax.op.nn.conv2d(xp, relax.const(kb), strides=m, groups=c))
+    v = bb.emit(relax.op.reshape(v, (n, c, a * a, tiles * tiles)))
+    v = bb.emit(relax.op.permute_dims(v, [2, 0, 3, 1]))
+    v = bb.emit(relax.op.reshape(v, (a * a, n * tiles * tiles, c)))
+    u = np.einsum("xi,kcij,yj->xykc", g_mat, w.astype(np.float64), g_mat)
+    u = u.reshape(a * a, k, c).transpose(0, 2, 1).astype("float32")
+    prod = bb.emit(relax.op.matmul(v, relax.const(np.ascontiguousarray(u))))
+    prod = bb.emit(relax.op.reshape(prod, (a * a, n * tiles * tiles * k)))
+    at2 = np.einsum("xp,yq->pqxy", a_mat, a_mat).reshape(m * m, a * a).astype("float32")
+    y = bb.emit(relax.op.matmul(relax.const(at2), prod))
+    y = bb.emit(relax.op.reshape(y, (m, m, n, tiles, tiles, k)))
+    y = bb.emit(relax.op.permute_dims(y, [2, 5, 3, 0, 4, 1]))
+    y = bb.emit(relax.op.reshape(y, (n, k, tiles * m, tiles * m)))
+    if tiles * m != side:
+        y = bb.emit(relax.op.strided_slice(y, axes=[2, 3], begin=[0, 0], end=[side, side]))
+    return y
+
+
+def module(kind: str, form: str):
+    """The Relax module of one form of a 3×3 conv + bias + ReLU, and its input."""
+    from tvm import relax
+
+    cin, cout, side, dil = KERNELS[kind]
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(9 * cin)).astype("float32")
+    b = (rng.standard_normal((1, cout, 1, 1)) * 0.05).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, cin, side, side), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            if form == "orig":
+                y = bb.emit(relax.op.nn.conv2d(x, relax.const(w), padding=dil, dilation=dil))
+            elif dil == 1:
+                y = winograd(bb, x, w, 1, side, int(form[-1]))
+            else:  # the dilation's parity classes into the batch, and back
+                half = side // 2
+                t = bb.emit(relax.op.reshape(x, (cin, half, 2, half, 2)))
+                t = bb.emit(relax.op.permute_dims(t, [2, 4, 0, 1, 3]))
+                t = bb.emit(relax.op.reshape(t, (4, cin, half, half)))
+                if form == "s2b":
+                    t = bb.emit(relax.op.nn.conv2d(t, relax.const(w), padding=1))
+                else:
+                    t = winograd(bb, t, w, 4, half, int(form[-1]))
+                t = bb.emit(relax.op.reshape(t, (2, 2, cout, half, half)))
+                t = bb.emit(relax.op.permute_dims(t, [2, 3, 0, 4, 1]))
+                y = bb.emit(relax.op.reshape(t, (1, cout, side, side)))
+            y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(b))))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get(), [np.random.default_rng(1).standard_normal((1, cin, side, side))
+                      .astype("float32")]
+
+
+def kernels(names) -> dict:
+    """The kernels measured: shape, GFLOP per call (of the direct form), the forms' builder."""
+    return {kind: (KERNELS[kind], 2 * KERNELS[kind][0] * KERNELS[kind][1] * 9
+                   * KERNELS[kind][2] ** 2 / 1e9, module) for kind in names}
+
+
+def main(argv=None) -> int:
+    parser = forms_parser(__doc__, seeds=(0,))
+    parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=sorted(KERNELS))
+    parser.add_argument("--stem", default="winograd_forms")
+    args = parser.parse_args(argv)
+    dilated = {KERNELS[k][3] > 1 for k in args.kernels}
+    if len(dilated) > 1:
+        parser.error("measure dilated and regular kernels in separate runs (their forms differ)")
+    dilated = dilated.pop()
+    return run_forms(args.stem, args, kernels(args.kernels), DILATED_FORMS if dilated else FORMS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

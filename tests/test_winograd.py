@@ -1,0 +1,181 @@
+"""Winograd's F(m×m, 3×3) as a lowering of a CONV (tvm_pet.relax.winograd): the same function as
+the direct convolution, checked against torch's and NumPy's, for every shape class it accepts."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from tvm_pet.ir import ProgramBuilder
+from tvm_pet.relax import winograd
+from tvm_pet.ir.winograd import eligible
+from tvm_pet.relax.adapter import program_to_module
+from tvm_pet.verify.interpreter import evaluate
+
+
+def _run(mod, *inputs):
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(x) for x in inputs])
+    return out.numpy()
+
+
+def _program(x_shape, k, pads, dilation, m, weight_input=False):
+    rng = np.random.default_rng(sum(x_shape) + k + dilation)
+    b = ProgramBuilder()
+    x = b.input("x", x_shape)
+    w_value = (rng.standard_normal((k, x_shape[1], 3, 3)) / np.sqrt(9 * x_shape[1])).astype(
+        "float32")
+    w = b.input("w", w_value.shape) if weight_input else b.weight("w", w_value)
+    y = b.conv(x, w, pads=pads, dilations=dilation)
+    program = b.build([y])
+    if m:
+        node = program.nodes[0]
+        program = program.replace(nodes=(dataclasses.replace(
+            node, attrs=node.attrs.replace(winograd=m)),))
+    data = rng.standard_normal(x_shape).astype("float32")
+    return program, data, w_value
+
+
+@pytest.mark.parametrize("m", winograd.TILES)
+@pytest.mark.parametrize("x_shape, k, pads, dilation", [
+    ((1, 8, 14, 14), 16, 1, 1),           # a side that is a multiple of neither tile
+    ((2, 5, 9, 12), 7, 1, 1),             # a batch, odd channels, a non-square map
+    ((1, 6, 10, 10), 4, 0, 1),            # "valid": no padding
+    ((1, 6, 8, 8), 4, (2, 0, 1, 1), 1),   # uneven pads
+    ((1, 8, 28, 28), 8, 2, 2),            # CSRNet's back end: dilation 2, "same"
+    ((1, 4, 12, 18), 6, 3, 3),            # dilation 3
+])
+def test_winograd_lowering_computes_the_direct_convolution(x_shape, k, pads, dilation, m):
+    program, data, w = _program(x_shape, k, pads, dilation, m)
+    direct, _, _ = _program(x_shape, k, pads, dilation, 0)
+    want = evaluate(direct, {"x": data}, dtype=np.float64)[direct.outputs[0]]
+    got = _run(program_to_module(program), data)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
+    # and it is another program, not the direct form under another name
+    text = program_to_module(program).script()
+    assert "conv2d" in text and "matmul" in text and "groups=" in text
+
+
+def test_winograd_against_torch_with_the_weight_as_a_runtime_input():
+    torch = pytest.importorskip("torch")
+    program, data, w = _program((1, 16, 20, 20), 24, 2, 2, 4, weight_input=True)
+    got = _run(program_to_module(program), data, w)
+    want = torch.nn.functional.conv2d(torch.from_numpy(data), torch.from_numpy(w), padding=2,
+                                      dilation=2).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
+
+
+def test_the_transform_matrices_satisfy_the_identity_exactly():
+    assert all(winograd.identity_holds(m) for m in winograd.TILES)
+    # a wrong matrix is caught: the check is not vacuous
+    a, b, g = winograd.matrices(2)
+    real = winograd.matrices
+    try:
+        winograd.matrices = lambda m: (a, b, g * np.array([[1.0], [1.0], [1.0], [2.0]]))
+        assert not winograd.identity_holds(2)
+    finally:
+        winograd.matrices = real
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs, ok", [
+    ((1, 8, 14, 14), (8, 8, 3, 3), {"strides": (1, 1), "dilations": (1, 1), "pads": (1,) * 4,
+                                    "groups": 1}, True),
+    ((1, 8, 14, 14), (8, 8, 5, 5), {"strides": (1, 1), "dilations": (1, 1), "pads": (2,) * 4,
+                                    "groups": 1}, False),
+    ((1, 8, 14, 14), (8, 8, 3, 3), {"strides": (2, 2), "dilations": (1, 1), "pads": (1,) * 4,
+                                    "groups": 1}, False),
+    ((1, 8, 14, 14), (8, 4, 3, 3), {"strides": (1, 1), "dilations": (1, 1), "pads": (1,) * 4,
+                                    "groups": 2}, False),
+    ((1, 8, 14, 14), (8, 8, 3, 3), {"strides": (1, 1), "dilations": (2, 2), "pads": (1,) * 4,
+                                    "groups": 1}, False),
+    ((1, 8, 6, 6, 6), (8, 8, 3, 3, 3), {"strides": (1,) * 3, "dilations": (1,) * 3,
+                                        "pads": (1,) * 6, "groups": 1}, False),
+])
+def test_eligibility(x_shape, w_shape, attrs, ok):
+    assert eligible(x_shape, w_shape, attrs) is ok
+
+
+def test_an_ineligible_conv_is_refused_by_name():
+    with pytest.raises(ValueError, match="no Winograd lowering"):
+        winograd.conv2d(None, None, None, (1, 8, 14, 14), (8, 8, 5, 5),
+                        {"strides": (1, 1), "dilations": (1, 1), "pads": (2,) * 4,
+                         "groups": 1}, 2)
+
+
+def _conv_sub(x_shape=(1, 16, 14, 14), kernel=3, pads=2, dilations=2, strides=1):
+    b = ProgramBuilder()
+    x = b.input("x", x_shape)
+    w = b.weight("w", np.random.default_rng(0).standard_normal(
+        (16, x_shape[1], kernel, kernel)).astype("float32"))
+    return b.build([b.conv(x, w, pads=pads, dilations=dilations, strides=strides)])
+
+
+@pytest.mark.parametrize("dilations, pads", [(1, 1), (2, 2)])
+def test_the_generator_offers_a_verified_winograd_mutant_only_when_asked(dilations, pads):
+    from tvm_pet.search.config import SearchConfig
+    from tvm_pet.search.generator import generate
+    sub = _conv_sub(pads=pads, dilations=dilations)
+
+    def winograd_mutants(flag):
+        mutants, _ = generate(sub, SearchConfig(depth=3, winograd=flag, time_limit=60))
+        return [m for m in mutants if any(n.attrs.get("winograd") for n in m.corrected.nodes)]
+
+    assert winograd_mutants(False) == []
+    found = winograd_mutants(True)
+    # the convolution itself by Winograd's algorithm, verified equivalent, no correction
+    alone = [m for m in found if m.ops == ("WinogradConv",)]
+    assert len(alone) == 1 and alone[0].result.equivalent
+    assert alone[0].corrected.nodes[0].attrs["winograd"] == 4
+    data = np.random.default_rng(2).standard_normal(sub.inputs[0].shape).astype("float32")
+    want = evaluate(sub, {"x": data}, dtype=np.float64)[sub.outputs[0]]
+    for m in found:  # every one lowers to what the subprogram computes
+        got = _run(program_to_module(m.corrected), data)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("kernel, strides, pads", [(5, 1, 4), (3, 2, 2)])
+def test_winograd_only_where_the_form_applies(kernel, strides, pads):
+    """A 5x5 kernel has none; a strided 3x3 one only where a mutant makes its convolution one
+    of stride 1 (each such mutant still computes the subprogram)."""
+    from tvm_pet.search.config import SearchConfig
+    from tvm_pet.search.generator import generate
+    sub = _conv_sub(kernel=kernel, strides=strides, pads=pads)
+    mutants, _ = generate(sub, SearchConfig(depth=2, winograd=True, time_limit=60))
+    assert mutants
+    data = np.random.default_rng(2).standard_normal(sub.inputs[0].shape).astype("float32")
+    want = evaluate(sub, {"x": data}, dtype=np.float64)[sub.outputs[0]]
+    for m in mutants:
+        nodes = [n for n in m.corrected.nodes if n.attrs.get("winograd")]
+        assert kernel == 3 or not nodes
+        for n in nodes:
+            shapes = m.corrected.shapes
+            assert eligible(shapes[n.inputs[0]], shapes[n.inputs[1]], n.attrs)
+        if nodes:
+            got = _run(program_to_module(m.corrected), data)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
+
+
+def test_the_analytic_cost_counts_a_quarter_of_the_products_plus_the_transforms():
+    from tvm_pet.cost.analytic import FLOPS
+    from tvm_pet.ir.node import Attrs
+    from tvm_pet.ir.ops import Op
+    attrs = Attrs({"strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "groups": 1})
+    ins, outs = [(1, 512, 28, 28), (512, 512, 3, 3)], [(1, 512, 28, 28)]
+    direct = FLOPS[Op.CONV](attrs, ins, outs)
+    by_winograd = FLOPS[Op.CONV](attrs.replace(winograd=4), ins, outs)
+    assert direct == 2 * 28 * 28 * 512 * 512 * 9
+    # 49 tiles x 36 products x C x K, and 49 x (C x 36 x 36 + K x 16 x 36) for the transforms
+    assert by_winograd == 2 * (49 * 36 * 512 * 512 + 49 * (512 * 36 * 36 + 512 * 16 * 36))
+    assert 0.25 < by_winograd / direct < 0.3
+
+
+def test_the_optimize_flag_reaches_the_search_config():
+    from tvm_pet.cli import _search_config, build_parser
+    args = build_parser().parse_args(["optimize", "m.onnx", "--out", "o", "--winograd"])
+    assert _search_config(args).winograd is True
+    args = build_parser().parse_args(["optimize", "m.onnx", "--out", "o"])
+    assert _search_config(args).winograd is False

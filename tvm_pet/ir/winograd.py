@@ -1,0 +1,54 @@
+"""Which convolutions have a Winograd form here (pure; the lowering is
+:mod:`tvm_pet.relax.winograd`).
+
+A CONV node whose attributes carry ``winograd=m`` computes the same function as without it, and
+is lowered to Relax as Winograd's F(m×m, 3×3): ``(m + 2)² / (9 m²)`` of the direct form's
+multiplications. The verifier, the interpreters and the exporters read it as the CONV it is;
+only the lowering and the analytic cost see the attribute.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+#: The output tile sides the lowering offers: F(2×2, 3×3) and F(4×4, 3×3).
+TILES = (2, 4)
+#: The tile side the mutant generator offers (F(4×4, 3×3): on this project's CPU its tuned forms
+#: ran x1.11-x2.20 faster than the direct convolution, F(2×2)'s x0.82-x2.06:
+#: ``benchmarks/results/winograd_forms.md``).
+SEARCH_TILE = 4
+
+
+def eligible(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping) -> bool:
+    """Whether a CONV with these shapes and attributes has a Winograd form: 2-D, a 3×3 kernel,
+    stride 1, no groups, equal dilations ``d`` on both axes, the map's sides and every pad
+    multiples of ``d`` (a dilated convolution is regular on each of its ``d²`` classes of
+    positions), and an output of at least one position.
+
+    >>> conv = {"strides": (1, 1), "dilations": (2, 2), "pads": (2, 2, 2, 2), "groups": 1}
+    >>> eligible((1, 8, 14, 14), (8, 8, 3, 3), conv), eligible((1, 8, 15, 15), (8, 8, 3, 3), conv)
+    (True, False)
+    """
+    if len(x_shape) != 4 or tuple(w_shape[2:]) != (3, 3) or attrs["groups"] != 1:
+        return False
+    d = attrs["dilations"][0]
+    return (tuple(attrs["strides"]) == (1, 1) and tuple(attrs["dilations"]) == (d, d)
+            and all(s % d == 0 for s in x_shape[2:]) and all(p % d == 0 for p in attrs["pads"])
+            and all(x_shape[2 + i] + attrs["pads"][i] + attrs["pads"][2 + i] > 2 * d
+                    for i in range(2)))
+
+
+def multiplications(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping,
+                    m: int) -> float:
+    """Multiply-adds of the Winograd form's products (tiles × ``(m + 2)²`` × C × K), the work
+    that replaces the direct form's ``out × 9 C K``.
+
+    >>> conv = {"strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "groups": 1}
+    >>> multiplications((1, 512, 28, 28), (512, 512, 3, 3), conv, 4) / (28 * 28 * 9 * 512 * 512)
+    0.25
+    """
+    n, c, h, w = x_shape
+    d = attrs["dilations"][0]
+    p = attrs["pads"]
+    oh, ow = (h + p[0] + p[2]) // d - 2, (w + p[1] + p[3]) // d - 2
+    tiles = d * d * n * (-(-oh // m)) * (-(-ow // m))
+    return float(tiles * (m + 2) ** 2 * c * w_shape[0])

@@ -1,0 +1,144 @@
+"""A 3×3 convolution lowered to Relax as Winograd's F(m×m, 3×3) (Lavin and Gray, 2016).
+
+TVM 0.27 lowers a Relax ``conv2d`` on a CPU to the direct loop nest only (its Winograd schedules
+are CUDA's and ARM's). Winograd's form computes the same function in real arithmetic with
+``a² / (9 m²)`` of the multiplications, ``a = m + 2``:
+
+- each ``a × a`` input tile ``d`` (tiles overlap by 2, ``m`` apart) becomes ``Bᵀ d B``: a grouped
+  convolution, stride ``m``, whose constant kernel is ``B ⊗ B`` for every channel;
+- each filter ``g`` becomes ``G g Gᵀ`` (folded at compile time when the weight is a constant);
+- for each of the ``a²`` tile positions, one matrix product over the channels: a batched
+  ``matmul`` of ``[a², tiles, C]`` by ``[a², C, K]``;
+- ``Aᵀ M A`` turns each product tile back into ``m × m`` outputs: a ``matmul`` of the constant
+  ``Aᵀ ⊗ Aᵀ`` (``m² × a²``) with the products, then ``permute_dims`` back to the map, sliced to
+  the output's sides.
+
+A convolution with dilation ``d`` is first regrouped into the ``d²`` classes of its map by
+position modulo ``d`` (space-to-batch, Figure 3 of the PET paper), on each of which it is a
+regular 3×3 convolution, and regrouped back after.
+
+``A``, ``B`` and ``G`` are TVM's own (``topi.nn.winograd_util``, Cook-Toom with its interpolation
+points); :func:`identity_holds` checks the identity they must satisfy exactly, in rationals.
+Rounding differs from the direct form's: on the tests' 512-channel maps the largest difference is
+about 4e-6 of the output's scale at ``m = 4`` and 2e-6 at ``m = 2``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tvm_pet.ir.winograd import TILES, eligible
+
+
+Emit = Callable[[relax.Expr, str], relax.Expr]
+
+
+def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Winograd's ``A`` (``a × m``), ``B`` (``a × a``) and ``G`` (``a × 3``) for F(m, 3), from
+    TVM's own Cook-Toom construction (float64).
+
+    >>> a, b, g = matrices(2)
+    >>> d, w = np.arange(4.0), np.array([1.0, -2.0, 3.0])
+    >>> bool(np.allclose(a.T @ ((g @ w) * (b.T @ d)), np.correlate(d, w, "valid")))
+    True
+    """
+    if m not in TILES:
+        raise ValueError(f"Winograd tile side {m} is not one of {TILES}")
+    from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
+    return _cook_toom_convolution(_interpolation_points(m + 1), m, 3)
+
+
+def identity_holds(m: int) -> bool:
+    """Whether ``Aᵀ [(G g) ⊙ (Bᵀ d)] = d ⋆ g`` holds exactly for F(m, 3): each matrix entry
+    read as the nearest fraction of denominator at most 1000 (Cook-Toom's entries are such
+    fractions), and the identity compared coefficient by coefficient as a bilinear form in
+    ``d`` and ``g``, in rationals. The 2-D form is this one applied to rows and to columns.
+
+    >>> all(identity_holds(m) for m in TILES)
+    True
+    """
+    a, b, g = (np.vectorize(lambda v: Fraction(v).limit_denominator(1000), otypes=[object])(x)
+               for x in matrices(m))
+    for i in range(m + 2):  # the coefficient of d[i] * w[k] in output j
+        for k in range(3):
+            for j in range(m):
+                got = sum(a[t, j] * g[t, k] * b[i, t] for t in range(m + 2))
+                if got != (1 if i == j + k else 0):
+                    return False
+    return True
+
+
+def filter_transform(w: np.ndarray, m: int) -> np.ndarray:
+    """``[a², C, K]``: the filters ``G g Gᵀ`` of ``w`` (``[K, C, 3, 3]``), position-major."""
+    g = matrices(m)[2]
+    a, (k, c) = m + 2, w.shape[:2]
+    u = np.einsum("xi,kcij,yj->xykc", g, np.asarray(w, np.float64), g)
+    return np.ascontiguousarray(u.reshape(a * a, k, c).transpose(0, 2, 1)).astype("float32")
+
+
+def _filter_expr(emit: Emit, w: relax.Expr, k: int, c: int, m: int) -> relax.Expr:
+    if isinstance(w, tvm.ir.expr.Constant):
+        return relax.const(filter_transform(w.value.numpy(), m))
+    g = relax.const(matrices(m)[2].astype("float32"))
+    a = m + 2
+    u = emit(relax.op.matmul(relax.op.matmul(g, w), relax.op.permute_dims(g)), "wino_filter")
+    return emit(relax.op.permute_dims(relax.op.reshape(u, (k, c, a * a)), [2, 1, 0]),
+                "wino_filter")
+
+
+def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: int,
+             pads: Sequence[int], m: int) -> relax.Expr:
+    """The 3×3 convolution (dilation 1) of ``x`` (``[n, c, h, w]``) with the transformed
+    filters ``u``, padded by ``pads`` (top, left, bottom, right)."""
+    n, c, h, w = shape
+    a_mat, b_mat, _ = matrices(m)
+    a = m + 2
+    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    th, tw = -(-oh // m), -(-ow // m)
+    xp = emit(relax.op.nn.pad(x, [0, 0, 0, 0, pads[0], th * m + 2 - h - pads[0],
+                                  pads[1], tw * m + 2 - w - pads[1]]), "wino_pad")
+    kb = np.einsum("ix,jy->xyij", b_mat, b_mat).reshape(a * a, 1, a, a)
+    v = emit(relax.op.nn.conv2d(xp, relax.const(np.tile(kb, (c, 1, 1, 1)).astype("float32")),
+                                strides=m, groups=c), "wino_tiles")
+    v = emit(relax.op.reshape(v, (n, c, a * a, th * tw)), "wino_tiles")
+    v = emit(relax.op.permute_dims(v, [2, 0, 3, 1]), "wino_tiles")
+    v = emit(relax.op.reshape(v, (a * a, n * th * tw, c)), "wino_tiles")
+    prod = emit(relax.op.matmul(v, u), "wino_products")
+    prod = emit(relax.op.reshape(prod, (a * a, n * th * tw * k)), "wino_products")
+    at2 = np.einsum("xp,yq->pqxy", a_mat, a_mat).reshape(m * m, a * a).astype("float32")
+    y = emit(relax.op.matmul(relax.const(at2), prod), "wino_out")
+    y = emit(relax.op.reshape(y, (m, m, n, th, tw, k)), "wino_out")
+    y = emit(relax.op.permute_dims(y, [2, 5, 3, 0, 4, 1]), "wino_out")
+    y = emit(relax.op.reshape(y, (n, k, th * m, tw * m)), "wino_out")
+    if (th * m, tw * m) != (oh, ow):
+        y = emit(relax.op.strided_slice(y, axes=[2, 3], begin=[0, 0], end=[oh, ow]), "wino_out")
+    return y
+
+
+def conv2d(emit: Emit, x: relax.Expr, w: relax.Expr, x_shape: Sequence[int],
+           w_shape: Sequence[int], attrs, m: int) -> relax.Expr:
+    """Emit the CONV of ``x`` by ``w`` (attributes ``attrs``:
+    :func:`tvm_pet.ir.winograd.eligible`) as Winograd's
+    F(m×m, 3×3); its result has the direct form's shape."""
+    if not eligible(x_shape, w_shape, attrs):
+        raise ValueError(f"no Winograd lowering for a conv of {list(x_shape)} by "
+                         f"{list(w_shape)} with {dict(attrs)}")
+    n, c, h, wd = x_shape
+    k, d = w_shape[0], attrs["dilations"][0]
+    u = _filter_expr(emit, w, k, c, m)
+    pads = [p // d for p in attrs["pads"]]
+    if d == 1:
+        return _regular(emit, x, u, x_shape, k, pads, m)
+    t = emit(relax.op.reshape(x, (n, c, h // d, d, wd // d, d)), "wino_classes")
+    t = emit(relax.op.permute_dims(t, [3, 5, 0, 1, 2, 4]), "wino_classes")
+    t = emit(relax.op.reshape(t, (d * d * n, c, h // d, wd // d)), "wino_classes")
+    t = _regular(emit, t, u, (d * d * n, c, h // d, wd // d), k, pads, m)
+    oh, ow = h // d + pads[0] + pads[2] - 2, wd // d + pads[1] + pads[3] - 2
+    t = emit(relax.op.reshape(t, (d, d, n, k, oh, ow)), "wino_classes")
+    t = emit(relax.op.permute_dims(t, [2, 3, 4, 0, 5, 1]), "wino_classes")
+    return emit(relax.op.reshape(t, (n, k, oh * d, ow * d)), "wino_classes")
+
