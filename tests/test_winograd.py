@@ -179,3 +179,36 @@ def test_the_optimize_flag_reaches_the_search_config():
     assert _search_config(args).winograd is True
     args = build_parser().parse_args(["optimize", "m.onnx", "--out", "o"])
     assert _search_config(args).winograd is False
+
+
+def test_winograd_mutants_take_the_places_the_untuned_screen_cannot_rank():
+    """Mutants tuned before (an earlier run's) would fill every place; a Winograd mutant, whose
+    untuned products are a naive loop nest, competes for the places kept for such mutants."""
+    from tvm_pet.cost.model import RewriteScreen
+    from tvm_pet.pipeline.plan import Screened, rank_mutants
+
+    def screen(saving_s, keys, tuned=None):
+        return RewriteScreen(saving_s, 1.0, tuned_s=tuned, new_kernels=frozenset(keys))
+
+    screened = [Screened(f"sub{k}", ("Pad", "Conv"), screen(0.004, {f"t{k}"}, tuned=0.001), k)
+                for k in range(4)]
+    screened.append(Screened("sub9", ("WinogradConv",), screen(0.004, {"w"}), 4, winograd=True))
+    picks = rank_mutants(screened, promising=4, screen_ratio=2.0)
+    assert picks[0].mutant == ("WinogradConv",) and picks[0].winograd and not picks[0].aligns
+    assert "Winograd" in picks[0].reason and picks[0].to_json()["winograd"] is True
+    assert len(picks) == 4
+    # without the flag it would have had no place
+    plain = [s if not s.winograd else Screened("sub9", ("Conv",), s.screen, 4) for s in screened]
+    assert all(p.index != 4 for p in rank_mutants(plain, promising=4, screen_ratio=2.0))
+
+
+def test_the_analytic_cost_reads_the_transformed_filters():
+    """F(4x4)'s filters hold 36 values where the direct form's hold 9: on a 14x14 map at batch
+    1 its products read four times the weights (measured: CSRNet's back end, where they made
+    its batched products memory-bound)."""
+    from tvm_pet.cost.analytic import bytes_moved
+    sub = _conv_sub(x_shape=(1, 16, 14, 14))
+    node = sub.nodes[0]
+    wino = sub.replace(nodes=(dataclasses.replace(node, attrs=node.attrs.replace(winograd=4)),))
+    weights = 16 * 16 * 9 * 4
+    assert bytes_moved(wino, wino.nodes[0]) - bytes_moved(sub, node) == 3 * weights

@@ -120,6 +120,9 @@ def bytes_moved(program: Program, node: Node) -> int:
     """Bytes a node reads (each distinct input once) and writes, in float32."""
     shapes = program.shapes
     elements = sum(_size(shapes[i]) for i in dict.fromkeys(node.inputs))
+    m = node.attrs.get("winograd") if node.op is Op.CONV else None
+    if m:  # the transformed filters: (m + 2)² positions a filter instead of its 9 taps
+        elements += _size(shapes[node.inputs[1]]) * ((m + 2) ** 2 - 9) // 9
     elements += sum(_size(shapes[o]) for o in node.outputs)
     return elements * BYTES_PER_ELEMENT
 

@@ -62,6 +62,14 @@ class Screened:
     screen: RewriteScreen
     index: int
     aligns: bool = False
+    #: it computes a 3x3 convolution by Winograd's algorithm (``--winograd``): untuned, its
+    #: batched products are a naive loop nest, so its untuned time cannot rank it either
+    winograd: bool = False
+
+    @property
+    def reserved(self) -> bool:
+        """Whether it competes for the places kept for mutants the untuned screen cannot rank."""
+        return self.aligns or self.winograd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +90,7 @@ class Pick:
             untuned times, or their FLOPs where they are too large to time untuned.
         aligns: it took one of the places kept for mutants that align an awkward side
             (:func:`rank_mutants`).
+        winograd: it took one of those places as a convolution by Winograd's algorithm.
     """
 
     subprogram: str
@@ -92,6 +101,7 @@ class Pick:
     tuned_before: bool = False
     basis: str = "untuned"
     aligns: bool = False
+    winograd: bool = False
 
     @property
     def reason(self) -> str:
@@ -103,6 +113,10 @@ class Pick:
                     f"(tuned, it saves {self.expected_saving_ms:.2f} ms per run)")
         compared = ("the FLOPs (too large to time untuned)" if self.basis == "flops"
                     else "the time untuned")
+        if self.winograd:
+            return (f"a 3x3 convolution by Winograd's F(4x4, 3x3): a quarter of the products, "
+                    f"which its untuned time does not show (its new kernels take "
+                    f"x{self.untuned_ratio:.2f} {compared})")
         if self.aligns:
             return (f"pads an awkward side to a smooth one, which tunes better than the untuned "
                     f"time says (its new kernels take x{self.untuned_ratio:.2f} {compared})")
@@ -114,6 +128,7 @@ class Pick:
         return {"subprogram": self.subprogram, "mutant": list(self.mutant),
                 "untuned_ratio": self.untuned_ratio, "ratio_of": self.basis,
                 "expected_saving_ms": self.expected_saving_ms, "aligns": self.aligns,
+                "winograd": self.winograd,
                 "reason": self.reason}
 
 
@@ -137,7 +152,8 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                  screen_ratio: float) -> tuple[Pick, ...]:
     """Choose the mutants of the whole model to tune.
 
-    Mutants that align an awkward side (:attr:`Screened.aligns`) and are not tuned yet take up
+    Mutants that align an awkward side (:attr:`Screened.aligns`) or compute a 3x3 convolution
+    by Winograd's algorithm (:attr:`Screened.winograd`), and are not tuned yet, take up
     to half the places first, one per subprogram, those whose new kernels replace the most time
     across the model first (:func:`reach_s`; then the one with fewer operators: the padding in
     the convolution, not a PAD that fuses into the kernel before it), less one place per set
@@ -168,7 +184,7 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                 kept.append(s)
         return kept
 
-    tuned_aligning = {s.screen.new_kernels for s in screened if s.aligns and s.screen.tuned}
+    tuned_aligning = {s.screen.new_kernels for s in screened if s.reserved and s.screen.tuned}
     reach = reach_s(screened)
     places = promising // 2 - len(tuned_aligning)
     aligning: list[Screened] = []
@@ -176,7 +192,7 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                                              len(s.mutant), s.index)):
         if len(aligning) >= places:
             break
-        if (s.aligns and not s.screen.tuned and s.screen.untuned_ratio <= screen_ratio
+        if (s.reserved and not s.screen.tuned and s.screen.untuned_ratio <= screen_ratio
                 and s.screen.new_kernels and not s.screen.new_kernels <= covered
                 and all(a.subprogram != s.subprogram for a in aligning)):
             covered.update(s.screen.new_kernels)
@@ -185,7 +201,7 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     covered = set().union(*(s.screen.new_kernels for s in aligning + done))
     fresh = best_first(s for s in screened if not s.screen.tuned
                        and s.screen.untuned_ratio <= screen_ratio)
-    return tuple([_pick(s, aligning=True) for s in aligning]
+    return tuple([_pick(s, reserved=True) for s in aligning]
                  + [_pick(s) for s in done + fresh[:promising - len(aligning) - len(done)]])
 
 
@@ -222,7 +238,7 @@ def short_list(screened: Sequence[Screened], picks: Sequence[Pick], count: int,
     covered = set().union(*(screened[k].screen.new_kernels for k in picked if k >= 0))
     reach = reach_s(screened)
     short: list[Screened] = []
-    for s in sorted(screened, key=lambda s: (not s.aligns,
+    for s in sorted(screened, key=lambda s: (not s.reserved,
                                              -reach.get(s.screen.new_kernels, 0.0),
                                              -s.screen.replaced_s, s.index)):
         if len(short) >= count:
@@ -254,12 +270,13 @@ def reach_s(screened: Sequence[Screened]) -> dict[frozenset, float]:
     return {keys: sum(subs.values()) for keys, subs in per.items()}
 
 
-def _pick(s: Screened, aligning: bool = False) -> Pick:
-    """The pick of ``s``; ``aligning``: it took one of the places of aligning mutants."""
+def _pick(s: Screened, reserved: bool = False) -> Pick:
+    """The pick of ``s``; ``reserved``: it took one of the places kept for mutants the untuned
+    screen cannot rank (aligning an awkward side, or by Winograd's algorithm)."""
     saving = 1e3 * s.screen.expected_saving_s
     return Pick(s.subprogram, tuple(s.mutant), s.screen.untuned_ratio, s.index,
                 saving if math.isfinite(saving) else None, s.screen.tuned, s.screen.basis,
-                aligning)
+                reserved and s.aligns, reserved and s.winograd)
 
 
 def combination(program: Program, tuned: Sequence[tuple[Subprogram, Program, Program]],

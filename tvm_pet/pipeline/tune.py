@@ -320,12 +320,15 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         part, found = listing.mutants_of(program, subset, sub.name)
         region = fusion_region(program, part) if found else None
         aligned = [aligns_extents(part.program, corrected) for _, corrected in found]
-        for k in _cheapest(found, options.screen_per_subset, aligned):
+        winograd = [any(n.attrs.get("winograd") for n in corrected.nodes)
+                    for _, corrected in found]
+        reserved = [a or w for a, w in zip(aligned, winograd)]
+        for k in _cheapest(found, options.screen_per_subset, reserved):
             mutant, corrected = found[k]
             screen = None if region is None else _screen(cost, region, part, corrected)
             if screen is not None:  # a region too large, or not compilable alone: not screened
                 screened.append(Screened(sub.name, mutant.ops, screen, len(candidates),
-                                         aligned[k]))
+                                         aligned[k], winograd[k]))
                 candidates.append((part, corrected))
         eta.update(done, f"{len(screened)} mutants screened")
     picks = rank_mutants(screened, options.promising, options.screen_ratio)
