@@ -8,8 +8,11 @@ twice as fast (``benchmarks/results/draws.md``). Each source is a records folder
 workloads and records join the destination's (``tvm_pet.tune.dbfile.merge``: a record already
 there is not added twice), then every workload keeps its ``--keep`` fastest records
 (``dbfile.prune``), whose dropped records still count as trials, so a task tuned in three draws
-counts three draws' trials and is not tuned again. The destination's record checks
-(``record_checks.json``) stay: a record is checked against its kernel when it is first applied.
+counts three draws' trials and is not tuned again. The sources' exhausted-search markers
+(``exhausted.json``: a task whose search ran out) join the destination's. The destination's
+record checks (``record_checks.json``) stay: a record is checked against its kernel when it is
+first applied, or by ``scripts/check_records.py``, which a merge into the shipped records needs
+(a test checks that every best record shipped has its verdict).
 """
 from __future__ import annotations
 
@@ -42,6 +45,11 @@ def main() -> int:
             return 2
         dbfile.unpack(folder)  # a copy of shipped records holds them packed
         print(f"{folder}: {dbfile.merge(folder, into)} records added", flush=True)
+        # a task whose search ran out stays marked, or a rerun searches it again for nothing
+        known = dbfile.exhausted(into)
+        for shash, trials in dbfile.exhausted(folder).items():
+            if trials > known.get(shash, -1):
+                dbfile.mark_exhausted(into, shash, trials)
     print(f"{into}: pruned {dbfile.prune(into, keep=args.keep)} records, "
           f"{args.keep} kept per workload", flush=True)
     return 0

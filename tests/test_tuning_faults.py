@@ -166,6 +166,12 @@ def test_records_of_other_tunings_merge_into_the_shipped_ones_fastest_first(
     assert times_by_task(db, mods) == [[1e-4, 2e-4], [1.1e-3, 1.2e-3]]  # the draw's: faster
     # the dropped records still count as trials: 3 shipped + 2 merged per task
     assert sorted(dbfile.pruned_counts(shared).values()) == [3, 3]
+    # a task whose search ran out in the draw stays marked so in the merged records
+    draw_dir = db_dir(draw, TARGET)
+    dbfile.mark_exhausted(draw_dir, "123", 5)
+    dbfile.mark_exhausted(shared, "456", 7)
+    assert script.main() == 0
+    assert dbfile.exhausted(shared) == {"123": 5, "456": 7}
     monkeypatch.setattr(sys, "argv", ["merge_records.py", str(tmp_path / "none"), "--into",
                                       str(shared.parent)])
     assert script.main() == 2  # no records there: said, nothing merged
