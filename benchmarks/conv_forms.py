@@ -24,13 +24,11 @@ from __future__ import annotations
 import pathlib
 import sys
 
-import numpy as np
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.matmul_forms import (  # noqa: E402,F401 (markdown: the tests')
-    forms_parser, markdown, run_forms)
+    conv_relu_module, forms_parser, markdown, run_forms)
 
 FORMS = ("orig", "padconv")
 #: Channels in and out, and the map's side, of each kernel.
@@ -40,28 +38,16 @@ PAD = DILATION = 2
 
 def module(kind: str, form: str):
     """The Relax module of one form of a dilated conv + bias + ReLU, and its input."""
-    from tvm import relax
-
     cin, cout, side = SHAPES[kind]
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((cout, cin, 3, 3)) * 0.02).astype("float32")
-    b = (rng.standard_normal((1, cout, 1, 1)) * 0.02).astype("float32")
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, cin, side, side), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            if form == "orig":
-                y = bb.emit(relax.op.nn.conv2d(x, relax.const(w), padding=PAD,
-                                               dilation=DILATION))
-            else:
-                padded = bb.emit(relax.op.nn.pad(x, [0, 0, 0, 0, PAD, PAD, PAD, PAD]))
-                y = bb.emit(relax.op.nn.conv2d(padded, relax.const(w), padding=0,
-                                               dilation=DILATION))
-            y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(b))))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out)
-    return bb.get(), [np.random.default_rng(1).standard_normal((1, cin, side, side))
-                      .astype("float32")]
+
+    def body(bb, x, w):
+        from tvm import relax
+        if form == "orig":
+            return bb.emit(relax.op.nn.conv2d(x, relax.const(w), padding=PAD, dilation=DILATION))
+        padded = bb.emit(relax.op.nn.pad(x, [0, 0, 0, 0, PAD, PAD, PAD, PAD]))
+        return bb.emit(relax.op.nn.conv2d(padded, relax.const(w), padding=0, dilation=DILATION))
+
+    return conv_relu_module(cin, cout, 3, side, (0.02, 0.02), body)
 
 
 #: The kernels measured: shape (channels in, out, side), GFLOP per call, the forms' builder.

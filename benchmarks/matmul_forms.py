@@ -91,6 +91,29 @@ KERNELS = {kind: ((m, k, n), 2 * m * k * n / 1e9, module)
            for kind, (m, k, n) in SHAPES.items()}
 
 
+def conv_relu_module(cin: int, cout: int, k: int, side: int, scales: tuple[float, float],
+                     body):
+    """A Relax module of a seeded k × k conv + bias + ReLU on a ``[1, cin, side, side]`` input,
+    the conv written by ``body(bb, x, w)`` (one form of it), and that input.
+
+    ``scales``: the weights' and the bias's standard deviations."""
+    from tvm import relax
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((cout, cin, k, k)) * scales[0]).astype("float32")
+    b = (rng.standard_normal((1, cout, 1, 1)) * scales[1]).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, cin, side, side), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = body(bb, x, w)
+            y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(b))))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get(), [np.random.default_rng(1).standard_normal((1, cin, side, side))
+                      .astype("float32")]
+
+
 def measure(records: pathlib.Path, seed: int, trials: int, kernels: dict | None = None,
             forms: tuple[str, ...] = FORMS) -> list[dict]:
     """Tune every form of each kernel at ``trials`` per task with ``seed`` (records reused),

@@ -34,7 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.matmul_forms import (  # noqa: E402,F401 (markdown: the tests')
-    forms_parser, markdown, run_forms)
+    conv_relu_module, forms_parser, markdown, run_forms)
 
 FORMS = ("orig", "s2d")
 #: Channels in and out, kernel side, padding and map side of each stride-2 kernel.
@@ -84,26 +84,16 @@ def s2d_data(bb, x, c: int, k: int, pad: int, side: int):
 
 def module(kind: str, form: str):
     """The Relax module of one form of a stride-2 conv + bias + ReLU, and its input."""
-    from tvm import relax
-
     cin, cout, k, pad, side = SHAPES[kind]
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((cout, cin, k, k)) * 0.05).astype("float32")
-    b = (rng.standard_normal((1, cout, 1, 1)) * 0.05).astype("float32")
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, cin, side, side), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            if form == "orig":
-                y = bb.emit(relax.op.nn.conv2d(x, relax.const(w), strides=2, padding=pad))
-            else:
-                data = s2d_data(bb, x, cin, k, pad, side)
-                y = bb.emit(relax.op.nn.conv2d(data, relax.const(s2d_weights(w))))
-            y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(b))))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out)
-    return bb.get(), [np.random.default_rng(1).standard_normal((1, cin, side, side))
-                      .astype("float32")]
+
+    def body(bb, x, w):
+        from tvm import relax
+        if form == "orig":
+            return bb.emit(relax.op.nn.conv2d(x, relax.const(w), strides=2, padding=pad))
+        data = s2d_data(bb, x, cin, k, pad, side)
+        return bb.emit(relax.op.nn.conv2d(data, relax.const(s2d_weights(w))))
+
+    return conv_relu_module(cin, cout, k, side, (0.05, 0.05), body)
 
 
 def kernels(names=None) -> dict:

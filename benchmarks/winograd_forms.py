@@ -38,7 +38,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.matmul_forms import forms_parser, run_forms  # noqa: E402
+from benchmarks.matmul_forms import conv_relu_module, forms_parser, run_forms  # noqa: E402
 
 FORMS = ("orig", "wino2", "wino4")
 #: The forms of a dilated kernel: also ``s2b``, the parity classes' regular direct convolution.
@@ -95,38 +95,27 @@ def winograd(bb, x, w: np.ndarray, n: int, side: int, m: int):
 
 def module(kind: str, form: str):
     """The Relax module of one form of a 3×3 conv + bias + ReLU, and its input."""
-    from tvm import relax
-
     cin, cout, side, dil = KERNELS[kind]
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(9 * cin)).astype("float32")
-    b = (rng.standard_normal((1, cout, 1, 1)) * 0.05).astype("float32")
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, cin, side, side), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            if form == "orig":
-                y = bb.emit(relax.op.nn.conv2d(x, relax.const(w), padding=dil, dilation=dil))
-            elif dil == 1:
-                y = winograd(bb, x, w, 1, side, int(form[-1]))
-            else:  # the dilation's parity classes into the batch, and back
-                half = side // 2
-                t = bb.emit(relax.op.reshape(x, (cin, half, 2, half, 2)))
-                t = bb.emit(relax.op.permute_dims(t, [2, 4, 0, 1, 3]))
-                t = bb.emit(relax.op.reshape(t, (4, cin, half, half)))
-                if form == "s2b":
-                    t = bb.emit(relax.op.nn.conv2d(t, relax.const(w), padding=1))
-                else:
-                    t = winograd(bb, t, w, 4, half, int(form[-1]))
-                t = bb.emit(relax.op.reshape(t, (2, 2, cout, half, half)))
-                t = bb.emit(relax.op.permute_dims(t, [2, 3, 0, 4, 1]))
-                y = bb.emit(relax.op.reshape(t, (1, cout, side, side)))
-            y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(b))))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out)
-    return bb.get(), [np.random.default_rng(1).standard_normal((1, cin, side, side))
-                      .astype("float32")]
 
+    def body(bb, x, w):
+        from tvm import relax
+        if form == "orig":
+            return bb.emit(relax.op.nn.conv2d(x, relax.const(w), padding=dil, dilation=dil))
+        if dil == 1:
+            return winograd(bb, x, w, 1, side, int(form[-1]))
+        half = side // 2  # the dilation's parity classes into the batch, and back
+        t = bb.emit(relax.op.reshape(x, (cin, half, 2, half, 2)))
+        t = bb.emit(relax.op.permute_dims(t, [2, 4, 0, 1, 3]))
+        t = bb.emit(relax.op.reshape(t, (4, cin, half, half)))
+        if form == "s2b":
+            t = bb.emit(relax.op.nn.conv2d(t, relax.const(w), padding=1))
+        else:
+            t = winograd(bb, t, w, 4, half, int(form[-1]))
+        t = bb.emit(relax.op.reshape(t, (2, 2, cout, half, half)))
+        t = bb.emit(relax.op.permute_dims(t, [2, 3, 0, 4, 1]))
+        return bb.emit(relax.op.reshape(t, (1, cout, side, side)))
+
+    return conv_relu_module(cin, cout, 3, side, (1 / np.sqrt(9 * cin), 0.05), body)
 
 def kernels(names) -> dict:
     """The kernels measured: shape, GFLOP per call (of the direct form), the forms' builder."""

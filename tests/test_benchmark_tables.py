@@ -183,6 +183,22 @@ def test_the_stride_forms_compute_the_same_and_their_table_names_the_fastest(mon
     assert "| r18_stem | 0 | 3.00 (79, x1.00) | 2.00 (118, x1.50) | s2d |" in table
 
 
+def test_the_winograd_forms_compute_the_same(monkeypatch):
+    pytest.importorskip("tvm")
+    import numpy as np
+
+    from benchmarks import winograd_forms
+    # small regular and dilated convs, built untuned (no tuning in the tests): outputs only
+    monkeypatch.setitem(winograd_forms.KERNELS, "r10", (8, 6, 10, 1))
+    monkeypatch.setitem(winograd_forms.KERNELS, "d14", (8, 6, 14, 2))
+    for kind, forms in (("r10", winograd_forms.FORMS), ("d14", winograd_forms.DILATED_FORMS)):
+        outputs = _untuned_outputs(winograd_forms.module, kind, forms)
+        side = winograd_forms.KERNELS[kind][2]
+        assert outputs["orig"].shape == (1, 6, side, side) and (outputs["orig"] > 0).any()
+        for form in forms[1:]:
+            np.testing.assert_allclose(outputs[form], outputs["orig"], rtol=1e-4, atol=1e-5)
+
+
 def test_the_layout_forms_compute_the_same_and_their_table_names_the_fastest(monkeypatch):
     pytest.importorskip("tvm")
     import numpy as np
