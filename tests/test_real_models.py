@@ -101,3 +101,14 @@ def test_fast_math_lowers_torch_exports_gelu_and_softmax_and_matches_torch(name)
     assert any(gv.name_hint.startswith("fast_erf") for gv in lowered.functions)
     got = tvm_outputs(tvm.compile(lowered, target="llvm"), inputs)
     assert max_relative_error(got, torch_outputs(model, inputs)) < TOLERANCE
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vgg16"])
+def test_winograd_on_torch_exports_matches_torch(name):
+    """With Winograd's F(4x4, 3x3) offered (``--winograd``), the analytic search rewrites the
+    3x3 convolutions of a torchvision CNN by it, and the compiled model still matches torch."""
+    import dataclasses
+    pet, err = optimized(name, config=dataclasses.replace(FAST, winograd=True))
+    assert err < TOLERANCE, pet.report["main"]
+    text = pet.results["main"].program.describe()
+    assert "winograd=4" in text, pet.report["main"]
