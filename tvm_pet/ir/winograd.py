@@ -37,18 +37,23 @@ def eligible(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping) -> 
                     for i in range(2)))
 
 
-def multiplications(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping,
-                    m: int) -> float:
-    """Multiply-adds of the Winograd form's products (tiles × ``(m + 2)²`` × C × K), the work
-    that replaces the direct form's ``out × 9 C K``.
+def tiles(x_shape: Sequence[int], attrs: Mapping, m: int) -> int:
+    """How many ``m × m`` output tiles the Winograd form computes: per image and class of
+    positions (``d²`` of them), the output's sides rounded up to multiples of ``m``. Each tile
+    costs ``(m + 2)² C K`` multiply-adds where the direct form spends ``9 m² C K``.
 
     >>> conv = {"strides": (1, 1), "dilations": (1, 1), "pads": (1, 1, 1, 1), "groups": 1}
-    >>> multiplications((1, 512, 28, 28), (512, 512, 3, 3), conv, 4) / (28 * 28 * 9 * 512 * 512)
-    0.25
+    >>> tiles((1, 512, 28, 28), conv, 4), tiles((1, 512, 14, 14), {**conv, "dilations": (2, 2),
+    ...                                                             "pads": (2, 2, 2, 2)}, 4)
+    (49, 16)
     """
-    n, c, h, w = x_shape
+    n, _, h, w = x_shape
     d = attrs["dilations"][0]
     p = attrs["pads"]
     oh, ow = (h + p[0] + p[2]) // d - 2, (w + p[1] + p[3]) // d - 2
-    tiles = d * d * n * (-(-oh // m)) * (-(-ow // m))
-    return float(tiles * (m + 2) ** 2 * c * w_shape[0])
+    return d * d * n * (-(-oh // m)) * (-(-ow // m))
+
+
+def uses(program) -> bool:
+    """Whether any CONV of ``program`` is lowered by Winograd's algorithm."""
+    return any(n.attrs.get("winograd") for n in program.nodes)

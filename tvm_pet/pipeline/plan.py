@@ -157,8 +157,9 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     to half the places first, one per subprogram, those whose new kernels replace the most time
     across the model first (:func:`reach_s`; then the one with fewer operators: the padding in
     the convolution, not a PAD that fuses into the kernel before it), less one place per set
-    of aligning kernels tuned before (so that a rerun tunes nothing new): untuned, padding only
-    adds work, so their expected saving cannot rank them. Mutants tuned before come next, best
+    of such kernels tuned before (so that a rerun tunes nothing new): untuned, padding only
+    adds work and Winograd's products are a naive loop nest, so their expected saving cannot
+    rank them. Mutants tuned before come next, best
     tuned saving first; the remaining places go to the others in decreasing order of expected
     saving. An untuned mutant takes a place only if its untuned ratio is at most
     ``screen_ratio``. A mutant whose new kernels are all among
@@ -171,7 +172,8 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
         screen_ratio: the screen's threshold.
 
     Returns:
-        The picks: aligning ones, tuned-before ones, then the others from best to worst.
+        The picks: those in the reserved places, tuned-before ones, then the others from best
+        to worst.
     """
     covered: set = set()  # new kernels of the mutants picked so far
 
@@ -184,25 +186,25 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                 kept.append(s)
         return kept
 
-    tuned_aligning = {s.screen.new_kernels for s in screened if s.reserved and s.screen.tuned}
+    tuned_reserved = {s.screen.new_kernels for s in screened if s.reserved and s.screen.tuned}
     reach = reach_s(screened)
-    places = promising // 2 - len(tuned_aligning)
-    aligning: list[Screened] = []
+    places = promising // 2 - len(tuned_reserved)
+    reserved: list[Screened] = []
     for s in sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
                                              len(s.mutant), s.index)):
-        if len(aligning) >= places:
+        if len(reserved) >= places:
             break
         if (s.reserved and not s.screen.tuned and s.screen.untuned_ratio <= screen_ratio
                 and s.screen.new_kernels and not s.screen.new_kernels <= covered
-                and all(a.subprogram != s.subprogram for a in aligning)):
+                and all(a.subprogram != s.subprogram for a in reserved)):
             covered.update(s.screen.new_kernels)
-            aligning.append(s)
-    done = best_first(s for s in screened if s.screen.tuned)[:promising - len(aligning)]
-    covered = set().union(*(s.screen.new_kernels for s in aligning + done))
+            reserved.append(s)
+    done = best_first(s for s in screened if s.screen.tuned)[:promising - len(reserved)]
+    covered = set().union(*(s.screen.new_kernels for s in reserved + done))
     fresh = best_first(s for s in screened if not s.screen.tuned
                        and s.screen.untuned_ratio <= screen_ratio)
-    return tuple([_pick(s, reserved=True) for s in aligning]
-                 + [_pick(s) for s in done + fresh[:promising - len(aligning) - len(done)]])
+    return tuple([_pick(s, reserved=True) for s in reserved]
+                 + [_pick(s) for s in done + fresh[:promising - len(reserved) - len(done)]])
 
 
 def short_list(screened: Sequence[Screened], picks: Sequence[Pick], count: int,

@@ -41,6 +41,7 @@ from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, comb
                                    rank_mutants, short_list)
 from tvm_pet.pipeline.toolchain import Toolchain, Tuned, tvm_toolchain
 from tvm_pet.search.config import SearchConfig
+from tvm_pet.ir import winograd as wino
 from tvm_pet.search.moves import aligns_extents
 from tvm_pet.search.mutant_cache import MutantCache
 from tvm_pet.search.optimizer import Optimizer, operator_subsets
@@ -320,8 +321,7 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         part, found = listing.mutants_of(program, subset, sub.name)
         region = fusion_region(program, part) if found else None
         aligned = [aligns_extents(part.program, corrected) for _, corrected in found]
-        winograd = [any(n.attrs.get("winograd") for n in corrected.nodes)
-                    for _, corrected in found]
+        winograd = [wino.uses(corrected) for _, corrected in found]
         reserved = [a or w for a, w in zip(aligned, winograd)]
         for k in _cheapest(found, options.screen_per_subset, reserved):
             mutant, corrected = found[k]
@@ -407,14 +407,14 @@ def _screen(cost, region, part, corrected):
     return None if after is None else cost.screen(region.before, after)
 
 
-def _cheapest(found: list[tuple], keep: int, aligned: list[bool]) -> list[int]:
+def _cheapest(found: list[tuple], keep: int, reserved: list[bool]) -> list[int]:
     """Positions in ``found`` of the ``keep`` mutants of one subset the analytic model finds
-    cheapest, and of those that align an awkward side (``aligned``:
-    :func:`~tvm_pet.search.moves.aligns_extents`: more FLOPs, and faster tuned), in their
-    order: only these are compiled and timed by the screen."""
+    cheapest, and of those the untuned screen cannot rank (``reserved``: aligning an awkward
+    side, :func:`~tvm_pet.search.moves.aligns_extents`, more FLOPs and faster tuned; or by
+    Winograd's algorithm), in their order: only these are compiled and timed by the screen."""
     analytic = AnalyticCost()
     order = sorted(range(len(found)), key=lambda k: (analytic.cost(found[k][1]), k))
-    return sorted(set(order[:keep]) | {k for k in order[keep:] if aligned[k]})
+    return sorted(set(order[:keep]) | {k for k in order[keep:] if reserved[k]})
 
 
 class _Eta:

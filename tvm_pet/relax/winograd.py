@@ -121,9 +121,9 @@ def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: 
 
 def conv2d(emit: Emit, x: relax.Expr, w: relax.Expr, x_shape: Sequence[int],
            w_shape: Sequence[int], attrs, m: int) -> relax.Expr:
-    """Emit the CONV of ``x`` by ``w`` (attributes ``attrs``:
-    :func:`tvm_pet.ir.winograd.eligible`) as Winograd's
-    F(m×m, 3×3); its result has the direct form's shape."""
+    """Emit the CONV of ``x`` by ``w`` (attributes ``attrs``, which
+    :func:`tvm_pet.ir.winograd.eligible` accepts) as Winograd's F(m×m, 3×3); its result has the
+    direct form's shape."""
     if not eligible(x_shape, w_shape, attrs):
         raise ValueError(f"no Winograd lowering for a conv of {list(x_shape)} by "
                          f"{list(w_shape)} with {dict(attrs)}")
@@ -141,4 +141,3 @@ def conv2d(emit: Emit, x: relax.Expr, w: relax.Expr, x_shape: Sequence[int],
     t = emit(relax.op.reshape(t, (d, d, n, k, oh, ow)), "wino_classes")
     t = emit(relax.op.permute_dims(t, [2, 3, 4, 0, 5, 1]), "wino_classes")
     return emit(relax.op.reshape(t, (n, k, oh * d, ow * d)), "wino_classes")
-
