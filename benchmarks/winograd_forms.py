@@ -22,9 +22,13 @@ pipeline fuses and MetaSchedule tunes:
   of its map (space-to-batch, Figure 3 of the paper): a regular 3×3 convolution on each.
 
 The forms: ``orig`` (the convolution as imported), ``wino2`` (``m = 2``) and ``wino4``
-(``m = 4``), each with the bias and ReLU after it. Each form is tuned at 32 trials per task (the
-budget held equal per task: the Winograd forms have more tasks), timed interleaved in fresh
-processes, outputs checked against ``orig``'s (:func:`benchmarks.matmul_forms.measure`).
+(``m = 4``) as ``tvm_pet.relax.winograd`` lowers them, and for a dilated kernel ``s2b`` (the
+parity classes' direct convolution), each with the bias and ReLU after it. The results of
+2026-11-29 were measured with this script's own copy of that lowering, the same operators (the
+dilated form's regrouping then reshaped to rank 5, not 6). Each form is tuned at 32 trials
+per task (the budget held equal per task: the Winograd forms have more tasks), timed
+interleaved in fresh processes, outputs checked against ``orig``'s
+(:func:`benchmarks.matmul_forms.measure`).
 Results go to ``benchmarks/results/winograd_forms.{json,md}``; tuning never runs in CI, and
 nothing here fails on timing.
 """
@@ -50,72 +54,31 @@ KERNELS = {"v112": (128, 128, 112, 1), "v56": (256, 256, 56, 1), "v28": (512, 51
            "b28d": (512, 512, 28, 2), "b14d": (512, 512, 14, 2), "r14": (256, 256, 14, 1)}
 
 
-def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Winograd's ``A`` (``a × m``), ``B`` (``a × a``) and ``G`` (``a × 3``) for F(m, 3), from
-    TVM's own Cook-Toom construction.
-
-    >>> a, b, g = matrices(2)
-    >>> d, w = np.arange(4.0), np.array([1.0, -2.0, 3.0])
-    >>> np.allclose(a.T @ ((g @ w) * (b.T @ d)), np.correlate(d, w, "valid"))
-    True
-    """
-    from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
-    return _cook_toom_convolution(_interpolation_points(m + 1), m, 3)
-
-
-def winograd(bb, x, w: np.ndarray, n: int, side: int, m: int):
-    """Emit the 3×3 "same" convolution of ``x`` (``[n, C, side, side]``) with ``w``
-    (``[K, C, 3, 3]``) as Winograd's F(m×m, 3×3); its ``[n, K, side, side]`` result."""
-    from tvm import relax
-    a_mat, b_mat, g_mat = matrices(m)
-    a, (k, c) = m + 2, w.shape[:2]
-    tiles = -(-side // m)
-    padded = tiles * m + 2
-    xp = bb.emit(relax.op.nn.pad(x, [0, 0, 0, 0, 1, padded - side - 1, 1, padded - side - 1]))
-    # [c * a², 1, a, a]: output channel c*a² + (xi*a + nu) holds B[i, xi] * B[j, nu]
-    kb = np.einsum("ix,jy->xyij", b_mat, b_mat).reshape(a * a, 1, a, a)
-    kb = np.tile(kb, (c, 1, 1, 1)).astype("float32")
-    v = bb.emit(relax.op.nn.conv2d(xp, relax.const(kb), strides=m, groups=c))
-    v = bb.emit(relax.op.reshape(v, (n, c, a * a, tiles * tiles)))
-    v = bb.emit(relax.op.permute_dims(v, [2, 0, 3, 1]))
-    v = bb.emit(relax.op.reshape(v, (a * a, n * tiles * tiles, c)))
-    u = np.einsum("xi,kcij,yj->xykc", g_mat, w.astype(np.float64), g_mat)
-    u = u.reshape(a * a, k, c).transpose(0, 2, 1).astype("float32")
-    prod = bb.emit(relax.op.matmul(v, relax.const(np.ascontiguousarray(u))))
-    prod = bb.emit(relax.op.reshape(prod, (a * a, n * tiles * tiles * k)))
-    at2 = np.einsum("xp,yq->pqxy", a_mat, a_mat).reshape(m * m, a * a).astype("float32")
-    y = bb.emit(relax.op.matmul(relax.const(at2), prod))
-    y = bb.emit(relax.op.reshape(y, (m, m, n, tiles, tiles, k)))
-    y = bb.emit(relax.op.permute_dims(y, [2, 5, 3, 0, 4, 1]))
-    y = bb.emit(relax.op.reshape(y, (n, k, tiles * m, tiles * m)))
-    if tiles * m != side:
-        y = bb.emit(relax.op.strided_slice(y, axes=[2, 3], begin=[0, 0], end=[side, side]))
-    return y
-
-
 def module(kind: str, form: str):
-    """The Relax module of one form of a 3×3 conv + bias + ReLU, and its input."""
+    """The Relax module of one form of a 3×3 conv + bias + ReLU, and its input: the Winograd
+    forms as ``tvm-pet optimize --winograd`` lowers them (:func:`tvm_pet.relax.winograd.conv2d`)."""
     cin, cout, side, dil = KERNELS[kind]
 
     def body(bb, x, w):
         from tvm import relax
+        from tvm_pet.relax import winograd
         if form == "orig":
             return bb.emit(relax.op.nn.conv2d(x, relax.const(w), padding=dil, dilation=dil))
-        if dil == 1:
-            return winograd(bb, x, w, 1, side, int(form[-1]))
-        half = side // 2  # the dilation's parity classes into the batch, and back
+        if form.startswith("wino"):
+            attrs = {"strides": (1, 1), "dilations": (dil, dil), "pads": (dil,) * 4, "groups": 1}
+            return winograd.conv2d(lambda e, hint: bb.emit(e), x, relax.const(w),
+                                   (1, cin, side, side), w.shape, attrs, int(form[-1]))
+        half = side // 2  # s2b: the dilation's parity classes into the batch, and back
         t = bb.emit(relax.op.reshape(x, (cin, half, 2, half, 2)))
         t = bb.emit(relax.op.permute_dims(t, [2, 4, 0, 1, 3]))
         t = bb.emit(relax.op.reshape(t, (4, cin, half, half)))
-        if form == "s2b":
-            t = bb.emit(relax.op.nn.conv2d(t, relax.const(w), padding=1))
-        else:
-            t = winograd(bb, t, w, 4, half, int(form[-1]))
+        t = bb.emit(relax.op.nn.conv2d(t, relax.const(w), padding=1))
         t = bb.emit(relax.op.reshape(t, (2, 2, cout, half, half)))
         t = bb.emit(relax.op.permute_dims(t, [2, 3, 0, 4, 1]))
         return bb.emit(relax.op.reshape(t, (1, cout, side, side)))
 
     return conv_relu_module(cin, cout, 3, side, (1 / np.sqrt(9 * cin), 0.05), body)
+
 
 def kernels(names) -> dict:
     """The kernels measured: shape, GFLOP per call (of the direct form), the forms' builder."""
