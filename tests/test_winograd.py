@@ -11,7 +11,7 @@ from tvm import relax
 
 from tvm_pet.ir import ProgramBuilder
 from tvm_pet.relax import winograd
-from tvm_pet.ir.winograd import eligible
+from tvm_pet.ir.winograd import eligible, uses
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.verify.interpreter import evaluate
 
@@ -122,7 +122,7 @@ def test_the_generator_offers_a_verified_winograd_mutant_only_when_asked(dilatio
 
     def winograd_mutants(flag):
         mutants, _ = generate(sub, SearchConfig(depth=3, winograd=flag, time_limit=60))
-        return [m for m in mutants if any(n.attrs.get("winograd") for n in m.corrected.nodes)]
+        return [m for m in mutants if uses(m.corrected)]
 
     assert winograd_mutants(False) == []
     found = winograd_mutants(True)
