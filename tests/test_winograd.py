@@ -181,25 +181,40 @@ def test_the_optimize_flag_reaches_the_search_config():
     assert _search_config(args).winograd is False
 
 
-def test_winograd_mutants_take_the_places_the_untuned_screen_cannot_rank():
-    """Mutants tuned before (an earlier run's) would fill every place; a Winograd mutant, whose
-    untuned products are a naive loop nest, competes for the places kept for such mutants."""
+def test_winograd_mutants_take_places_of_their_own():
+    """Mutants tuned before (an earlier run's) would fill every place, and aligning mutants
+    tuned before would spend the places kept for mutants the untuned screen cannot rank
+    (Inception-v3 got no Winograd mutant so); a Winograd mutant, whose untuned products are a
+    naive loop nest, has places of its own, on top of ``promising``."""
     from tvm_pet.cost.model import RewriteScreen
     from tvm_pet.pipeline.plan import Screened, rank_mutants
 
     def screen(saving_s, keys, tuned=None):
         return RewriteScreen(saving_s, 1.0, tuned_s=tuned, new_kernels=frozenset(keys))
 
-    screened = [Screened(f"sub{k}", ("Pad", "Conv"), screen(0.004, {f"t{k}"}, tuned=0.001), k)
-                for k in range(4)]
-    screened.append(Screened("sub9", ("WinogradConv",), screen(0.004, {"w"}), 4, winograd=True))
+    screened = [Screened(f"sub{k}", ("Pad", "Conv"), screen(0.004, {f"t{k}"}, tuned=0.001), k,
+                         aligns=True) for k in range(4)]
+    screened += [Screened("sub8", ("WinogradConv",), screen(0.002, {"v"}), 4, winograd=True),
+                 Screened("sub9", ("WinogradConv",), screen(0.004, {"w"}), 5, winograd=True),
+                 Screened("sub7", ("WinogradConv",), screen(0.001, {"u"}), 6, winograd=True)]
     picks = rank_mutants(screened, promising=4, screen_ratio=2.0)
-    assert picks[0].mutant == ("WinogradConv",) and picks[0].winograd and not picks[0].aligns
+    # half of promising's places, the furthest-reaching first, then the four tuned before
+    assert [p.index for p in picks[:2]] == [5, 4]
+    assert all(p.winograd and not p.aligns for p in picks[:2])
     assert "Winograd" in picks[0].reason and picks[0].to_json()["winograd"] is True
-    assert len(picks) == 4
-    # without the flag it would have had no place
-    plain = [s if not s.winograd else Screened("sub9", ("Conv",), s.screen, 4) for s in screened]
-    assert all(p.index != 4 for p in rank_mutants(plain, promising=4, screen_ratio=2.0))
+    assert sorted(p.index for p in picks[2:]) == [0, 1, 2, 3]
+    assert all(p.tuned_before for p in picks[2:])
+    # a rerun once they are tuned: their places are spent, and the third is not tuned
+    rerun = [dataclasses.replace(s, screen=screen(s.screen.replaced_s, s.screen.new_kernels,
+                                                  tuned=0.001))
+             if s.index in (4, 5) else s for s in screened]
+    again = rank_mutants(rerun, promising=4, screen_ratio=2.0)
+    assert 6 not in [p.index for p in again] and all(p.tuned_before for p in again)
+    assert {4, 5} <= {p.index for p in again}
+    # without the flag there are no such places: the four tuned before fill promising
+    plain = [s for s in screened if not s.winograd]
+    assert sorted(p.index for p in rank_mutants(plain, promising=4, screen_ratio=2.0)) == \
+        [0, 1, 2, 3]
 
 
 def test_the_analytic_cost_reads_the_transformed_filters():

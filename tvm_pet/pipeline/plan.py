@@ -15,7 +15,9 @@ toolchain.
   expected savings, each only if its new kernels take at most ``screen_ratio`` times as long
   untuned. Before them, up to half the places go to mutants that pad a convolution's awkward
   output side (38 = 2 * 19) to a smooth one (40) and slice it back: untuned they only add
-  work, and tuned they ran x1.2 to x2.5 faster on Inception-v3's 38 x 38 convolutions.
+  work, and tuned they ran x1.2 to x2.5 faster on Inception-v3's 38 x 38 convolutions. With
+  ``--winograd``, half as many places again go to mutants computing a 3x3 convolution by
+  Winograd's algorithm, whose untuned products are a naive loop nest.
 - :func:`combination`: the tuned mutants that beat the original by themselves, applied together
   (:func:`~tvm_pet.search.optimizer.combine`): the program the search's combine step will cost,
   whose kernels (layouts cancelled between neighbours, new fusions) must be tuned too.
@@ -152,23 +154,25 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                  screen_ratio: float) -> tuple[Pick, ...]:
     """Choose the mutants of the whole model to tune.
 
-    Mutants that align an awkward side (:attr:`Screened.aligns`) or compute a 3x3 convolution
-    by Winograd's algorithm (:attr:`Screened.winograd`), and are not tuned yet, take up
-    to half the places first, one per subprogram, those whose new kernels replace the most time
-    across the model first (:func:`reach_s`; then the one with fewer operators: the padding in
-    the convolution, not a PAD that fuses into the kernel before it), less one place per set
-    of such kernels tuned before (so that a rerun tunes nothing new): untuned, padding only
-    adds work and Winograd's products are a naive loop nest, so their expected saving cannot
-    rank them. Mutants tuned before come next, best
-    tuned saving first; the remaining places go to the others in decreasing order of expected
-    saving. An untuned mutant takes a place only if its untuned ratio is at most
-    ``screen_ratio``. A mutant whose new kernels are all among
-    those of a mutant ranked above it takes no place (tuning that one tunes it: the same
-    kernel in two layers, or a subset and the same subset with its bias).
+    Mutants the untuned screen cannot rank, and not tuned yet, take places of their own first:
+    up to half of ``promising`` those computing a 3x3 convolution by Winograd's algorithm
+    (:attr:`Screened.winograd`; these places come on top of ``promising``, so that offering
+    Winograd takes no place from the other mutants), then up to half of ``promising`` those
+    aligning an awkward side (:attr:`Screened.aligns`). Of each kind, one per subprogram, those
+    whose new kernels replace the most time across the model first (:func:`reach_s`; then the
+    one with fewer operators: the padding in the convolution, not a PAD that fuses into the
+    kernel before it), less one place per set of that kind's kernels tuned before (so that a
+    rerun tunes nothing new): untuned, padding only adds work and Winograd's products are a
+    naive loop nest, so their expected saving cannot rank them. Mutants tuned before come
+    next, best tuned saving first; the remaining places go to the others in decreasing order
+    of expected saving. An untuned mutant takes a place only if its untuned ratio is at most
+    ``screen_ratio``. A mutant whose new kernels are all among those of a mutant ranked above
+    it takes no place (tuning that one tunes it: the same kernel in two layers, or a subset
+    and the same subset with its bias).
 
     Args:
         screened: every mutant the screen measured, across the model.
-        promising: mutants tuned in all.
+        promising: mutants tuned in all, besides the Winograd places.
         screen_ratio: the screen's threshold.
 
     Returns:
@@ -186,25 +190,40 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                 kept.append(s)
         return kept
 
-    tuned_reserved = {s.screen.new_kernels for s in screened if s.reserved and s.screen.tuned}
     reach = reach_s(screened)
-    places = promising // 2 - len(tuned_reserved)
+    by_reach = sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
+                                               len(s.mutant), s.index))
     reserved: list[Screened] = []
-    for s in sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
-                                             len(s.mutant), s.index)):
-        if len(reserved) >= places:
-            break
-        if (s.reserved and not s.screen.tuned and s.screen.untuned_ratio <= screen_ratio
-                and s.screen.new_kernels and not s.screen.new_kernels <= covered
-                and all(a.subprogram != s.subprogram for a in reserved)):
-            covered.update(s.screen.new_kernels)
-            reserved.append(s)
-    done = best_first(s for s in screened if s.screen.tuned)[:promising - len(reserved)]
+    for kind in (_winograd, _aligning):
+        places = promising // 2 - len({s.screen.new_kernels for s in screened
+                                       if kind(s) and s.screen.tuned})
+        chosen: list[Screened] = []
+        for s in by_reach:
+            if len(chosen) >= places:
+                break
+            if (kind(s) and not s.screen.tuned and s.screen.untuned_ratio <= screen_ratio
+                    and s.screen.new_kernels and not s.screen.new_kernels <= covered
+                    and all(a.subprogram != s.subprogram for a in chosen)):
+                covered.update(s.screen.new_kernels)
+                chosen.append(s)
+        reserved += chosen
+    total = promising + (promising // 2 if any(s.winograd for s in screened) else 0)
+    done = best_first(s for s in screened if s.screen.tuned)[:total - len(reserved)]
     covered = set().union(*(s.screen.new_kernels for s in reserved + done))
     fresh = best_first(s for s in screened if not s.screen.tuned
                        and s.screen.untuned_ratio <= screen_ratio)
     return tuple([_pick(s, reserved=True) for s in reserved]
-                 + [_pick(s) for s in done + fresh[:promising - len(reserved) - len(done)]])
+                 + [_pick(s) for s in done + fresh[:total - len(reserved) - len(done)]])
+
+
+def _winograd(s: Screened) -> bool:
+    """Whether ``s`` competes for the Winograd places (:func:`rank_mutants`)."""
+    return s.winograd
+
+
+def _aligning(s: Screened) -> bool:
+    """Whether ``s`` competes for the aligning places: it aligns a side, without Winograd."""
+    return s.aligns and not s.winograd
 
 
 def short_list(screened: Sequence[Screened], picks: Sequence[Pick], count: int,
