@@ -506,7 +506,8 @@ def _add_optimize_and_tune(sub) -> None:
         o.add_argument("--promising", type=int, default=4, metavar="N",
                        help="mutants of the whole model tuned besides the original (default 4; "
                             "up to half of them pad an awkward side to a smooth one, the rest "
-                            "have the best expected saving)")
+                            "have the best expected saving; --winograd tunes up to N more, "
+                            "convolutions by Winograd's algorithm)")
         o.add_argument("--second-screen", type=int, default=0, metavar="N",
                        help="short-tune N more mutants (--screen-trials per kernel), those "
                             "whose new kernels replace the most time across the model, and rank "
@@ -528,7 +529,9 @@ def _add_optimize_and_tune(sub) -> None:
         o.add_argument("--winograd", action="store_true",
                        help="also offer each 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) "
                             "(a quarter of the multiplications; TVM's CPU lowering has only "
-                            "the direct form), chosen where its tuned kernels measure faster. "
+                            "the direct form), tuned on the convolutions taking the most time "
+                            "(up to --promising more mutants) and chosen where its tuned "
+                            "kernels measure faster. "
                             "Its rounding differs from the direct form's (about 4e-6 of the "
                             "output's scale on 512 channels)")
         o.add_argument("--time-limit", type=float, default=None,

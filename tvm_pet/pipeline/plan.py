@@ -16,7 +16,7 @@ toolchain.
   untuned. Before them, up to half the places go to mutants that pad a convolution's awkward
   output side (38 = 2 * 19) to a smooth one (40) and slice it back: untuned they only add
   work, and tuned they ran x1.2 to x2.5 faster on Inception-v3's 38 x 38 convolutions. With
-  ``--winograd``, half as many places again go to mutants computing a 3x3 convolution by
+  ``--winograd``, as many places again go to mutants computing a 3x3 convolution by
   Winograd's algorithm, whose untuned products are a naive loop nest.
 - :func:`combination`: the tuned mutants that beat the original by themselves, applied together
   (:func:`~tvm_pet.search.optimizer.combine`): the program the search's combine step will cost,
@@ -155,16 +155,18 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     """Choose the mutants of the whole model to tune.
 
     Mutants the untuned screen cannot rank, and not tuned yet, take places of their own first:
-    up to half of ``promising`` those computing a 3x3 convolution by Winograd's algorithm
+    up to ``promising`` of those computing a 3x3 convolution by Winograd's algorithm
     (:attr:`Screened.winograd`; these places come on top of ``promising``, so that offering
-    Winograd takes no place from the other mutants), then up to half of ``promising`` those
-    aligning an awkward side (:attr:`Screened.aligns`). Of each kind, one per subprogram, those
+    Winograd takes no place from the other mutants: asked for, it is tuned on the convolutions
+    taking the most time), then up to half of ``promising`` those aligning an awkward side
+    (:attr:`Screened.aligns`). Of each kind, one per subprogram, those
     whose new kernels replace the most time across the model first (:func:`reach_s`; then the
     one with fewer operators: the padding in the convolution, not a PAD that fuses into the
     kernel before it), less one place per set of that kind's kernels tuned before (so that a
     rerun tunes nothing new): untuned, padding only adds work and Winograd's products are a
     naive loop nest, so their expected saving cannot rank them. Mutants tuned before come
-    next, best tuned saving first; the remaining places go to the others in decreasing order
+    next, best tuned saving first (those by Winograd's algorithm first, up to ``promising``:
+    they keep their places in a rerun); the remaining places go to the others in decreasing order
     of expected saving. An untuned mutant takes a place only if its untuned ratio is at most
     ``screen_ratio``. A mutant whose new kernels are all among those of a mutant ranked above
     it takes no place (tuning that one tunes it: the same kernel in two layers, or a subset
@@ -190,30 +192,40 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                 kept.append(s)
         return kept
 
+    # Winograd mutants tuned before keep their places (a rerun decides as the first run did)
+    kept = best_first(s for s in screened if s.winograd and s.screen.tuned)[:promising]
     reach = reach_s(screened)
     by_reach = sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
                                                len(s.mutant), s.index))
     reserved: list[Screened] = []
-    for kind in (_winograd, _aligning):
-        places = promising // 2 - len({s.screen.new_kernels for s in screened
-                                       if kind(s) and s.screen.tuned})
-        chosen: list[Screened] = []
-        for s in by_reach:
-            if len(chosen) >= places:
-                break
-            if (kind(s) and not s.screen.tuned and s.screen.untuned_ratio <= screen_ratio
-                    and s.screen.new_kernels and not s.screen.new_kernels <= covered
-                    and all(a.subprogram != s.subprogram for a in chosen)):
-                covered.update(s.screen.new_kernels)
-                chosen.append(s)
-        reserved += chosen
-    total = promising + (promising // 2 if any(s.winograd for s in screened) else 0)
-    done = best_first(s for s in screened if s.screen.tuned)[:total - len(reserved)]
+    for kind, quota in ((_winograd, promising), (_aligning, promising // 2)):
+        places = quota - len({s.screen.new_kernels for s in screened
+                              if kind(s) and s.screen.tuned})
+        reserved += _reserve([s for s in by_reach if kind(s)], places, covered, screen_ratio)
+    total = promising + (promising if any(s.winograd for s in screened) else 0)
+    done = kept + best_first(s for s in screened if s.screen.tuned and s.index not in
+                             {k.index for k in kept})[:total - len(reserved) - len(kept)]
     covered = set().union(*(s.screen.new_kernels for s in reserved + done))
     fresh = best_first(s for s in screened if not s.screen.tuned
                        and s.screen.untuned_ratio <= screen_ratio)
     return tuple([_pick(s, reserved=True) for s in reserved]
                  + [_pick(s) for s in done + fresh[:total - len(reserved) - len(done)]])
+
+
+def _reserve(candidates: list[Screened], places: int, covered: set,
+             screen_ratio: float) -> list[Screened]:
+    """Up to ``places`` of ``candidates`` (in their order) not tuned yet, one per subprogram,
+    each within ``screen_ratio`` and adding a kernel not in ``covered`` (updated)."""
+    chosen: list[Screened] = []
+    for s in candidates:
+        if len(chosen) >= places:
+            break
+        if (not s.screen.tuned and s.screen.untuned_ratio <= screen_ratio
+                and s.screen.new_kernels and not s.screen.new_kernels <= covered
+                and all(a.subprogram != s.subprogram for a in chosen)):
+            covered.update(s.screen.new_kernels)
+            chosen.append(s)
+    return chosen
 
 
 def _winograd(s: Screened) -> bool:
