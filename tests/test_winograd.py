@@ -211,6 +211,16 @@ def test_winograd_mutants_take_places_of_their_own():
     again = rank_mutants(rerun, promising=2, screen_ratio=2.0)
     assert 6 not in [p.index for p in again] and all(p.tuned_before for p in again)
     assert len(again) == 4 and {4, 5} <= {p.index for p in again}
+    # several Winograd mutants of one conv tuned before (with and without its padding) hold
+    # one place, its best; the others go to the convs with none tuned yet (CSRNet: four tuned
+    # forms of its two dilated 512-channel layers had filled all four places)
+    forms = [dataclasses.replace(screened[5], mutant=("Pad", "WinogradConv"), index=7,
+                                 screen=screen(0.004, {"w", "p"}, tuned=0.003)),
+             dataclasses.replace(screened[5], screen=screen(0.004, {"w"}, tuned=0.002))]
+    third = rank_mutants(screened[:5] + screened[6:] + forms, promising=2, screen_ratio=2.0)
+    assert [p.index for p in third[:1]] == [4] and third[0].winograd
+    assert third[1].index == 5 and third[1].tuned_before
+    assert 7 not in [p.index for p in third]
     # without the flag there are no such places: the four tuned before fill promising
     plain = [s for s in screened if not s.winograd]
     assert sorted(p.index for p in rank_mutants(plain, promising=4, screen_ratio=2.0)) == \

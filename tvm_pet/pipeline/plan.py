@@ -162,12 +162,12 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     (:attr:`Screened.aligns`). Of each kind, one per subprogram, those
     whose new kernels replace the most time across the model first (:func:`reach_s`; then the
     one with fewer operators: the padding in the convolution, not a PAD that fuses into the
-    kernel before it), less one place per set of that kind's kernels tuned before (so that a
-    rerun tunes nothing new): untuned, padding only adds work and Winograd's products are a
-    naive loop nest, so their expected saving cannot rank them. Mutants tuned before come
-    next, best tuned saving first (those by Winograd's algorithm first, up to ``promising``:
-    they keep their places in a rerun); the remaining places go to the others in decreasing order
-    of expected saving. An untuned mutant takes a place only if its untuned ratio is at most
+    kernel before it), less one place per subprogram with a Winograd mutant tuned before (its
+    best one keeps the place, and no other of its Winograd mutants takes one), and one per
+    set of aligning kernels tuned before (so that a rerun tunes nothing new): untuned, padding
+    only adds work and Winograd's products are a naive loop nest, so their expected saving
+    cannot rank them. Mutants tuned before come next, best tuned saving first; the remaining
+    places go to the others in decreasing order of expected saving. An untuned mutant takes a place only if its untuned ratio is at most
     ``screen_ratio``. A mutant whose new kernels are all among those of a mutant ranked above
     it takes no place (tuning that one tunes it: the same kernel in two layers, or a subset
     and the same subset with its bias).
@@ -192,16 +192,19 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                 kept.append(s)
         return kept
 
-    # Winograd mutants tuned before keep their places (a rerun decides as the first run did)
-    kept = best_first(s for s in screened if s.winograd and s.screen.tuned)[:promising]
+    # the best Winograd mutant tuned before of each subprogram keeps its place (a rerun decides
+    # as the first run did); the other Winograd places go to subprograms with none tuned yet
+    tuned_w = _best_tuned_winograd(screened)
+    kept = list(tuned_w.values())[:promising]
+    covered.update(*(s.screen.new_kernels for s in kept))
     reach = reach_s(screened)
     by_reach = sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
                                                len(s.mutant), s.index))
-    reserved: list[Screened] = []
-    for kind, quota in ((_winograd, promising), (_aligning, promising // 2)):
-        places = quota - len({s.screen.new_kernels for s in screened
-                              if kind(s) and s.screen.tuned})
-        reserved += _reserve([s for s in by_reach if kind(s)], places, covered, screen_ratio)
+    reserved = _reserve([s for s in by_reach if s.winograd and s.subprogram not in tuned_w],
+                        promising - len(tuned_w), covered, screen_ratio)
+    reserved += _reserve([s for s in by_reach if _aligning(s)], promising // 2 - len(
+        {s.screen.new_kernels for s in screened if _aligning(s) and s.screen.tuned}),
+        covered, screen_ratio)
     total = promising + (promising if any(s.winograd for s in screened) else 0)
     done = kept + best_first(s for s in screened if s.screen.tuned and s.index not in
                              {k.index for k in kept})[:total - len(reserved) - len(kept)]
@@ -228,9 +231,14 @@ def _reserve(candidates: list[Screened], places: int, covered: set,
     return chosen
 
 
-def _winograd(s: Screened) -> bool:
-    """Whether ``s`` competes for the Winograd places (:func:`rank_mutants`)."""
-    return s.winograd
+def _best_tuned_winograd(screened: Sequence[Screened]) -> dict[str, Screened]:
+    """Per subprogram, its Winograd mutant tuned before that saves the most, tuned (best
+    first)."""
+    best: dict[str, Screened] = {}
+    for s in sorted((s for s in screened if s.winograd and s.screen.tuned),
+                    key=lambda s: (-s.screen.expected_saving_s, s.index)):
+        best.setdefault(s.subprogram, s)
+    return best
 
 
 def _aligning(s: Screened) -> bool:
