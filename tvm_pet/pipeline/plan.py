@@ -167,10 +167,10 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     set of aligning kernels tuned before (so that a rerun tunes nothing new): untuned, padding
     only adds work and Winograd's products are a naive loop nest, so their expected saving
     cannot rank them. Mutants tuned before come next, best tuned saving first; the remaining
-    places go to the others in decreasing order of expected saving. An untuned mutant takes a place only if its untuned ratio is at most
-    ``screen_ratio``. A mutant whose new kernels are all among those of a mutant ranked above
-    it takes no place (tuning that one tunes it: the same kernel in two layers, or a subset
-    and the same subset with its bias).
+    places go to the others in decreasing order of expected saving. An untuned mutant takes a
+    place only if its untuned ratio is at most ``screen_ratio``. A mutant whose new kernels
+    are all among those of a mutant ranked above it takes no place (tuning that one tunes it:
+    the same kernel in two layers, or a subset and the same subset with its bias).
 
     Args:
         screened: every mutant the screen measured, across the model.
@@ -192,8 +192,8 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                 kept.append(s)
         return kept
 
-    # the best Winograd mutant tuned before of each subprogram keeps its place (a rerun decides
-    # as the first run did); the other Winograd places go to subprograms with none tuned yet
+    # the best Winograd mutant tuned before of each subprogram keeps its place (a rerun tunes no
+    # new Winograd mutant); the other Winograd places go to subprograms with none tuned yet
     tuned_w = _best_tuned_winograd(screened)
     kept = list(tuned_w.values())[:promising]
     covered.update(*(s.screen.new_kernels for s in kept))
@@ -206,8 +206,9 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
         {s.screen.new_kernels for s in screened if _aligning(s) and s.screen.tuned}),
         covered, screen_ratio)
     total = promising + (promising if any(s.winograd for s in screened) else 0)
+    kept_at = {k.index for k in kept}
     done = kept + best_first(s for s in screened if s.screen.tuned and s.index not in
-                             {k.index for k in kept})[:total - len(reserved) - len(kept)]
+                             kept_at)[:total - len(reserved) - len(kept)]
     covered = set().union(*(s.screen.new_kernels for s in reserved + done))
     fresh = best_first(s for s in screened if not s.screen.tuned
                        and s.screen.untuned_ratio <= screen_ratio)

@@ -35,13 +35,13 @@ from collections.abc import Callable
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.errors import PetError
+from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import DriverOptions, WholeBudget
 from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, combined_pick,
                                    rank_mutants, short_list)
 from tvm_pet.pipeline.toolchain import Toolchain, Tuned, tvm_toolchain
 from tvm_pet.search.config import SearchConfig
-from tvm_pet.ir import winograd as wino
 from tvm_pet.search.moves import aligns_extents
 from tvm_pet.search.mutant_cache import MutantCache
 from tvm_pet.search.optimizer import Optimizer, operator_subsets
