@@ -764,6 +764,33 @@ def test_a_deadline_holds_back_a_tasks_batches_after_its_first():
                            ("notify_runner_results", (["b2c0"], ["r"])), ("post_tuning", ())]
 
 
+def test_an_empty_batch_ends_the_task():
+    # MetaSchedule's evolutionary search returns an empty batch once a space is spent; the task
+    # scheduler ends a task only on None, and looped on a CSRNet combination's layout kernel
+    inner = FakeStrategy()
+    inner.generate_measure_candidates = lambda: []
+    search = tuner._WholeModelSearch(None, inner)._inst
+    assert search.generate_measure_candidates() is None
+    inner.generate_measure_candidates = lambda: ["c0"]  # a batch with candidates passes on
+    assert search.generate_measure_candidates() == ["c0"]
+
+
+def test_a_tasks_own_search_ends_on_an_empty_batch_too(tmp_path, monkeypatch):
+    # one task topped up (tune, not a whole-model budget) searches with the same wrapper
+    search = ShortSearch(found=1)
+    strategies, original = [], search.context
+
+    def context(**kwargs):
+        strategies.append(kwargs["search_strategy"])
+        return original(**kwargs)
+
+    monkeypatch.setattr(search, "context", context)
+    tune_with(search, monkeypatch, tmp_path, trials=8)
+    (strategy,) = strategies
+    assert isinstance(strategy, tuner._WholeModelSearch)
+    assert strategy.deadline is None and strategy.first is None
+
+
 class FakeDatabase:
     """A database that holds records of the task modules in ``tuned`` only."""
 

@@ -484,8 +484,8 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
 
 @derived_object
 class _WholeModelSearch(ms.search_strategy.PySearchStrategy):
-    """One kernel's search under a whole-model budget: ``inner`` (MetaSchedule's evolutionary
-    search by default), with two changes.
+    """One kernel's search: ``inner`` (MetaSchedule's evolutionary search by default), with
+    three changes; the first two only under a whole-model budget (``first``, ``deadline``).
 
     1. **Given ``first``, a kernel with no records draws a first batch of ``first`` trials at
        random** (``fresh``: MetaSchedule's ``ReplayTrace``; None: the evolutionary search
@@ -506,6 +506,12 @@ class _WholeModelSearch(ms.search_strategy.PySearchStrategy):
        was longer than its whole 30-minute budget here). Terminating the tasks from a measure
        callback instead broke the scheduler: it could pick a task that the callback had just
        terminated, and failed TVM's check ``!task->is_terminated`` (swin_t, 30 minutes in).
+    3. **A batch with no candidate ends the task** (its search space is spent). MetaSchedule's
+       task scheduler terminates a task only when its search returns nothing; an empty batch
+       measures nothing, so the task's trials never reach its budget, and it loops: a fused
+       layout kernel of a CSRNet combination with one candidate in its space spent about 2
+       minutes a round "generating candidates" with none to send, for 15 minutes until stopped.
+       The task then stops short of its budget, and :func:`_top_up` marks it exhausted.
     """
 
     def __init__(self, deadline: float | None = None, inner=None,
@@ -539,6 +545,8 @@ class _WholeModelSearch(ms.search_strategy.PySearchStrategy):
             return None
         drawn = self.fresh if self.new and not self.sent else self.inner
         candidates = drawn.generate_measure_candidates()
+        if candidates is not None and len(candidates) == 0:
+            return None  # the space is spent: the scheduler terminates the task
         self.sent = self.sent or candidates is not None
         return candidates
 
@@ -706,7 +714,7 @@ def _run_search(task: Task, todo: int, database, work_dir: Path, search: TuningS
     try:
         context = search.new_context(mod=task.mod, target=search.target,
                                      space_generator="post-order-apply",
-                                     search_strategy="evolutionary", task_name=task.name,
+                                     search_strategy=_WholeModelSearch(), task_name=task.name,
                                      logger=logger, rand_state=search.seed,
                                      num_threads=search.num_threads).clone()
         search.tune_tasks(tasks=[context], task_weights=[float(task.weight)],
