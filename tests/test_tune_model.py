@@ -242,6 +242,38 @@ def test_mutants_tuned_before_are_topped_up_to_a_larger_budget(tmp_path):
     assert len(toolchain.tuned) >= 1 + len(picks) and set(toolchain.trials) == {512}
 
 
+def test_a_rerun_whose_picks_differ_combines_the_same_mutants(tmp_path):
+    """The combination is made of every mutant whose kernels hold records and that saves time
+    on them, not of this run's picks alone: a rerun, whose picks are all tuned before and may be
+    others, then combines the same mutants, and the combination's fused kernels, tuned by the
+    first run, are not new (CSRNet's rerun with --winograd tuned a new combination for 710 s)."""
+    from tvm_pet.ir.keys import canonical
+
+    class TunedBefore(StubCost):
+        def screen(self, before, after):  # every mutant tuned before; more operators save more
+            c = self.cost(before)
+            return RewriteScreen(c, 1.0, c * (1 - 0.01 * len(after.nodes)),
+                                 frozenset({canonical(after)[0]}))
+
+    class Toolchain(StubToolchain):
+        def cost_model(self):
+            return TunedBefore()
+
+    combined = []
+    for promising in (1, 3):  # one pick, then three: the picks differ
+        options = DriverOptions(trials=4, records_dir=str(tmp_path / "none"),
+                                promising=promising)
+        toolchain = Toolchain(options.records_dir)
+        summary = tune_model(dilated_chain(), SearchConfig(rounds=1, time_limit=120), options,
+                             toolchain)
+        picks = summary.plan.picks
+        assert len([p for p in picks if p.subprogram != "combined"]) == promising
+        assert picks[-1].subprogram == "combined" and picks[-1].mutant.count("Conv") == 3
+        combined.append(toolchain.tuned[-1])  # the combination's module, tuned last
+    import tvm
+    tvm.ir.assert_structural_equal(combined[0], combined[1])
+
+
 def test_the_report_counts_a_built_module_from_its_build(tmp_path, monkeypatch):
     # kernel_records of a module the toolchain built gives the build's own counts, without
     # applying the records again; after tuning adds records it counts again

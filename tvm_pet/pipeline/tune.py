@@ -19,9 +19,11 @@ Steps 1 and 2 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`), and al
    time across the model, at ``screen_trials`` per task), and the plan ranks them by what they
    save tuned. They are tuned in the whole model, as TVM fuses them there (a mutant's last
    kernel takes the bias and ReLU after it), so that their records match the final build.
-   Then the tuned mutants that beat the original by themselves are applied together
-   (:func:`~tvm_pet.pipeline.plan.combination`), and that combination, which the search's
-   combine step will cost, is tuned as well.
+   Then the tuned mutants that beat the original by themselves, this run's picks and every
+   other mutant whose kernels hold records (from earlier runs, or kernels the picks share), are
+   applied together (:func:`~tvm_pet.pipeline.plan.combination`), and that combination, which
+   the search's combine step will cost, is tuned as well: so a rerun, whose picks may differ,
+   combines the same mutants and tunes nothing new.
 
 The mutants are listed through the run's :class:`~tvm_pet.search.mutant_cache.MutantCache`,
 so that the search after this stage does not generate them again.
@@ -354,7 +356,35 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
             stats.append(done)
             tuned.append((part, whole, corrected))
             kept.append(pick)
+    tuned += _also_tuned(program, screened, candidates, {p.index for p in kept}, toolchain)
     return kept, tuned, stats, screened, short
+
+
+def _also_tuned(program: Program, screened: list[Screened], candidates: list[tuple],
+                picked: set[int], toolchain: Toolchain) -> list[tuple]:
+    """``(subprogram, whole program, corrected mutant)`` of the screened mutants besides the
+    ``picked`` ones whose new kernels all hold records now, and that save time on them: those
+    tuned before, and those whose new kernels the picks' tuning gave records (they and the
+    tuned-before ones sharing a kernel with a pick are screened again on the new records).
+
+    The combination is made of these and the picks, so that a rerun, whose picks are all tuned
+    before and may differ from this run's, combines the same mutants and tunes nothing new:
+    made of this run's picks alone, a rerun of CSRNet with ``--winograd`` combined others, whose
+    new fused kernels took 710 s (two trials, and a search space spent in a loop).
+    """
+    now = set().union(*(s.screen.new_kernels for s in screened if s.index in picked))
+    cost, also = None, []
+    for s in screened:
+        if s.index in picked or not s.screen.new_kernels:
+            continue
+        part, corrected = candidates[s.index]
+        screen = s.screen
+        if screen.new_kernels & now:  # records this run added: screened again on them
+            cost = toolchain.cost_model() if cost is None else cost
+            screen = _screen(cost, fusion_region(program, part), part, corrected)
+        if screen is not None and screen.tuned and screen.expected_saving_s > 0:
+            also.append((part, replace_subprogram(program, part, corrected), corrected))
+    return also
 
 
 def _second_screen(program: Program, screened: list[Screened], candidates: list[tuple],
