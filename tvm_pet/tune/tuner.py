@@ -508,10 +508,11 @@ class _WholeModelSearch(ms.search_strategy.PySearchStrategy):
        terminated, and failed TVM's check ``!task->is_terminated`` (swin_t, 30 minutes in).
     3. **A batch with no candidate ends the task** (its search space is spent). MetaSchedule's
        task scheduler terminates a task only when its search returns nothing; an empty batch
-       measures nothing, so the task's trials never reach its budget, and it loops: a fused
+       measures nothing, and the evolutionary search gives up only after five of them: a fused
        layout kernel of a CSRNet combination with one candidate in its space spent about 2
-       minutes a round "generating candidates" with none to send, for 15 minutes until stopped.
-       The task then stops short of its budget, and :func:`_top_up` marks it exhausted.
+       minutes a round "generating candidates" with none to send (a small layout kernel here:
+       5 empty rounds, 38 s; with this, 1 round, 26 s). The task then stops short of its
+       budget, and :func:`_top_up` marks it exhausted.
     """
 
     def __init__(self, deadline: float | None = None, inner=None,
