@@ -22,8 +22,11 @@ pipeline fuses and MetaSchedule tunes:
   of its map (space-to-batch, Figure 3 of the paper): a regular 3×3 convolution on each.
 
 The forms: ``orig`` (the convolution as imported), ``wino2`` (``m = 2``) and ``wino4``
-(``m = 4``) as ``tvm_pet.relax.winograd`` lowers them, and for a dilated kernel ``s2b`` (the
-parity classes' direct convolution), each with the bias and ReLU after it. The results of
+(``m = 4``) as ``tvm_pet.relax.winograd`` lowered them until 2026-11-30 (the input tiles by
+``B ⊗ B``, one grouped convolution), and for a dilated kernel ``s2b`` (the parity classes'
+direct convolution), each with the bias and ReLU after it. ``--forms`` also takes ``wino4s``
+and ``wino2s``, as it lowers them since: the input tiles transformed by rows, then by columns
+(two grouped convolutions, ``2 a`` multiplications an entry in place of ``a²``). The results of
 2026-11-29 were measured with this script's own copy of that lowering, the same operators (the
 dilated form's regrouping then reshaped to rank 5, not 6). Each form is tuned at 32 trials
 per task (the budget held equal per task: the Winograd forms have more tasks), timed
@@ -47,6 +50,9 @@ from benchmarks.matmul_forms import conv_relu_module, forms_parser, run_forms  #
 FORMS = ("orig", "wino2", "wino4")
 #: The forms of a dilated kernel: also ``s2b``, the parity classes' regular direct convolution.
 DILATED_FORMS = ("orig", "s2b", "wino2", "wino4")
+#: The Winograd forms, with ``wino4s`` (and ``wino2s``): the input tiles transformed by rows
+#: then by columns, ``2 a`` multiplications an entry where ``B ⊗ B`` takes ``a²``.
+SEPARABLE = ("wino2", "wino4", "wino2s", "wino4s")
 #: Channels in and out, map side and dilation: CSRNet at 224 (VGG-16's front end on 112, 56 and
 #: 28; its back end's dilated convolutions on 28, and on 14 in the back end's benchmark row),
 #: ResNet-18's 14×14 3×3 convolution.
@@ -67,7 +73,8 @@ def module(kind: str, form: str):
         if form.startswith("wino"):
             attrs = {"strides": (1, 1), "dilations": (dil, dil), "pads": (dil,) * 4, "groups": 1}
             return winograd.conv2d(lambda e, hint: bb.emit(e), x, relax.const(w),
-                                   (1, cin, side, side), w.shape, attrs, int(form[-1]))
+                                   (1, cin, side, side), w.shape, attrs, int(form[4]),
+                                   separable=form.endswith("s"))
         half = side // 2  # s2b: the dilation's parity classes into the batch, and back
         t = bb.emit(relax.op.reshape(x, (cin, half, 2, half, 2)))
         t = bb.emit(relax.op.permute_dims(t, [2, 4, 0, 1, 3]))
@@ -90,12 +97,15 @@ def main(argv=None) -> int:
     parser = forms_parser(__doc__, seeds=(0,))
     parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=sorted(KERNELS))
     parser.add_argument("--stem", default="winograd_forms")
+    parser.add_argument("--forms", nargs="+", choices=("orig", "s2b") + SEPARABLE, default=None,
+                        help="the forms to measure (default: every form of the kernels' kind)")
     args = parser.parse_args(argv)
     dilated = {KERNELS[k][3] > 1 for k in args.kernels}
     if len(dilated) > 1:
         parser.error("measure dilated and regular kernels in separate runs (their forms differ)")
     dilated = dilated.pop()
-    return run_forms(args.stem, args, kernels(args.kernels), DILATED_FORMS if dilated else FORMS)
+    forms = tuple(args.forms or (DILATED_FORMS if dilated else FORMS))
+    return run_forms(args.stem, args, kernels(args.kernels), forms)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,36 @@ def test_winograd_lowering_computes_the_direct_convolution(x_shape, k, pads, dil
     assert "conv2d" in text and "matmul" in text and "groups=" in text
 
 
+@pytest.mark.parametrize("m", winograd.TILES)
+@pytest.mark.parametrize("x_shape, k, pads, dilation", [
+    ((2, 5, 9, 12), 7, (2, 0, 1, 1), 1),
+    ((1, 8, 28, 28), 8, 2, 2),
+])
+def test_the_separable_input_transform_computes_the_direct_convolution(x_shape, k, pads,
+                                                                       dilation, m):
+    """``separable=True`` (the input tiles by rows, then by columns: two grouped convolutions)
+    is the same function, and another program than ``B ⊗ B``'s one grouped convolution."""
+    direct, data, w = _program(x_shape, k, pads, dilation, 0)
+    pads4 = (pads,) * 4 if isinstance(pads, int) else pads
+    attrs = {"strides": (1, 1), "dilations": (dilation, dilation), "pads": pads4, "groups": 1}
+    want = evaluate(direct, {"x": data}, dtype=np.float64)[direct.outputs[0]]
+    texts = []
+    for separable in (False, True):
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                y = winograd.conv2d(lambda e, hint: bb.emit(e), x, relax.const(w), x_shape,
+                                    w.shape, attrs, m, separable=separable)
+                out = bb.emit_output(y)
+            bb.emit_func_output(out)
+        mod = bb.finalize()
+        np.testing.assert_allclose(_run(mod, data), want, rtol=1e-4,
+                                   atol=2e-5 * np.abs(want).max())
+        texts.append(mod.script())
+    assert texts[1].count("conv2d(") == texts[0].count("conv2d(") + 1
+
+
 def test_winograd_against_torch_with_the_weight_as_a_runtime_input():
     torch = pytest.importorskip("torch")
     program, data, w = _program((1, 16, 20, 20), 24, 2, 2, 4, weight_input=True)
@@ -168,8 +198,9 @@ def test_the_analytic_cost_counts_a_quarter_of_the_products_plus_the_transforms(
     direct = FLOPS[Op.CONV](attrs, ins, outs)
     by_winograd = FLOPS[Op.CONV](attrs.replace(winograd=4), ins, outs)
     assert direct == 2 * 28 * 28 * 512 * 512 * 9
-    # 49 tiles x 36 products x C x K, and 49 x (C x 36 x 36 + K x 16 x 36) for the transforms
-    assert by_winograd == 2 * (49 * 36 * 512 * 512 + 49 * (512 * 36 * 36 + 512 * 16 * 36))
+    # 49 tiles x 36 products x C x K, and 49 x (C x 36 x 12 + K x 16 x 36) for the transforms:
+    # the input tiles by rows then columns (2 x 6 an entry), the output's by A^T x A^T
+    assert by_winograd == 2 * (49 * 36 * 512 * 512 + 49 * (512 * 36 * 12 + 512 * 16 * 36))
     assert 0.25 < by_winograd / direct < 0.3
 
 

@@ -16,6 +16,13 @@ TILES = (2, 4)
 #: ran x1.11-x2.20 faster than the direct convolution, F(2×2)'s x0.82-x2.06:
 #: ``benchmarks/results/winograd_forms.md``).
 SEARCH_TILE = 4
+#: The lowering transforms the input tiles by rows, then by columns (two grouped convolutions,
+#: ``2 a`` multiplications an entry), not by ``B ⊗ B`` at once (``a²``): tuned at 32 trials per
+#: task, the F(4×4) form ran x1.07-x1.34 faster by it in all seven draws (CSRNet's 512-channel
+#: dilated 14×14 layer x1.12-x1.20 in three seeds, VGG's 512-channel 28×28 x1.07 and x1.15,
+#: ResNet's 256-channel 14×14 x1.20 and x1.34; ``benchmarks/results/winograd_forms_separable*``,
+#: 2026-11-30).
+SEPARABLE_INPUT = True
 
 
 def eligible(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping) -> bool:

@@ -4,8 +4,10 @@ TVM 0.27 lowers a Relax ``conv2d`` on a CPU to the direct loop nest only (its Wi
 are CUDA's and ARM's). Winograd's form computes the same function in real arithmetic with
 ``a² / (9 m²)`` of the multiplications, ``a = m + 2``:
 
-- each ``a × a`` input tile ``d`` (tiles overlap by 2, ``m`` apart) becomes ``Bᵀ d B``: a grouped
-  convolution, stride ``m``, whose constant kernel is ``B ⊗ B`` for every channel;
+- each ``a × a`` input tile ``d`` (tiles overlap by 2, ``m`` apart) becomes ``Bᵀ d B``: ``Bᵀ``
+  down the rows, then ``B`` along them, two grouped convolutions of stride ``m`` (``a × 1``,
+  then ``1 × a``) with constant kernels, ``2 a`` multiplications an entry (or, with
+  ``separable=False``, one whose kernel is ``B ⊗ B``, ``a²``);
 - each filter ``g`` becomes ``G g Gᵀ`` (folded at compile time when the weight is a constant);
 - for each of the ``a²`` tile positions, one matrix product over the channels: a batched
   ``matmul`` of ``[a², tiles, C]`` by ``[a², C, K]``;
@@ -31,7 +33,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_pet.ir.winograd import TILES, eligible
+from tvm_pet.ir.winograd import SEPARABLE_INPUT, TILES, eligible
 
 
 Emit = Callable[[relax.Expr, str], relax.Expr]
@@ -90,8 +92,26 @@ def _filter_expr(emit: Emit, w: relax.Expr, k: int, c: int, m: int) -> relax.Exp
                 "wino_filter")
 
 
+def _input_transform(emit: Emit, xp: relax.Expr, b_mat: np.ndarray, c: int, m: int,
+                     separable: bool) -> relax.Expr:
+    """``Bᵀ d B`` of every ``a × a`` tile ``d`` of ``xp`` (tiles ``m`` apart), channel
+    ``(ch · a + x) · a + y`` holding entry ``(x, y)`` of channel ``ch``'s tile: one grouped
+    convolution with the constant ``B ⊗ B`` (``a²`` multiplications an entry), or, when
+    ``separable``, ``Bᵀ`` down the rows then ``B`` along them (``2 a``)."""
+    a = m + 2
+    if not separable:
+        kb = np.einsum("ix,jy->xyij", b_mat, b_mat).reshape(a * a, 1, a, a)
+        return emit(relax.op.nn.conv2d(xp, relax.const(np.tile(kb, (c, 1, 1, 1)).astype(
+            "float32")), strides=m, groups=c), "wino_tiles")
+    rows = np.tile(b_mat.T.reshape(a, 1, a, 1), (c, 1, 1, 1)).astype("float32")
+    v = emit(relax.op.nn.conv2d(xp, relax.const(rows), strides=(m, 1), groups=c), "wino_tiles")
+    cols = np.tile(b_mat.T.reshape(a, 1, 1, a), (c * a, 1, 1, 1)).astype("float32")
+    return emit(relax.op.nn.conv2d(v, relax.const(cols), strides=(1, m), groups=c * a),
+                "wino_tiles")
+
+
 def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: int,
-             pads: Sequence[int], m: int) -> relax.Expr:
+             pads: Sequence[int], m: int, separable: bool = False) -> relax.Expr:
     """The 3×3 convolution (dilation 1) of ``x`` (``[n, c, h, w]``) with the transformed
     filters ``u``, padded by ``pads`` (top, left, bottom, right)."""
     n, c, h, w = shape
@@ -101,9 +121,7 @@ def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: 
     th, tw = -(-oh // m), -(-ow // m)
     xp = emit(relax.op.nn.pad(x, [0, 0, 0, 0, pads[0], th * m + 2 - h - pads[0],
                                   pads[1], tw * m + 2 - w - pads[1]]), "wino_pad")
-    kb = np.einsum("ix,jy->xyij", b_mat, b_mat).reshape(a * a, 1, a, a)
-    v = emit(relax.op.nn.conv2d(xp, relax.const(np.tile(kb, (c, 1, 1, 1)).astype("float32")),
-                                strides=m, groups=c), "wino_tiles")
+    v = _input_transform(emit, xp, b_mat, c, m, separable)
     v = emit(relax.op.reshape(v, (n, c, a * a, th * tw)), "wino_tiles")
     v = emit(relax.op.permute_dims(v, [2, 0, 3, 1]), "wino_tiles")
     v = emit(relax.op.reshape(v, (a * a, n * th * tw, c)), "wino_tiles")
@@ -120,10 +138,12 @@ def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: 
 
 
 def conv2d(emit: Emit, x: relax.Expr, w: relax.Expr, x_shape: Sequence[int],
-           w_shape: Sequence[int], attrs, m: int) -> relax.Expr:
+           w_shape: Sequence[int], attrs, m: int,
+           separable: bool = SEPARABLE_INPUT) -> relax.Expr:
     """Emit the CONV of ``x`` by ``w`` (attributes ``attrs``, which
     :func:`tvm_pet.ir.winograd.eligible` accepts) as Winograd's F(m×m, 3×3); its result has the
-    direct form's shape."""
+    direct form's shape. ``separable`` transforms the input tiles by rows, then by columns
+    (:data:`tvm_pet.ir.winograd.SEPARABLE_INPUT`, the default), else by ``B ⊗ B`` at once."""
     if not eligible(x_shape, w_shape, attrs):
         raise ValueError(f"no Winograd lowering for a conv of {list(x_shape)} by "
                          f"{list(w_shape)} with {dict(attrs)}")
@@ -132,11 +152,11 @@ def conv2d(emit: Emit, x: relax.Expr, w: relax.Expr, x_shape: Sequence[int],
     u = _filter_expr(emit, w, k, c, m)
     pads = [p // d for p in attrs["pads"]]
     if d == 1:
-        return _regular(emit, x, u, x_shape, k, pads, m)
+        return _regular(emit, x, u, x_shape, k, pads, m, separable)
     t = emit(relax.op.reshape(x, (n, c, h // d, d, wd // d, d)), "wino_classes")
     t = emit(relax.op.permute_dims(t, [3, 5, 0, 1, 2, 4]), "wino_classes")
     t = emit(relax.op.reshape(t, (d * d * n, c, h // d, wd // d)), "wino_classes")
-    t = _regular(emit, t, u, (d * d * n, c, h // d, wd // d), k, pads, m)
+    t = _regular(emit, t, u, (d * d * n, c, h // d, wd // d), k, pads, m, separable)
     oh, ow = h // d + pads[0] + pads[2] - 2, wd // d + pads[1] + pads[3] - 2
     t = emit(relax.op.reshape(t, (d, d, n, k, oh, ow)), "wino_classes")
     t = emit(relax.op.permute_dims(t, [2, 3, 4, 0, 5, 1]), "wino_classes")
