@@ -52,7 +52,7 @@ FORMS = ("orig", "wino2", "wino4")
 DILATED_FORMS = ("orig", "s2b", "wino2", "wino4")
 #: The Winograd forms, with ``wino4s`` (and ``wino2s``): the input tiles transformed by rows
 #: then by columns, ``2 a`` multiplications an entry where ``B ⊗ B`` takes ``a²``.
-SEPARABLE = ("wino2", "wino4", "wino2s", "wino4s")
+WINOGRAD_FORMS = ("wino2", "wino4", "wino2s", "wino4s")
 #: Channels in and out, map side and dilation: CSRNet at 224 (VGG-16's front end on 112, 56 and
 #: 28; its back end's dilated convolutions on 28, and on 14 in the back end's benchmark row),
 #: ResNet-18's 14×14 3×3 convolution.
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     parser = forms_parser(__doc__, seeds=(0,))
     parser.add_argument("--kernels", nargs="+", choices=sorted(KERNELS), default=sorted(KERNELS))
     parser.add_argument("--stem", default="winograd_forms")
-    parser.add_argument("--forms", nargs="+", choices=("orig", "s2b") + SEPARABLE, default=None,
+    parser.add_argument("--forms", nargs="+", choices=("orig", "s2b") + WINOGRAD_FORMS, default=None,
                         help="the forms to measure (default: every form of the kernels' kind)")
     args = parser.parse_args(argv)
     dilated = {KERNELS[k][3] > 1 for k in args.kernels}

@@ -111,7 +111,7 @@ def _input_transform(emit: Emit, xp: relax.Expr, b_mat: np.ndarray, c: int, m: i
 
 
 def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: int,
-             pads: Sequence[int], m: int, separable: bool = False) -> relax.Expr:
+             pads: Sequence[int], m: int, separable: bool) -> relax.Expr:
     """The 3×3 convolution (dilation 1) of ``x`` (``[n, c, h, w]``) with the transformed
     filters ``u``, padded by ``pads`` (top, left, bottom, right)."""
     n, c, h, w = shape
