@@ -26,7 +26,9 @@ The forms: ``orig`` (the convolution as imported), ``wino2`` (``m = 2``) and ``w
 ``B ⊗ B``, one grouped convolution), and for a dilated kernel ``s2b`` (the parity classes'
 direct convolution), each with the bias and ReLU after it. ``--forms`` also takes ``wino4s``
 and ``wino2s``, as it lowers them since: the input tiles transformed by rows, then by columns
-(two grouped convolutions, ``2 a`` multiplications an entry in place of ``a²``). The results of
+(two grouped convolutions, ``2 a`` multiplications an entry in place of ``a²``), and ``wino4c``
+and ``wino2c``, its channels-last form (the map permuted to ``[n, h, w, c]`` inside, the tiles
+gathered by ``take``, ``Bᵀ`` applied by two matrix products). The results of
 2026-11-29 were measured with this script's own copy of that lowering, the same operators (the
 dilated form's regrouping then reshaped to rank 5, not 6). Each form is tuned at 32 trials
 per task (the budget held equal per task: the Winograd forms have more tasks), timed
@@ -51,8 +53,9 @@ FORMS = ("orig", "wino2", "wino4")
 #: The forms of a dilated kernel: also ``s2b``, the parity classes' regular direct convolution.
 DILATED_FORMS = ("orig", "s2b", "wino2", "wino4")
 #: The Winograd forms, with ``wino4s`` (and ``wino2s``): the input tiles transformed by rows
-#: then by columns, ``2 a`` multiplications an entry where ``B ⊗ B`` takes ``a²``.
-WINOGRAD_FORMS = ("wino2", "wino4", "wino2s", "wino4s")
+#: then by columns, ``2 a`` multiplications an entry where ``B ⊗ B`` takes ``a²``; ``wino4c``
+#: (and ``wino2c``): the channels-last lowering.
+WINOGRAD_FORMS = ("wino2", "wino4", "wino2s", "wino4s", "wino2c", "wino4c")
 #: Channels in and out, map side and dilation: CSRNet at 224 (VGG-16's front end on 112, 56 and
 #: 28; its back end's dilated convolutions on 28, and on 14 in the back end's benchmark row),
 #: ResNet-18's 14×14 3×3 convolution.
@@ -74,7 +77,8 @@ def module(kind: str, form: str):
             attrs = {"strides": (1, 1), "dilations": (dil, dil), "pads": (dil,) * 4, "groups": 1}
             return winograd.conv2d(lambda e, hint: bb.emit(e), x, relax.const(w),
                                    (1, cin, side, side), w.shape, attrs, int(form[4]),
-                                   separable=form.endswith("s"))
+                                   separable=form.endswith(("s", "c")),
+                                   channels_last=form.endswith("c"))
         half = side // 2  # s2b: the dilation's parity classes into the batch, and back
         t = bb.emit(relax.op.reshape(x, (cin, half, 2, half, 2)))
         t = bb.emit(relax.op.permute_dims(t, [2, 4, 0, 1, 3]))

@@ -57,7 +57,7 @@ def test_winograd_lowering_computes_the_direct_convolution(x_shape, k, pads, dil
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
     # and it is another program, not the direct form under another name
     text = program_to_module(program).script()
-    assert "conv2d" in text and "matmul" in text and "groups=" in text
+    assert text.count("R.matmul(") == 4 and "R.take(" in text and "conv2d(" not in text
 
 
 @pytest.mark.parametrize("m", winograd.TILES)
@@ -67,8 +67,9 @@ def test_winograd_lowering_computes_the_direct_convolution(x_shape, k, pads, dil
 ])
 def test_the_separable_input_transform_computes_the_direct_convolution(x_shape, k, pads,
                                                                        dilation, m):
-    """``separable=True`` (the input tiles by rows, then by columns: two grouped convolutions)
-    is the same function, and another program than ``B ⊗ B``'s one grouped convolution."""
+    """In the channels-first lowering, ``separable=True`` (the input tiles by rows, then by
+    columns: two grouped convolutions) is the same function, and another program than
+    ``B ⊗ B``'s one grouped convolution."""
     direct, data, w = _program(x_shape, k, pads, dilation, 0)
     pads4 = (pads,) * 4 if isinstance(pads, int) else pads
     attrs = {"strides": (1, 1), "dilations": (dilation, dilation), "pads": pads4, "groups": 1}
@@ -80,7 +81,8 @@ def test_the_separable_input_transform_computes_the_direct_convolution(x_shape, 
         with bb.function("main", [x]):
             with bb.dataflow():
                 y = winograd.conv2d(lambda e, hint: bb.emit(e), x, relax.const(w), x_shape,
-                                    w.shape, attrs, m, separable=separable)
+                                    w.shape, attrs, m, separable=separable,
+                                    channels_last=False)
                 out = bb.emit_output(y)
             bb.emit_func_output(out)
         mod = bb.finalize()
@@ -88,6 +90,39 @@ def test_the_separable_input_transform_computes_the_direct_convolution(x_shape, 
                                    atol=2e-5 * np.abs(want).max())
         texts.append(mod.script())
     assert texts[1].count("conv2d(") == texts[0].count("conv2d(") + 1
+
+
+@pytest.mark.parametrize("m", winograd.TILES)
+@pytest.mark.parametrize("x_shape, k, pads, dilation", [
+    ((2, 5, 9, 12), 7, (2, 0, 1, 1), 1),
+    ((1, 8, 28, 28), 8, 2, 2),
+    ((1, 4, 12, 18), 6, 3, 3),
+])
+def test_the_channels_last_lowering_computes_the_direct_convolution(x_shape, k, pads, dilation,
+                                                                    m):
+    """``channels_last=True`` (the map permuted to ``[n, h, w, c]`` inside, the tiles gathered by
+    ``take`` and transformed by matrix products) is the same function as the direct form and as
+    the channels-first lowering, and has no grouped convolution left."""
+    direct, data, w = _program(x_shape, k, pads, dilation, 0)
+    pads4 = (pads,) * 4 if isinstance(pads, int) else pads
+    attrs = {"strides": (1, 1), "dilations": (dilation, dilation), "pads": pads4, "groups": 1}
+    want = evaluate(direct, {"x": data}, dtype=np.float64)[direct.outputs[0]]
+    got = {}
+    for channels_last in (False, True):
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                y = winograd.conv2d(lambda e, hint: bb.emit(e), x, relax.const(w), x_shape,
+                                    w.shape, attrs, m, channels_last=channels_last)
+                out = bb.emit_output(y)
+            bb.emit_func_output(out)
+        mod = bb.finalize()
+        got[channels_last] = _run(mod, data)
+        np.testing.assert_allclose(got[channels_last], want, rtol=1e-4,
+                                   atol=2e-5 * np.abs(want).max())
+        assert ("conv2d(" in mod.script()) is not channels_last
+    np.testing.assert_allclose(got[True], got[False], rtol=1e-4, atol=2e-5 * np.abs(want).max())
 
 
 def test_winograd_against_torch_with_the_weight_as_a_runtime_input():

@@ -23,6 +23,9 @@ SEARCH_TILE = 4
 #: ResNet's 256-channel 14×14 x1.20 and x1.34; ``benchmarks/results/winograd_forms_separable*``,
 #: 2026-11-30).
 SEPARABLE_INPUT = True
+#: The lowering works on channels-last maps inside (``[n, h, w, c]``): its gathers, scatters and
+#: the dilation's classes move whole channel vectors, and ``Bᵀ`` applies by matrix products.
+CHANNELS_LAST = True
 
 
 def eligible(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping) -> bool:
