@@ -51,9 +51,9 @@ def _no_arithmetic(attrs: Attrs, ins: Sequence[Shape], outs: Sequence[Shape]) ->
 def _conv(attrs: Attrs, ins: Sequence[Shape], outs: Sequence[Shape]) -> float:
     m = attrs.get("winograd")
     if m:  # the products, and each tile's input and output transforms (by rows then columns,
-        # 2a an entry, or dense a² x a²; and m² x a²)
+        # 2a an entry, as both lowerings do by default, or dense a² x a²; and m² x a²)
         c, k, a2 = ins[0][1], ins[1][0], (m + 2) ** 2
-        into = 2 * (m + 2) if winograd.SEPARABLE_INPUT else a2
+        into = 2 * (m + 2) if winograd.SEPARABLE_INPUT or winograd.CHANNELS_LAST else a2
         return 2.0 * winograd.tiles(ins[0], attrs, m) * a2 * (c * k + c * into + k * m * m)
     # one multiply-add per output element, input channel of the group and kernel tap
     return 2.0 * _size(outs[0]) * _size(ins[1][1:])
