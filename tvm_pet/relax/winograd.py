@@ -118,6 +118,20 @@ def _input_transform(emit: Emit, xp: relax.Expr, b_mat: np.ndarray, c: int, m: i
                 "wino_tiles")
 
 
+def _products(emit: Emit, v: relax.Expr, u: relax.Expr, a_mat: np.ndarray,
+              tiles: Sequence[int], k: int, m: int) -> relax.Expr:
+    """The products of the transformed tiles ``v`` (``[a², n · th · tw, c]``) and filters ``u``
+    (``[a², c, k]``), one batched ``matmul``, turned back into ``m × m`` outputs by ``Aᵀ · A``:
+    ``[m, m, n, th, tw, k]`` for ``tiles = (n, th, tw)``."""
+    a = m + 2
+    count = int(np.prod(tiles))
+    prod = emit(relax.op.matmul(v, u), "wino_products")
+    prod = emit(relax.op.reshape(prod, (a * a, count * k)), "wino_products")
+    at2 = np.einsum("xp,yq->pqxy", a_mat, a_mat).reshape(m * m, a * a).astype("float32")
+    y = emit(relax.op.matmul(relax.const(at2), prod), "wino_out")
+    return emit(relax.op.reshape(y, (m, m, *tiles, k)), "wino_out")
+
+
 def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: int,
              pads: Sequence[int], m: int, separable: bool) -> relax.Expr:
     """The 3×3 convolution (dilation 1) of ``x`` (``[n, c, h, w]``) with the transformed
@@ -133,11 +147,7 @@ def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: 
     v = emit(relax.op.reshape(v, (n, c, a * a, th * tw)), "wino_tiles")
     v = emit(relax.op.permute_dims(v, [2, 0, 3, 1]), "wino_tiles")
     v = emit(relax.op.reshape(v, (a * a, n * th * tw, c)), "wino_tiles")
-    prod = emit(relax.op.matmul(v, u), "wino_products")
-    prod = emit(relax.op.reshape(prod, (a * a, n * th * tw * k)), "wino_products")
-    at2 = np.einsum("xp,yq->pqxy", a_mat, a_mat).reshape(m * m, a * a).astype("float32")
-    y = emit(relax.op.matmul(relax.const(at2), prod), "wino_out")
-    y = emit(relax.op.reshape(y, (m, m, n, th, tw, k)), "wino_out")
+    y = _products(emit, v, u, a_mat, (n, th, tw), k, m)
     y = emit(relax.op.permute_dims(y, [2, 5, 3, 0, 4, 1]), "wino_out")
     y = emit(relax.op.reshape(y, (n, k, th * m, tw * m)), "wino_out")
     if (th * m, tw * m) != (oh, ow):
@@ -208,11 +218,7 @@ def _channels_last(emit: Emit, x: relax.Expr, u: relax.Expr, x_shape: Sequence[i
     t = emit(relax.op.matmul(bt, relax.op.reshape(t, (a, a * nb * th * tw * c))), "wino_tiles")
     t = emit(relax.op.matmul(bt, relax.op.reshape(t, (a, a, nb * th * tw * c))), "wino_tiles")
     v = emit(relax.op.reshape(t, (a * a, nb * th * tw, c)), "wino_tiles")
-    prod = emit(relax.op.matmul(v, u), "wino_products")
-    prod = emit(relax.op.reshape(prod, (a * a, nb * th * tw * k)), "wino_products")
-    at2 = np.einsum("xp,yq->pqxy", a_mat, a_mat).reshape(m * m, a * a).astype("float32")
-    y = emit(relax.op.matmul(relax.const(at2), prod), "wino_out")
-    y = emit(relax.op.reshape(y, (m, m, nb, th, tw, k)), "wino_out")
+    y = _products(emit, v, u, a_mat, (nb, th, tw), k, m)
     y = emit(relax.op.permute_dims(y, [2, 3, 0, 4, 1, 5]), "wino_out")
     y = emit(relax.op.reshape(y, (nb, th * m, tw * m, k)), "wino_out")
     if (th * m, tw * m) != (oh, ow):
