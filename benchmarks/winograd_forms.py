@@ -77,7 +77,7 @@ def module(kind: str, form: str):
             attrs = {"strides": (1, 1), "dilations": (dil, dil), "pads": (dil,) * 4, "groups": 1}
             return winograd.conv2d(lambda e, hint: bb.emit(e), x, relax.const(w),
                                    (1, cin, side, side), w.shape, attrs, int(form[4]),
-                                   separable=form.endswith(("s", "c")),
+                                   separable=form.endswith("s"),
                                    channels_last=form.endswith("c"))
         half = side // 2  # s2b: the dilation's parity classes into the batch, and back
         t = bb.emit(relax.op.reshape(x, (cin, half, 2, half, 2)))

@@ -60,6 +60,22 @@ def test_winograd_lowering_computes_the_direct_convolution(x_shape, k, pads, dil
     assert text.count("R.matmul(") == 4 and "R.take(" in text and "conv2d(" not in text
 
 
+def _lowered_form(x_shape, w, pads, dilation, m, **form):
+    """The Relax module of the conv of ``x`` by the constant ``w`` (pads and dilation as
+    :func:`_program` takes them) as ``winograd.conv2d`` lowers it with the keywords ``form``."""
+    pads4 = (pads,) * 4 if isinstance(pads, int) else pads
+    attrs = {"strides": (1, 1), "dilations": (dilation, dilation), "pads": pads4, "groups": 1}
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = winograd.conv2d(lambda e, hint: bb.emit(e), x, relax.const(w), x_shape, w.shape,
+                                attrs, m, **form)
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.finalize()
+
+
 @pytest.mark.parametrize("m", winograd.TILES)
 @pytest.mark.parametrize("x_shape, k, pads, dilation", [
     ((2, 5, 9, 12), 7, (2, 0, 1, 1), 1),
@@ -71,21 +87,11 @@ def test_the_separable_input_transform_computes_the_direct_convolution(x_shape, 
     columns: two grouped convolutions) is the same function, and another program than
     ``B ⊗ B``'s one grouped convolution."""
     direct, data, w = _program(x_shape, k, pads, dilation, 0)
-    pads4 = (pads,) * 4 if isinstance(pads, int) else pads
-    attrs = {"strides": (1, 1), "dilations": (dilation, dilation), "pads": pads4, "groups": 1}
     want = evaluate(direct, {"x": data}, dtype=np.float64)[direct.outputs[0]]
     texts = []
     for separable in (False, True):
-        bb = relax.BlockBuilder()
-        x = relax.Var("x", relax.TensorType(x_shape, "float32"))
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                y = winograd.conv2d(lambda e, hint: bb.emit(e), x, relax.const(w), x_shape,
-                                    w.shape, attrs, m, separable=separable,
-                                    channels_last=False)
-                out = bb.emit_output(y)
-            bb.emit_func_output(out)
-        mod = bb.finalize()
+        mod = _lowered_form(x_shape, w, pads, dilation, m, separable=separable,
+                            channels_last=False)
         np.testing.assert_allclose(_run(mod, data), want, rtol=1e-4,
                                    atol=2e-5 * np.abs(want).max())
         texts.append(mod.script())
@@ -104,20 +110,10 @@ def test_the_channels_last_lowering_computes_the_direct_convolution(x_shape, k, 
     ``take`` and transformed by matrix products) is the same function as the direct form and as
     the channels-first lowering, and has no grouped convolution left."""
     direct, data, w = _program(x_shape, k, pads, dilation, 0)
-    pads4 = (pads,) * 4 if isinstance(pads, int) else pads
-    attrs = {"strides": (1, 1), "dilations": (dilation, dilation), "pads": pads4, "groups": 1}
     want = evaluate(direct, {"x": data}, dtype=np.float64)[direct.outputs[0]]
     got = {}
     for channels_last in (False, True):
-        bb = relax.BlockBuilder()
-        x = relax.Var("x", relax.TensorType(x_shape, "float32"))
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                y = winograd.conv2d(lambda e, hint: bb.emit(e), x, relax.const(w), x_shape,
-                                    w.shape, attrs, m, channels_last=channels_last)
-                out = bb.emit_output(y)
-            bb.emit_func_output(out)
-        mod = bb.finalize()
+        mod = _lowered_form(x_shape, w, pads, dilation, m, channels_last=channels_last)
         got[channels_last] = _run(mod, data)
         np.testing.assert_allclose(got[channels_last], want, rtol=1e-4,
                                    atol=2e-5 * np.abs(want).max())

@@ -132,6 +132,15 @@ def _products(emit: Emit, v: relax.Expr, u: relax.Expr, a_mat: np.ndarray,
     return emit(relax.op.reshape(y, (m, m, *tiles, k)), "wino_out")
 
 
+def _tiling(h: int, w: int, pads: Sequence[int], m: int) -> tuple:
+    """``(oh, ow, th, tw, widths)`` of a 3×3 convolution of an ``h × w`` map padded by ``pads``
+    (top, left, bottom, right): the output's sides, the ``m × m`` tiles a side, and the pads
+    (top, bottom, left, right) that make the map ``th · m + 2`` by ``tw · m + 2``."""
+    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    th, tw = -(-oh // m), -(-ow // m)
+    return oh, ow, th, tw, (pads[0], th * m + 2 - h - pads[0], pads[1], tw * m + 2 - w - pads[1])
+
+
 def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: int,
              pads: Sequence[int], m: int, separable: bool) -> relax.Expr:
     """The 3×3 convolution (dilation 1) of ``x`` (``[n, c, h, w]``) with the transformed
@@ -139,10 +148,8 @@ def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: 
     n, c, h, w = shape
     a_mat, b_mat, _ = matrices(m)
     a = m + 2
-    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
-    th, tw = -(-oh // m), -(-ow // m)
-    xp = emit(relax.op.nn.pad(x, [0, 0, 0, 0, pads[0], th * m + 2 - h - pads[0],
-                                  pads[1], tw * m + 2 - w - pads[1]]), "wino_pad")
+    oh, ow, th, tw, widths = _tiling(h, w, pads, m)
+    xp = emit(relax.op.nn.pad(x, [0, 0, 0, 0, *widths]), "wino_pad")
     v = _input_transform(emit, xp, b_mat, c, m, separable)
     v = emit(relax.op.reshape(v, (n, c, a * a, th * tw)), "wino_tiles")
     v = emit(relax.op.permute_dims(v, [2, 0, 3, 1]), "wino_tiles")
@@ -179,7 +186,7 @@ def conv2d(emit: Emit, x: relax.Expr, w: relax.Expr, x_shape: Sequence[int],
     t = emit(relax.op.permute_dims(t, [3, 5, 0, 1, 2, 4]), "wino_classes")
     t = emit(relax.op.reshape(t, (d * d * n, c, h // d, wd // d)), "wino_classes")
     t = _regular(emit, t, u, (d * d * n, c, h // d, wd // d), k, pads, m, separable)
-    oh, ow = h // d + pads[0] + pads[2] - 2, wd // d + pads[1] + pads[3] - 2
+    oh, ow = _tiling(h // d, wd // d, pads, m)[:2]
     t = emit(relax.op.reshape(t, (d, d, n, k, oh, ow)), "wino_classes")
     t = emit(relax.op.permute_dims(t, [2, 3, 4, 0, 5, 1]), "wino_classes")
     return emit(relax.op.reshape(t, (n, k, oh * d, ow * d)), "wino_classes")
@@ -199,16 +206,14 @@ def _channels_last(emit: Emit, x: relax.Expr, u: relax.Expr, x_shape: Sequence[i
     a = m + 2
     a_mat, b_mat, _ = matrices(m)
     hd, wdd = h // d, wd // d
-    oh, ow = hd + pads[0] + pads[2] - 2, wdd + pads[1] + pads[3] - 2
-    th, tw = -(-oh // m), -(-ow // m)
+    oh, ow, th, tw, widths = _tiling(hd, wdd, pads, m)
     t = emit(relax.op.permute_dims(x, [0, 2, 3, 1]), "wino_nhwc")
     if d > 1:
         t = emit(relax.op.reshape(t, (n, hd, d, wdd, d, c)), "wino_classes")
         t = emit(relax.op.permute_dims(t, [2, 4, 0, 1, 3, 5]), "wino_classes")
         t = emit(relax.op.reshape(t, (d * d * n, hd, wdd, c)), "wino_classes")
     nb = d * d * n
-    t = emit(relax.op.nn.pad(t, [0, 0, pads[0], th * m + 2 - hd - pads[0],
-                                 pads[1], tw * m + 2 - wdd - pads[1], 0, 0]), "wino_pad")
+    t = emit(relax.op.nn.pad(t, [0, 0, *widths, 0, 0]), "wino_pad")
     for axis, count in ((1, th), (2, tw)):  # [nb, th·a, tw·a, c]: the tiles' rows, then columns
         at = np.array([i * m + j for i in range(count) for j in range(a)], "int32")
         t = emit(relax.op.take(t, relax.const(at), axis=axis), "wino_tiles")
