@@ -10,6 +10,7 @@ import tvm
 from tvm import relax
 
 from tvm_pet.ir import ProgramBuilder
+from tvm_pet.ir import winograd as winograd_ir
 from tvm_pet.relax import winograd
 from tvm_pet.ir.winograd import eligible, uses
 from tvm_pet.relax.adapter import program_to_module
@@ -22,7 +23,7 @@ def _run(mod, *inputs):
     return out.numpy()
 
 
-def _program(x_shape, k, pads, dilation, m, weight_input=False):
+def _program(x_shape, k, pads, dilation, m, weight_input=False, products="tk"):
     rng = np.random.default_rng(sum(x_shape) + k + dilation)
     b = ProgramBuilder()
     x = b.input("x", x_shape)
@@ -34,7 +35,7 @@ def _program(x_shape, k, pads, dilation, m, weight_input=False):
     if m:
         node = program.nodes[0]
         program = program.replace(nodes=(dataclasses.replace(
-            node, attrs=node.attrs.replace(winograd=m)),))
+            node, attrs=node.attrs.replace(winograd=m, winograd_products=products)),))
     data = rng.standard_normal(x_shape).astype("float32")
     return program, data, w_value
 
@@ -121,9 +122,40 @@ def test_the_channels_last_lowering_computes_the_direct_convolution(x_shape, k, 
     np.testing.assert_allclose(got[True], got[False], rtol=1e-4, atol=2e-5 * np.abs(want).max())
 
 
-def test_winograd_against_torch_with_the_weight_as_a_runtime_input():
+@pytest.mark.parametrize("channels_last", [True, False])
+@pytest.mark.parametrize("x_shape, k, pads, dilation", [
+    ((2, 5, 9, 12), 7, (2, 0, 1, 1), 1),
+    ((1, 8, 28, 28), 8, 2, 2),
+])
+def test_the_filters_by_tiles_products_compute_the_direct_convolution(x_shape, k, pads,
+                                                                      dilation, channels_last):
+    """The products in the order ``"kt"`` (``[a², K, C] x [a², C, T]``) are the same function
+    as the direct form and as the order ``"tk"``, with the filters transformed transposed: in
+    the Relax program, the products' ``matmul`` takes the constant first."""
+    direct, data, w = _program(x_shape, k, pads, dilation, 0)
+    want = evaluate(direct, {"x": data}, dtype=np.float64)[direct.outputs[0]]
+    got = {}
+    for products in winograd_ir.PRODUCTS:
+        mod = _lowered_form(x_shape, w, pads, dilation, 4, channels_last=channels_last,
+                            products=products)
+        got[products] = _run(mod, data)
+        np.testing.assert_allclose(got[products], want, rtol=1e-4,
+                                   atol=2e-5 * np.abs(want).max())
+        first = [b.value.args[0] for b in mod["main"].body.blocks[0].bindings
+                 if isinstance(b.value, relax.Call) and b.value.op.name == "relax.matmul"
+                 and isinstance(b.value.args[0], tvm.ir.expr.Constant)
+                 and tuple(b.value.args[0].value.shape) == (36, k, x_shape[1])]
+        assert bool(first) is (products == "kt")
+    np.testing.assert_allclose(got["kt"], got["tk"], rtol=1e-4, atol=2e-5 * np.abs(want).max())
+    with pytest.raises(ValueError, match="products"):
+        _lowered_form(x_shape, w, pads, dilation, 4, products="tt")
+
+
+@pytest.mark.parametrize("products", ["tk", "kt"])
+def test_winograd_against_torch_with_the_weight_as_a_runtime_input(products):
     torch = pytest.importorskip("torch")
-    program, data, w = _program((1, 16, 20, 20), 24, 2, 2, 4, weight_input=True)
+    program, data, w = _program((1, 16, 20, 20), 24, 2, 2, 4, weight_input=True,
+                                products=products)
     got = _run(program_to_module(program), data, w)
     want = torch.nn.functional.conv2d(torch.from_numpy(data), torch.from_numpy(w), padding=2,
                                       dilation=2).numpy()
@@ -191,6 +223,9 @@ def test_the_generator_offers_a_verified_winograd_mutant_only_when_asked(dilatio
     alone = [m for m in found if m.ops == ("WinogradConv",)]
     assert len(alone) == 1 and alone[0].result.equivalent
     assert alone[0].corrected.nodes[0].attrs["winograd"] == 4
+    # and with the products in the other order, as a mutant of its own
+    (kt,) = [m for m in found if m.ops == ("WinogradConvKT",)]
+    assert kt.result.equivalent and kt.corrected.nodes[0].attrs["winograd_products"] == "kt"
     data = np.random.default_rng(2).standard_normal(sub.inputs[0].shape).astype("float32")
     want = evaluate(sub, {"x": data}, dtype=np.float64)[sub.outputs[0]]
     for m in found:  # every one lowers to what the subprogram computes
@@ -287,6 +322,35 @@ def test_winograd_mutants_take_places_of_their_own():
     plain = [s for s in screened if not s.winograd]
     assert sorted(p.index for p in rank_mutants(plain, promising=4, screen_ratio=2.0)) == \
         [0, 1, 2, 3]
+
+
+def test_each_order_of_the_winograd_products_has_places_of_its_own():
+    """Both orders of the products (``WinogradConv``, ``WinogradConvKT``) of the same layer are
+    tuned, each order with ``promising`` places; one order tuned before (an earlier run's
+    records) keeps its place and takes none from the other."""
+    from tvm_pet.cost.model import RewriteScreen
+    from tvm_pet.pipeline.plan import Screened, rank_mutants
+
+    def screen(saving_s, keys, tuned=None):
+        return RewriteScreen(saving_s, 1.0, tuned_s=tuned, new_kernels=frozenset(keys))
+
+    screened = []
+    for k, (sub, reach) in enumerate((("conv0", 0.004), ("conv1", 0.002), ("conv2", 0.001))):
+        screened += [Screened(sub, ("Pad", "WinogradConv"), screen(reach, {f"tk{k}"}), 2 * k,
+                              winograd=True),
+                     Screened(sub, ("Pad", "WinogradConvKT"), screen(reach, {f"kt{k}"}),
+                              2 * k + 1, winograd=True)]
+    picks = rank_mutants(screened, promising=2, screen_ratio=2.0)
+    assert sorted(p.index for p in picks if p.winograd) == [0, 1, 2, 3]
+    assert {p.mutant[-1] for p in picks} == {"WinogradConv", "WinogradConvKT"}
+    # the first order tuned before on every layer: its places are spent, the other's are not
+    tuned = [dataclasses.replace(s, screen=screen(s.screen.replaced_s, s.screen.new_kernels,
+                                                  tuned=0.001))
+             if s.mutant[-1] == "WinogradConv" else s for s in screened]
+    again = rank_mutants(tuned, promising=2, screen_ratio=2.0)
+    assert [p.index for p in again if p.winograd and not p.tuned_before] == [1, 3]
+    # (the third layer's tuned one is tuned already: it costs nothing, and takes a free place)
+    assert [p.index for p in again if p.tuned_before] == [0, 2, 4]
 
 
 def test_the_analytic_cost_reads_the_transformed_filters():

@@ -102,11 +102,14 @@ class Node:
     @property
     def label(self) -> str:
         """The operator as summaries name it: an OPAQUE node's kind, ``WinogradConv`` for a CONV
-        lowered by Winograd's algorithm (:mod:`tvm_pet.ir.winograd`), else the kind's name."""
+        lowered by Winograd's algorithm (:mod:`tvm_pet.ir.winograd`; ``WinogradConvKT`` with
+        the filters-by-tiles products), else the kind's name."""
         if self.op is Op.OPAQUE:
             return self.attrs["kind"]
-        return "WinogradConv" if self.op is Op.CONV and self.attrs.get("winograd") else \
-            self.op.value
+        if self.op is Op.CONV and self.attrs.get("winograd"):
+            return "WinogradConvKT" if self.attrs.get("winograd_products") == "kt" else \
+                "WinogradConv"
+        return self.op.value
 
     def describe(self) -> str:
         """A one-line, readable form such as ``y = Conv(x, w; strides=(1, 1), ...)``."""

@@ -26,6 +26,16 @@ SEPARABLE_INPUT = True
 #: The lowering works on channels-last maps inside (``[n, h, w, c]``): its gathers, scatters and
 #: the dilation's classes move whole channel vectors, and ``Bᵀ`` applies by matrix products.
 CHANNELS_LAST = True
+#: The two orders of the batched products the search offers (the attribute
+#: ``winograd_products``): ``"tk"``, the tiles by the filters (``[a², T, C] x [a², C, K]``), and
+#: ``"kt"``, the filters by the tiles (``[a², K, C] x [a², C, T]``, the tiles permuted to
+#: ``[a², C, T]`` and the products back). They compute the same sums; MetaSchedule tunes them
+#: differently, and neither order won on every shape (each tuned at 32 trials per task, timed
+#: alone: the CSRNet back end's 512-channel products, 16 tiles, x1.20-x1.74 faster as ``"kt"``
+#: in three seeds, its 512 -> 256 ones x0.40-x0.71; 64 tiles x1.30 and x0.77, 4 tiles x0.46
+#: and x0.60, ResNet's 256-channel ones x1.04 and x0.47 in two;
+#: ``benchmarks/results/product_forms*.md``), so the search measures both.
+PRODUCTS = ("tk", "kt")
 
 
 def eligible(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping) -> bool:
@@ -62,6 +72,16 @@ def tiles(x_shape: Sequence[int], attrs: Mapping, m: int) -> int:
     p = attrs["pads"]
     oh, ow = (h + p[0] + p[2]) // d - 2, (w + p[1] + p[3]) // d - 2
     return d * d * n * (-(-oh // m)) * (-(-ow // m))
+
+
+def products(attrs: Mapping) -> str:
+    """The order of a Winograd CONV's batched products (:data:`PRODUCTS`; ``"tk"`` unless the
+    attributes say otherwise).
+
+    >>> products({"winograd": 4}), products({"winograd": 4, "winograd_products": "kt"})
+    ('tk', 'kt')
+    """
+    return attrs.get("winograd_products", PRODUCTS[0])
 
 
 def uses(program) -> bool:

@@ -155,22 +155,23 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     """Choose the mutants of the whole model to tune.
 
     Mutants the untuned screen cannot rank, and not tuned yet, take places of their own first:
-    up to ``promising`` of those computing a 3x3 convolution by Winograd's algorithm
-    (:attr:`Screened.winograd`; these places come on top of ``promising``, so that offering
-    Winograd takes no place from the other mutants: asked for, it is tuned on the convolutions
-    taking the most time), then up to half of ``promising`` those aligning an awkward side
-    (:attr:`Screened.aligns`). Of each kind, one per subprogram, those
-    whose new kernels replace the most time across the model first (:func:`reach_s`; then the
-    one with fewer operators: the padding in the convolution, not a PAD that fuses into the
-    kernel before it), less one place per subprogram with a Winograd mutant tuned before (its
-    best one keeps the place, and no other of its Winograd mutants takes one), and one per
-    set of aligning kernels tuned before (so that a rerun tunes nothing new): untuned, padding
-    only adds work and Winograd's products are a naive loop nest, so their expected saving
-    cannot rank them. Mutants tuned before come next, best tuned saving first; the remaining
-    places go to the others in decreasing order of expected saving. An untuned mutant takes a
-    place only if its untuned ratio is at most ``screen_ratio``. A mutant whose new kernels
-    are all among those of a mutant ranked above it takes no place (tuning that one tunes it:
-    the same kernel in two layers, or a subset and the same subset with its bias).
+    up to ``promising`` of those computing a 3x3 convolution by Winograd's algorithm, for each
+    order of its products (:attr:`Screened.winograd`, :data:`tvm_pet.ir.winograd.PRODUCTS`;
+    these places come on top of ``promising``, so that offering Winograd takes no place from the
+    other mutants: asked for, it is tuned on the convolutions taking the most time), then up to
+    half of ``promising`` those aligning an awkward side (:attr:`Screened.aligns`). Of each kind
+    (and order), one per subprogram, those whose new kernels replace the most time across the
+    model first (:func:`reach_s`; then the one with fewer operators: the padding in the
+    convolution, not a PAD that fuses into the kernel before it), less one place per subprogram
+    with a Winograd mutant tuned before (its best one keeps the place, and no other of its
+    Winograd mutants takes one), and one per set of aligning kernels tuned before (so that a
+    rerun tunes nothing new): untuned, padding only adds work and Winograd's products are a
+    naive loop nest, so their expected saving cannot rank them. Mutants tuned before come next,
+    best tuned saving first; the remaining places go to the others in decreasing order of
+    expected saving. An untuned mutant takes a place only if its untuned ratio is at most
+    ``screen_ratio``. A mutant whose new kernels are all among those of a mutant ranked above it
+    takes no place (tuning that one tunes it: the same kernel in two layers, or a subset and the
+    same subset with its bias).
 
     Args:
         screened: every mutant the screen measured, across the model.
@@ -192,20 +193,16 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                 kept.append(s)
         return kept
 
-    # the best Winograd mutant tuned before of each subprogram keeps its place (a rerun tunes no
-    # new Winograd mutant); the other Winograd places go to subprograms with none tuned yet
-    tuned_w = _best_tuned_winograd(screened)
-    kept = list(tuned_w.values())[:promising]
-    covered.update(*(s.screen.new_kernels for s in kept))
     reach = reach_s(screened)
     by_reach = sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
                                                len(s.mutant), s.index))
-    reserved = _reserve([s for s in by_reach if s.winograd and s.subprogram not in tuned_w],
-                        promising - len(tuned_w), covered, screen_ratio)
+    orders = sorted({_order(s) for s in screened if s.winograd})
+    kept, reserved = _winograd_places(screened, by_reach, orders, promising, covered,
+                                      screen_ratio)
     reserved += _reserve([s for s in by_reach if _aligning(s)], promising // 2 - len(
         {s.screen.new_kernels for s in screened if _aligning(s) and s.screen.tuned}),
         covered, screen_ratio)
-    total = promising + (promising if any(s.winograd for s in screened) else 0)
+    total = promising * (1 + len(orders))
     kept_at = {k.index for k in kept}
     done = kept + best_first(s for s in screened if s.screen.tuned and s.index not in
                              kept_at)[:total - len(reserved) - len(kept)]
@@ -214,6 +211,26 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                        and s.screen.untuned_ratio <= screen_ratio)
     return tuple([_pick(s, reserved=True) for s in reserved]
                  + [_pick(s) for s in done + fresh[:total - len(reserved) - len(done)]])
+
+
+def _winograd_places(screened: Sequence[Screened], by_reach: list[Screened],
+                     orders: list[str], promising: int, covered: set,
+                     screen_ratio: float) -> tuple[list[Screened], list[Screened]]:
+    """The Winograd mutants that keep a place (tuned before) and those reserved one, up to
+    ``promising`` of each order of the products: per order, the best one tuned before of each
+    subprogram keeps its place (a rerun tunes no new Winograd mutant), and the other places go
+    to subprograms with none tuned yet, furthest reach first (``by_reach``); ``covered``
+    (updated) holds the new kernels of the mutants chosen."""
+    tuned_w = {order: _best_tuned_winograd([s for s in screened if _order(s) == order])
+               for order in orders}
+    kept = [s for order in orders for s in list(tuned_w[order].values())[:promising]]
+    covered.update(*(s.screen.new_kernels for s in kept))
+    reserved: list[Screened] = []
+    for order in orders:
+        reserved += _reserve([s for s in by_reach if s.winograd and _order(s) == order
+                              and s.subprogram not in tuned_w[order]],
+                             promising - len(tuned_w[order]), covered, screen_ratio)
+    return kept, reserved
 
 
 def _reserve(candidates: list[Screened], places: int, covered: set,
@@ -240,6 +257,12 @@ def _best_tuned_winograd(screened: Sequence[Screened]) -> dict[str, Screened]:
                     key=lambda s: (-s.screen.expected_saving_s, s.index)):
         best.setdefault(s.subprogram, s)
     return best
+
+
+def _order(s: Screened) -> str:
+    """The order of a Winograd mutant's products (:data:`tvm_pet.ir.winograd.PRODUCTS`, read
+    from its operators' labels): each order has places of its own."""
+    return "kt" if "WinogradConvKT" in s.mutant else "tk"
 
 
 def _aligning(s: Screened) -> bool:

@@ -41,7 +41,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_pet.ir.winograd import CHANNELS_LAST, SEPARABLE_INPUT, TILES, eligible
+from tvm_pet.ir.winograd import CHANNELS_LAST, PRODUCTS, SEPARABLE_INPUT, TILES, eligible
 
 
 Emit = Callable[[relax.Expr, str], relax.Expr]
@@ -90,13 +90,17 @@ def filter_transform(w: np.ndarray, m: int) -> np.ndarray:
     return np.ascontiguousarray(u.reshape(a * a, k, c).transpose(0, 2, 1)).astype("float32")
 
 
-def _filter_expr(emit: Emit, w: relax.Expr, k: int, c: int, m: int) -> relax.Expr:
+def _filter_expr(emit: Emit, w: relax.Expr, k: int, c: int, m: int, products: str) -> relax.Expr:
+    """The transformed filters: ``[a², c, k]``, or ``[a², k, c]`` for ``products == "kt"``."""
+    order = [0, 2, 1] if products == "kt" else [0, 1, 2]
     if isinstance(w, tvm.ir.expr.Constant):
-        return relax.const(filter_transform(w.value.numpy(), m))
+        return relax.const(np.ascontiguousarray(filter_transform(w.value.numpy(), m)
+                                                .transpose(order)))
     g = relax.const(matrices(m)[2].astype("float32"))
     a = m + 2
     u = emit(relax.op.matmul(relax.op.matmul(g, w), relax.op.permute_dims(g)), "wino_filter")
-    return emit(relax.op.permute_dims(relax.op.reshape(u, (k, c, a * a)), [2, 1, 0]),
+    return emit(relax.op.permute_dims(relax.op.reshape(u, (k, c, a * a)),
+                                      [2, 0, 1] if products == "kt" else [2, 1, 0]),
                 "wino_filter")
 
 
@@ -119,13 +123,20 @@ def _input_transform(emit: Emit, xp: relax.Expr, b_mat: np.ndarray, c: int, m: i
 
 
 def _products(emit: Emit, v: relax.Expr, u: relax.Expr, a_mat: np.ndarray,
-              tiles: Sequence[int], k: int, m: int) -> relax.Expr:
+              tiles: Sequence[int], k: int, m: int, products: str) -> relax.Expr:
     """The products of the transformed tiles ``v`` (``[a², n · th · tw, c]``) and filters ``u``
-    (``[a², c, k]``), one batched ``matmul``, turned back into ``m × m`` outputs by ``Aᵀ · A``:
-    ``[m, m, n, th, tw, k]`` for ``tiles = (n, th, tw)``."""
+    (``[a², c, k]``; ``[a², k, c]`` in the filters-by-tiles order, ``products == "kt"``, with
+    the tiles permuted to ``[a², c, T]`` and the products back), one batched ``matmul``, turned
+    back into ``m × m`` outputs by ``Aᵀ · A``: ``[m, m, n, th, tw, k]`` for
+    ``tiles = (n, th, tw)``."""
     a = m + 2
     count = int(np.prod(tiles))
-    prod = emit(relax.op.matmul(v, u), "wino_products")
+    if products == "kt":
+        vt = emit(relax.op.permute_dims(v, [0, 2, 1]), "wino_tiles")
+        prod = emit(relax.op.matmul(u, vt), "wino_products")
+        prod = emit(relax.op.permute_dims(prod, [0, 2, 1]), "wino_products")
+    else:
+        prod = emit(relax.op.matmul(v, u), "wino_products")
     prod = emit(relax.op.reshape(prod, (a * a, count * k)), "wino_products")
     at2 = np.einsum("xp,yq->pqxy", a_mat, a_mat).reshape(m * m, a * a).astype("float32")
     y = emit(relax.op.matmul(relax.const(at2), prod), "wino_out")
@@ -142,7 +153,7 @@ def _tiling(h: int, w: int, pads: Sequence[int], m: int) -> tuple:
 
 
 def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: int,
-             pads: Sequence[int], m: int, separable: bool) -> relax.Expr:
+             pads: Sequence[int], m: int, separable: bool, products: str) -> relax.Expr:
     """The 3×3 convolution (dilation 1) of ``x`` (``[n, c, h, w]``) with the transformed
     filters ``u``, padded by ``pads`` (top, left, bottom, right)."""
     n, c, h, w = shape
@@ -154,7 +165,7 @@ def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: 
     v = emit(relax.op.reshape(v, (n, c, a * a, th * tw)), "wino_tiles")
     v = emit(relax.op.permute_dims(v, [2, 0, 3, 1]), "wino_tiles")
     v = emit(relax.op.reshape(v, (a * a, n * th * tw, c)), "wino_tiles")
-    y = _products(emit, v, u, a_mat, (n, th, tw), k, m)
+    y = _products(emit, v, u, a_mat, (n, th, tw), k, m, products)
     y = emit(relax.op.permute_dims(y, [2, 5, 3, 0, 4, 1]), "wino_out")
     y = emit(relax.op.reshape(y, (n, k, th * m, tw * m)), "wino_out")
     if (th * m, tw * m) != (oh, ow):
@@ -164,28 +175,31 @@ def _regular(emit: Emit, x: relax.Expr, u: relax.Expr, shape: Sequence[int], k: 
 
 def conv2d(emit: Emit, x: relax.Expr, w: relax.Expr, x_shape: Sequence[int],
            w_shape: Sequence[int], attrs, m: int, separable: bool = SEPARABLE_INPUT,
-           channels_last: bool = CHANNELS_LAST) -> relax.Expr:
+           channels_last: bool = CHANNELS_LAST, products: str = PRODUCTS[0]) -> relax.Expr:
     """Emit the CONV of ``x`` by ``w`` (attributes ``attrs``, which
     :func:`tvm_pet.ir.winograd.eligible` accepts) as Winograd's F(m×m, 3×3); its result has the
     direct form's shape. ``channels_last`` (:data:`tvm_pet.ir.winograd.CHANNELS_LAST`, the
     default) works on ``[n, h, w, c]`` inside (:func:`_channels_last`); otherwise ``separable``
     transforms the input tiles by rows, then by columns
-    (:data:`tvm_pet.ir.winograd.SEPARABLE_INPUT`, the default), else by ``B ⊗ B`` at once."""
+    (:data:`tvm_pet.ir.winograd.SEPARABLE_INPUT`, the default), else by ``B ⊗ B`` at once.
+    ``products`` is the order of the batched products (:data:`tvm_pet.ir.winograd.PRODUCTS`)."""
+    if products not in PRODUCTS:
+        raise ValueError(f"Winograd products {products!r}: one of {PRODUCTS}")
     if not eligible(x_shape, w_shape, attrs):
         raise ValueError(f"no Winograd lowering for a conv of {list(x_shape)} by "
                          f"{list(w_shape)} with {dict(attrs)}")
     n, c, h, wd = x_shape
     k, d = w_shape[0], attrs["dilations"][0]
-    u = _filter_expr(emit, w, k, c, m)
+    u = _filter_expr(emit, w, k, c, m, products)
     pads = [p // d for p in attrs["pads"]]
     if channels_last:
-        return _channels_last(emit, x, u, x_shape, k, d, pads, m)
+        return _channels_last(emit, x, u, x_shape, k, d, pads, m, products)
     if d == 1:
-        return _regular(emit, x, u, x_shape, k, pads, m, separable)
+        return _regular(emit, x, u, x_shape, k, pads, m, separable, products)
     t = emit(relax.op.reshape(x, (n, c, h // d, d, wd // d, d)), "wino_classes")
     t = emit(relax.op.permute_dims(t, [3, 5, 0, 1, 2, 4]), "wino_classes")
     t = emit(relax.op.reshape(t, (d * d * n, c, h // d, wd // d)), "wino_classes")
-    t = _regular(emit, t, u, (d * d * n, c, h // d, wd // d), k, pads, m, separable)
+    t = _regular(emit, t, u, (d * d * n, c, h // d, wd // d), k, pads, m, separable, products)
     oh, ow = _tiling(h // d, wd // d, pads, m)[:2]
     t = emit(relax.op.reshape(t, (d, d, n, k, oh, ow)), "wino_classes")
     t = emit(relax.op.permute_dims(t, [2, 3, 4, 0, 5, 1]), "wino_classes")
@@ -193,7 +207,7 @@ def conv2d(emit: Emit, x: relax.Expr, w: relax.Expr, x_shape: Sequence[int],
 
 
 def _channels_last(emit: Emit, x: relax.Expr, u: relax.Expr, x_shape: Sequence[int], k: int,
-                   d: int, pads: Sequence[int], m: int) -> relax.Expr:
+                   d: int, pads: Sequence[int], m: int, products: str) -> relax.Expr:
     """The convolution of ``x`` (``[n, c, h, w]``, dilation ``d``, ``pads`` in classes'
     positions) with the transformed filters ``u``, computed on ``[n, h, w, c]``.
 
@@ -223,7 +237,7 @@ def _channels_last(emit: Emit, x: relax.Expr, u: relax.Expr, x_shape: Sequence[i
     t = emit(relax.op.matmul(bt, relax.op.reshape(t, (a, a * nb * th * tw * c))), "wino_tiles")
     t = emit(relax.op.matmul(bt, relax.op.reshape(t, (a, a, nb * th * tw * c))), "wino_tiles")
     v = emit(relax.op.reshape(t, (a * a, nb * th * tw, c)), "wino_tiles")
-    y = _products(emit, v, u, a_mat, (nb, th, tw), k, m)
+    y = _products(emit, v, u, a_mat, (nb, th, tw), k, m, products)
     y = emit(relax.op.permute_dims(y, [2, 3, 0, 4, 1, 5]), "wino_out")
     y = emit(relax.op.reshape(y, (nb, th * m, tw * m, k)), "wino_out")
     if (th * m, tw * m) != (oh, ow):

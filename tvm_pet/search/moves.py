@@ -208,6 +208,8 @@ def conv_instances(vocab: Vocabulary, xs: Shape, ws: Shape) -> tuple[Attrs, ...]
                 out.append(attrs)
                 if vocab.winograd and wino.eligible(xs, ws, attrs):
                     out.append(attrs.replace(winograd=wino.SEARCH_TILE))
+                    out += [attrs.replace(winograd=wino.SEARCH_TILE, winograd_products=order)
+                            for order in wino.PRODUCTS[1:]]
     return tuple(out)
 
 
