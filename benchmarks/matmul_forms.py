@@ -12,7 +12,10 @@ the two (``ffn1``: [128, 768] x [768, 3072] + bias, then GELU; ``ffn2``: [128, 3
 - ``orig``: the matmul as BERT has it;
 - ``trans``: its transpose, ``(W^T x^T)^T`` (the weight transposed at build time);
 - ``colbatch``: the output columns in two batches (the weight as [2, K, N/2]; the rows
-  reshaped back).
+  reshaped back);
+- ``pack<b>`` (``--forms``): the output columns in blocks ``b`` wide (the weight as
+  [N/b, K, b], packed as a BLAS packs it; ``matmul_forms_packed.md``, 2026-11-30: ``pack64``
+  x1.31 on ``ffn1`` and x0.77 on ``ffn2``, ``pack16`` x0.69 and x0.59, one seed).
 
 Every form is tuned with MetaSchedule at 32 trials per task into ``DIR/s<seed>`` (reused when
 the records are there: a second run times only), for each seed, and the three are timed
@@ -66,9 +69,10 @@ def module(kind: str, form: str):
             elif form == "trans":
                 yt = bb.emit(relax.op.matmul(const(w.T), relax.op.permute_dims(x, [1, 0])))
                 y = bb.emit(relax.op.permute_dims(yt, [1, 0]))
-            else:
-                halves = w.reshape(k, 2, n // 2).transpose(1, 0, 2)
-                y2 = bb.emit(relax.op.matmul(x, const(halves)))
+            else:  # colbatch: two column blocks; pack<b>: column blocks b wide
+                width = n // 2 if form == "colbatch" else int(form[len("pack"):])
+                blocks = w.reshape(k, n // width, width).transpose(1, 0, 2)
+                y2 = bb.emit(relax.op.matmul(x, const(blocks)))
                 y = bb.emit(relax.op.reshape(relax.op.permute_dims(y2, [1, 0, 2]), (m, n)))
             y = bb.emit(relax.op.add(y, const(b)))
             if kind == "ffn1":  # GELU as BERT's ONNX writes it: 0.5 y (1 + erf(y / sqrt 2))
@@ -209,8 +213,13 @@ def run_forms(stem: str, args: argparse.Namespace, kernels: dict, forms: tuple[s
 
 
 def main(argv=None) -> int:
-    args = forms_parser(__doc__, seeds=(0, 1)).parse_args(argv)
-    return run_forms("matmul_forms", args, KERNELS, FORMS)
+    parser = forms_parser(__doc__, seeds=(0, 1))
+    parser.add_argument("--forms", nargs="+", default=list(FORMS),
+                        help="orig, trans, colbatch or pack<b> (column blocks b wide); the "
+                        "first is the reference")
+    parser.add_argument("--stem", default="matmul_forms", help="the results' file name")
+    args = parser.parse_args(argv)
+    return run_forms(args.stem, args, KERNELS, tuple(args.forms))
 
 
 if __name__ == "__main__":
