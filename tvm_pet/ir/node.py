@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tvm_pet.errors import ProgramError
+from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.ops import Op
 
 Shape = tuple[int, ...]
@@ -107,8 +108,7 @@ class Node:
         if self.op is Op.OPAQUE:
             return self.attrs["kind"]
         if self.op is Op.CONV and self.attrs.get("winograd"):
-            return "WinogradConvKT" if self.attrs.get("winograd_products") == "kt" else \
-                "WinogradConv"
+            return wino.LABELS[wino.products(self.attrs)]
         return self.op.value
 
     def describe(self) -> str:

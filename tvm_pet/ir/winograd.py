@@ -36,6 +36,9 @@ CHANNELS_LAST = True
 #: and x0.60, ResNet's 256-channel ones x1.04 and x0.47 in two;
 #: ``benchmarks/results/product_forms*.md``), so the search measures both.
 PRODUCTS = ("tk", "kt")
+#: How summaries name a Winograd CONV (:attr:`tvm_pet.ir.node.Node.label`), by the order of its
+#: products: the tuning plan reads a mutant's order back from these (:func:`order_of`).
+LABELS = {"tk": "WinogradConv", "kt": "WinogradConvKT"}
 
 
 def eligible(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping) -> bool:
@@ -82,6 +85,16 @@ def products(attrs: Mapping) -> str:
     ('tk', 'kt')
     """
     return attrs.get("winograd_products", PRODUCTS[0])
+
+
+def order_of(labels: Sequence[str]) -> str:
+    """The order of the products of the Winograd CONV among operators named ``labels`` (a
+    mutant's, as summaries name them: :data:`LABELS`).
+
+    >>> order_of(("Pad", "WinogradConvKT")), order_of(("WinogradConv", "Slice"))
+    ('kt', 'tk')
+    """
+    return next((order for order in PRODUCTS[1:] if LABELS[order] in labels), PRODUCTS[0])
 
 
 def uses(program) -> bool:

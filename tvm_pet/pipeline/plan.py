@@ -37,6 +37,7 @@ import math
 from collections.abc import Sequence
 
 from tvm_pet.cost.model import CostModel, RewriteScreen
+from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
 from tvm_pet.search.optimizer import combine
 from tvm_pet.search.partition import Subprogram
@@ -262,7 +263,7 @@ def _best_tuned_winograd(screened: Sequence[Screened]) -> dict[str, Screened]:
 def _order(s: Screened) -> str:
     """The order of a Winograd mutant's products (:data:`tvm_pet.ir.winograd.PRODUCTS`, read
     from its operators' labels): each order has places of its own."""
-    return "kt" if "WinogradConvKT" in s.mutant else "tk"
+    return wino.order_of(s.mutant)
 
 
 def _aligning(s: Screened) -> bool:

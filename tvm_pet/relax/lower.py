@@ -13,11 +13,11 @@ from tvm import relax
 from tvm.relax.op import nn as rnn
 
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator
+from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Node, Program, Shape
 from tvm_pet.ir.ops import Op
 from tvm_pet.ops.float_eval import maxpool_ceil_pads
 from tvm_pet.relax.lifted_function import Lifted, Tree, flatten, substitute, unflatten
-from tvm_pet.ir import winograd as wino
 from tvm_pet.relax import winograd
 from tvm_pet.relax.relax_types import F32, static_shape
 
