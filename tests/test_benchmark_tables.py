@@ -3,6 +3,7 @@ the budget sweep counts PET / TVM."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -443,3 +444,67 @@ def test_a_torchvision_draw_loads_its_exported_file_and_checks_each_build_agains
     other, _ = build_torch_model("squeezenet1_1", size=64, seed=1)
     equal_total.against_torch(times, {"other_weights": library}, other, inputs)
     assert times["other_weights"]["max_rel_err_vs_torch"] > 1e-2
+
+
+def _process(start_s: float, aslr: str, tvm_ms: float, pet_ms: float, wino_ms: float) -> dict:
+    """A fresh process's result as ``process_speeds.worker`` returns it, with its start."""
+    return {"start_s": start_s, "aslr": aslr, "ms": {"tvm": tvm_ms, "pet": pet_ms},
+            "kernels": {"tvm": {"conv": tvm_ms - 0.1, "relu": 0.1},
+                        "pet": {"products": pet_ms - wino_ms, "take": wino_ms}}}
+
+
+def test_process_speeds_splits_the_modes_and_tells_a_lasting_state_from_a_draw():
+    from types import SimpleNamespace
+
+    from benchmarks import process_speeds
+
+    # slow PET processes clustered in time (the first five), ASLR alternating
+    procs = [_process(10.0 * i, "on" if i % 2 == 0 else "off", 13.0,
+                      10.0 if i < 5 else 8.0, 0.8 if i < 5 else 0.3) for i in range(12)]
+    result = process_speeds.analyse(procs, gap=0.05, top=3)
+    assert result["threshold_ms"] == 9.0
+    assert result["runs"]["runs"] == 2 and result["runs"]["z"] < -2
+    assert result["aslr"] == {"on": {"slow": 3, "fast": 3}, "off": {"slow": 2, "fast": 4}}
+    # ranked by the shift in ms: the products 7.7 -> 9.2, the gather 0.3 -> 0.8, TVM's unmoved
+    shifted = [(b, k, round(f, 6), round(s, 6)) for b, k, f, s in result["kernels"]]
+    assert shifted[:2] == [("pet", "products", 7.7, 9.2), ("pet", "take", 0.3, 0.8)]
+    assert shifted[2][0] == "tvm" and shifted[2][2] == shifted[2][3]
+    args = SimpleNamespace(rounds=3, number=2, gap=0.05)
+    lines = process_speeds.markdown("m", procs, result, args)
+    process_rows = [line for line in lines if re.match(r"\| \d+ \| \d+ \| (on|off) \|", line)]
+    assert len(process_rows) == 12 and sum("| on |" in line for line in process_rows) == 6
+    assert "| on | 3 | 3 |" in lines and "| off | 2 | 4 |" in lines
+    assert any("2 runs, 6.8 expected" in line for line in lines), lines
+    # one mode: no split, no runs test
+    flat = [_process(float(i), "on", 13.0, 8.0 + 0.01 * i, 0.3) for i in range(6)]
+    assert process_speeds.analyse(flat, gap=0.05, top=3) == {"threshold_ms": None}
+    assert "one mode" in process_speeds.markdown("m", flat, {"threshold_ms": None}, args)[-2]
+
+
+def test_process_speeds_worker_times_both_builds_and_their_kernels(tmp_path):
+    tvm = pytest.importorskip("tvm")
+    import numpy as np
+    from tvm.script import ir as I, relax as R
+
+    from benchmarks import process_speeds
+    from tvm_pet.tune.targets import resolve_target
+
+    @I.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor((32, 32), "float32")):
+            with R.dataflow():
+                y = R.matmul(x, x)
+                out = R.nn.relu(y)
+                R.output(out)
+            return out
+
+    executable = tvm.compile(Module, target=resolve_target("llvm"))
+    for _, name in process_speeds.BUILDS:
+        executable.export_library(str(tmp_path / name))
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, x=np.random.default_rng(0).standard_normal((32, 32), np.float32))
+    result = process_speeds.worker(tmp_path, feeds, rounds=2, number=2)
+    for build in ("tvm", "pet"):
+        assert result["ms"][build] > 0
+        assert {"matmul", "relu"} <= set(result["kernels"][build]), result["kernels"][build]
