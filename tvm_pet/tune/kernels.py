@@ -34,8 +34,8 @@ from tvm_pet.tune.targets import resolve_target
 MIN_SAMPLE_MS = 20
 
 #: A tuned kernel measured here over ``SUSPECT_RATIO`` times its record's own time (and
-#: :data:`SUSPECT_MARGIN_S` more: a call's overhead on a microsecond kernel) was measured while
-#: something else held a core: TVM's two threads then wait for each other on every call. In a
+#: :data:`SUSPECT_MARGIN_S` more: a call's overhead on a microsecond kernel) was most likely
+#: measured while something else held a core, TVM's two threads then waiting for each other. In a
 #: benchmark run that overlapped a test run (stop 62), 12 of 315 cached times were 2.9 to 530
 #: times their records' (ResNet-18's stride-2 conv: 6.67 ms cached, 0.93 ms its record, 0.68 ms
 #: measured again, 0.69 ms in the model), and the search chose the rewrite that replaced it for
