@@ -212,12 +212,9 @@ def main() -> int:
     if not (args.out and args.model):
         parser.error("--out and --model are required")
     import numpy as np
+    from profile_kernels import seeded_model
 
-    from tvm_pet.models import build_model
-    model = build_model(args.model, **({"layers": 1} if args.model == "bert_encoder" else {}))
-    rng = np.random.default_rng(0)
-    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
-             .astype(np.float32) for i in model.graph.input}
+    feeds = seeded_model(args.model)[1]
     with tempfile.TemporaryDirectory() as tmp:
         feeds_path = pathlib.Path(tmp) / "feeds.npz"
         np.savez(feeds_path, **feeds)

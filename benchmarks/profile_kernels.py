@@ -63,6 +63,19 @@ def kernel_times(vm, args, rounds_out: list[dict[str, float]], calls: dict[str, 
     calls.update(counted)
 
 
+def seeded_model(name: str) -> tuple:
+    """``(the ONNX model of tvm_pet.models named name, seeded standard normal inputs for it)``;
+    BERT with one encoder layer, as the benchmarks of record run it."""
+    import numpy as np
+
+    from tvm_pet.models import build_model
+    model = build_model(name, **({"layers": 1} if name == "bert_encoder" else {}))
+    rng = np.random.default_rng(0)
+    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+             .astype(np.float32) for i in model.graph.input}
+    return model, feeds
+
+
 def profile(folder: pathlib.Path, feeds: dict, rounds: int) -> dict[str, dict]:
     """Return ``{build: {"kernels": {name: median seconds per run}, "calls": {name: calls},
     "shapes": {name: its arguments' shapes}}}``."""
@@ -146,17 +159,12 @@ def main() -> int:
     size_thread_pool()
     threads = os.environ.get("TVM_NUM_THREADS", "TVM's default number of")
 
-    import numpy as np
     import onnx
 
-    from tvm_pet.models import build_model
     from tvm_pet.pipeline import DriverOptions, optimize_model
     from tvm_pet.search.config import SearchConfig
 
-    model = build_model(args.model, **({"layers": 1} if args.model == "bert_encoder" else {}))
-    rng = np.random.default_rng(0)
-    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
-             .astype(np.float32) for i in model.graph.input}
+    model, feeds = seeded_model(args.model)
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(args.out) if args.out else pathlib.Path(tmp) / "out"
         if not args.out:
