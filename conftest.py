@@ -10,6 +10,8 @@ After the run, one line says how many of the tests were doctests, so that the CI
 import importlib.util
 import os
 
+import pytest
+
 # the README's test command runs two pytest workers on this project's 2-core machines: one TVM
 # thread each (tvm_pet would otherwise give each worker every core: tvm_pet.tune.threads)
 os.environ.setdefault("TVM_NUM_THREADS", "1")
@@ -22,6 +24,24 @@ if importlib.util.find_spec("tvm") is None:  # the TVM side; the engine imports 
     collect_ignore_glob += ["tvm_pet/relax/*", "tvm_pet/tune/*", "tvm_pet/pipeline/tvm_toolchain.py",
                             "tvm_pet/testing/real_models.py", "tests/fuzz_e2e.py",
                             "tests/onnx_suite.py", "tests/bad_inputs.py"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _kernel_costing_unwatched():
+    """Kernel costing blind to other processes' CPU use (``tvm_pet.tune.contention``) in tests.
+
+    The test command runs two workers on two cores, so every kernel measured in a test shares
+    the CPU with the other worker: costing would measure each kernel twice and cache none, and
+    tests of caching would turn on what the other worker was doing. The watch itself is tested
+    with its own readers (``tests/test_contention.py``).
+    """
+    if importlib.util.find_spec("tvm") is None:
+        yield
+        return
+    from tvm_pet.tune import contention, kernels
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "CpuWatch", lambda: contention.CpuWatch(reader=lambda: None))
+        yield
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -11,6 +11,11 @@ kernels as a model runs them here: on BERT's feed-forward kernels, the records s
 (the naive loop nest) and timed. Times measured here are cached per
 target, structural hash, schedule and thread count (:class:`tvm_pet.tune.records.UntunedTimes`),
 so each is measured once. The measured cost model (:mod:`tvm_pet.tune.measured_cost`) sums them.
+
+A time measured while other processes used the CPU (:mod:`tvm_pet.tune.contention`), or a tuned
+kernel's time far over its record's (:func:`suspect`), is measured again: one cached for good
+steered a search (stop 62). A time shared in every try is used by this process and measured
+again by the next.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from tvm_pet.errors import KernelBuildError, PetError
 from tvm_pet.tune import records
 from tvm_pet.tune.builder import fast_build
 from tvm_pet.tune.compile import Task, extract_tasks
+from tvm_pet.tune.contention import CpuWatch
 from tvm_pet.tune.record_check import random_args, scheduled
 from tvm_pet.tune.targets import resolve_target
 
@@ -46,6 +52,11 @@ SUSPECT_MARGIN_S = 50e-6
 RETRIES = 2
 #: The cache key's suffix of a time still suspect after its retries: kept, not measured again.
 CHECKED = "#checked"
+#: A measurement while other processes used the CPU (:mod:`tvm_pet.tune.contention`) is made
+#: again, up to ``SHARED_RETRIES`` times more. A time shared in every try is used, cached under
+#: the key's suffix ``SHARED``, and measured again by the next process that needs it.
+SHARED_RETRIES = 1
+SHARED = "#shared"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +126,10 @@ def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = N
         if seconds is None:
             task_mod = task.mod if tuned_s is None else scheduled(record)
             try:
-                seconds = _measure_checked(measure, task_mod, target, repeat, own_s)
+                seconds, shared = _measure_checked(measure, task_mod, target, repeat, own_s)
             except KernelBuildError as e:
                 raise KernelBuildError(f"kernel `{task.name}`: {e}") from None
-            cache.put(target, key, seconds)
-            if suspect(seconds, own_s):  # slow in every try: so be it, and no more tries
-                cache.put(target, f"{key}{CHECKED}", seconds)
+            _store(cache, target, key, seconds, shared, own_s)
         times.append(KernelTime(task.name, task.weight, seconds, source, task.shash))
     return times
 
@@ -140,25 +149,47 @@ def suspect(seconds: float, record_s: float | None) -> bool:
 
 def _cached(cache: records.UntunedTimes, target, key: str, record_s: float | None
             ) -> float | None:
-    """The time cached for ``key``; None where there is none, or where it is :func:`suspect`
-    and was not measured again already (then it is measured again)."""
+    """The time cached for ``key``; None where there is none, where it is :func:`suspect` and
+    was not measured again already, or where it was measured on a shared CPU by another
+    process (then it is measured again)."""
     checked = cache.get(target, f"{key}{CHECKED}")
     if checked is not None:
         return checked
     seconds = cache.get(target, key)
-    return None if seconds is None or suspect(seconds, record_s) else seconds
+    if seconds is not None and not suspect(seconds, record_s):
+        return seconds
+    return cache.get(target, f"{key}{SHARED}") if key in cache.shared_here else None
+
+
+def _store(cache: records.UntunedTimes, target, key: str, seconds: float, shared: bool,
+           record_s: float | None) -> None:
+    """Cache a time just measured: under ``key``; still suspect after its retries, under
+    ``key#checked`` too (so be it: no more tries); shared in every try, under ``key#shared``
+    only, reused by this cache object and measured again by a later process."""
+    if shared:
+        cache.put(target, f"{key}{SHARED}", seconds)
+        cache.shared_here.add(key)
+        return
+    cache.put(target, key, seconds)
+    if suspect(seconds, record_s):
+        cache.put(target, f"{key}{CHECKED}", seconds)
 
 
 def _measure_checked(measure: Callable[..., float], task_mod: tvm.IRModule, target,
-                     repeat: int, record_s: float | None) -> float:
-    """``measure`` once, and while the time is :func:`suspect` beside the record's own, up to
-    :data:`RETRIES` times more: the fastest."""
-    seconds = measure(task_mod, target, repeat=repeat)
-    for _ in range(RETRIES):
-        if not suspect(seconds, record_s):
-            break
-        seconds = min(seconds, measure(task_mod, target, repeat=repeat))
-    return seconds
+                     repeat: int, record_s: float | None) -> tuple[float, bool]:
+    """``measure``, watching the CPU, and again while the fastest time so far is
+    :func:`suspect` beside the record's own (up to :data:`RETRIES` times more) or every try
+    was shared (up to :data:`SHARED_RETRIES` more). Returns the fastest time, and whether every
+    try was shared."""
+    tries: list[tuple[float, bool]] = []
+    while True:
+        with CpuWatch() as watch:
+            seconds = measure(task_mod, target, repeat=repeat)
+        tries.append((seconds, watch.shared))
+        fastest, shared = min(t for t, _ in tries), all(s for _, s in tries)
+        if not ((suspect(fastest, record_s) and len(tries) <= RETRIES)
+                or (shared and len(tries) <= SHARED_RETRIES)):
+            return fastest, shared
 
 
 def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,

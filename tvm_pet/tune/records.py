@@ -387,6 +387,12 @@ class UntunedTimes(dbfile.SidecarCache):
     AFTER = "its kernels will be measured again"
     _value = staticmethod(float)
 
+    def __init__(self, path: str | Path | None = None) -> None:
+        super().__init__(path)
+        #: keys whose time this object measured on a shared CPU (``kernels.SHARED``): reused
+        #: by it, where a later process measures them again
+        self.shared_here: set[str] = set()
+
     @staticmethod
     def key(target: tvm.target.Target, shash: int | str) -> str:
         """Return the cache key of a task: ``<target_dir(target)>/<structural hash>@<n>t``, where
