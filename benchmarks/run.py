@@ -101,11 +101,7 @@ def _child(args) -> dict:
                  .astype(np.float32) for i in model.graph.input}
         np.savez(pathlib.Path(tmp) / "feeds.npz", **feeds)
         processes = args.timing_processes if args.target.split()[0] == "llvm" else 1
-        if processes > 1:
-            groups = [_time_in_fresh_process(tmp, args, math.ceil(args.rounds / processes))
-                      for _ in range(processes)]
-        else:
-            groups = [time_contenders(tmp, args.target, args.rounds, args.number)]
+        groups, others_share = _time_row(tmp, args, processes)
     samples = {k: [v for g in groups for v in g[k]] for k in CONTENDERS}
     times = {k: summary(v) for k, v in samples.items()}
     by_process = [{k: 1e3 * statistics.median(g[k]) for k in CONTENDERS} for g in groups]
@@ -121,9 +117,12 @@ def _child(args) -> dict:
         "candidate_speedup_in_decision": report["measured_speedup_of_candidate"],
         "decision_looks": [{k: look.get(k) for k in ("what", "ratio", "p_value", "noise", "rounds",
                                                  "repeat", "number", "trials_per_task", "kept",
-                                                 "refused", "process_ratios")}
+                                                 "refused", "process_ratios",
+                                                 "cpu_others_share")}
                            for look in report["looks"]],
         "times_ms": times,
+        # the share of the CPU other processes used while the row was timed (None: not known)
+        "cpu_others_share": others_share,
         "speedup_pet_vs_tvm": speedup("tvm", "pet"),
         # each timing process's medians: a binary's speed can be drawn once per process
         "times_by_process_ms": by_process if processes > 1 else None,
@@ -147,6 +146,20 @@ def _child(args) -> dict:
         "tvm_rewrites": report.get("tvm_rewrites"),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+def _time_row(folder: str, args, processes: int) -> tuple[list[dict], float | None]:
+    """Time the row in ``folder``: each process's samples (:func:`time_contenders`, in
+    ``processes`` fresh processes or in this one), and the share of the CPU other processes used
+    meanwhile (the timing processes' own time is not others')."""
+    from tvm_pet.tune.contention import CpuWatch
+    with CpuWatch() as watch:
+        if processes > 1:
+            groups = [_time_in_fresh_process(folder, args, math.ceil(args.rounds / processes))
+                      for _ in range(processes)]
+        else:
+            groups = [time_contenders(folder, args.target, args.rounds, args.number)]
+    return groups, watch.share
 
 
 def time_contenders(folder: str, target: str, rounds: int, number: int) -> dict[str, list]:
@@ -366,6 +379,11 @@ def markdown(rows: list[dict], result: dict) -> str:
     lines += [f"- {r['model']} (batch {r['batch']}): "
               + ", ".join(f"×{x:.3f}" for x in r["speedup_pet_vs_tvm_by_process"])
               for r in spread]
+    watched = [r for r in rows if r.get("cpu_others_share") is not None]
+    lines += ["", "The share of the CPU other processes used while each row was timed "
+              "(`/proc/stat`; over 20 % the row's times may be the machine's): "
+              + ", ".join(f"{r['model']} {r['cpu_others_share']:.1%}" for r in watched)
+              ] if watched else []
     reported = [r for r in rows if "error" not in r and r.get("records_plan")]
     lines += ["", "What each row's kernels stood on (measured, not assumed):"] if reported else []
     for r in reported:

@@ -112,3 +112,27 @@ def test_the_watch_reads_nothing_where_the_system_says_nothing():
     with contention.CpuWatch(reader=lambda: None, cores=os.cpu_count()) as watch:
         time.sleep(0.01)
     assert watch.other_s is None and not watch.shared and watch.window_s > 0
+
+
+def test_optimize_says_how_much_of_the_cpu_others_used_while_a_look_was_timed(monkeypatch):
+    """The TVM toolchain's timings carry the share of the CPU others used meanwhile (here a
+    reader where others run flat out on one core of two all along)."""
+    import numpy as np
+
+    from tvm_pet.pipeline import tvm_backend
+    from tvm_pet.pipeline.confirm import CPU_SHARED_ABOVE
+    from tvm_pet.pipeline.toolchain import tvm_toolchain
+    assert CPU_SHARED_ABOVE == contention.SHARE_LIMIT  # one limit, said in two layers
+
+    def one_core_busy():
+        own = time.process_time()
+        return own + time.perf_counter(), own
+    monkeypatch.setattr(tvm_backend, "CpuWatch",
+                        lambda: contention.CpuWatch(reader=one_core_busy, cores=2))
+    toolchain = tvm_toolchain("llvm")
+    executable = toolchain.build(matmul_module(16, 32, 8))
+    x = np.ones((16, 32), "float32")
+    timings = toolchain.time({"a": executable, "b": executable}, [x], rounds=1, number=1,
+                             repeat=2)
+    assert set(timings) == {"a", "b"}
+    assert all(t.others_share == pytest.approx(0.5, abs=0.05) for t in timings.values())

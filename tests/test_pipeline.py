@@ -17,7 +17,7 @@ from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.errors import KernelBuildError
 from tvm_pet.ir import Op
 from tvm_pet.pipeline import DriverOptions, TuneSummary, optimize, tune_model
-from tvm_pet.pipeline.confirm import confirm
+from tvm_pet.pipeline.confirm import CPU_SHARED_ABOVE, confirm
 from tvm_pet.cost.model import RewriteScreen
 from tvm_pet.pipeline.plan import Screened, rank_mutants, reach_s, short_list
 from tvm_pet.pipeline.search import search
@@ -44,6 +44,7 @@ LOOK_KEYS = {"what", "candidate", "trials_per_task", "seed", "rounds", "ratio", 
 class FakeTiming:
     median: float
     samples: tuple[float, ...]
+    others_share: float | None = None
 
 
 def _timing(median, rel_iqr=0.04):
@@ -177,6 +178,36 @@ def test_optimize_on_a_fake_toolchain_writes_every_report_key_and_artifact(tmp_p
     assert f"the kept module's: 0 of {kernels['kept_total']} had a record" in kernels["summary"]
     for name in ("optimized.so", "baseline.so", "optimized.onnx", "optimized.py"):
         assert (tmp_path / "out" / name).exists()
+
+
+class BusyMachine(FakeToolchain):
+    """The fake toolchain on a machine where other processes used ``share`` of the CPU while
+    each look was timed."""
+
+    def __init__(self, share, **kwargs):
+        super().__init__(**kwargs)
+        self.share = share
+
+    def time(self, executables, inputs, *, rounds, number, repeat):
+        timings = super().time(executables, inputs, rounds=rounds, number=number, repeat=repeat)
+        return {n: dataclasses.replace(t, others_share=self.share) for n, t in timings.items()}
+
+
+@pytest.mark.parametrize("share", [0.45, 0.05])
+def test_a_look_timed_while_other_processes_used_the_cpu_says_so(tmp_path, capsys, share):
+    pytest.importorskip("onnx")
+    from tvm_pet.cli import _print_cpu_shared
+    report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out",
+                      SearchConfig(rounds=1), DriverOptions(cost="analytic", timing_rounds=2),
+                      toolchain=BusyMachine(share, ratios=[1.3, 1.2]), cost=DilationIsSlow())
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [look["cpu_others_share"] for look in written["looks"]] == [share, share]
+    look = report.confirmation.look
+    assert look.cpu_shared is (share > CPU_SHARED_ABOVE)
+    _print_cpu_shared(look)
+    out = capsys.readouterr().out
+    assert ("other processes used 45% of the CPU" in out) is look.cpu_shared
+    assert out == "" or look.cpu_shared
 
 
 class NearTies(AnalyticCost):

@@ -196,8 +196,10 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
                    "faster beyond the noise, but another candidate is faster")
         print(f"  {look.what}: x{look.decision.ratio:.3f} (rank test p = "
               f"{look.decision.p_value:.2g}{_by_process(look)}), {verdict}")
+        _print_cpu_shared(look)
     print(f"  speedup   x{report.speedup:.3f}   rule: {report.confirmation.rule}"
           f"{_by_process(deciding)}")
+    _print_cpu_shared(deciding)
     looks_s = report.tuning_time_s - report.tuning.tuning_time_s
     print(f"  search {report.found.seconds:.1f} s, tuning {report.tuning_time_s:.1f} s "
           + (f"({looks_s:.0f} s of it tuning candidates before they were timed) "
@@ -211,6 +213,13 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     onnx_file = "" if _onnx_missing(report) else "optimized.onnx, "
     print(f"  wrote {args.out}/report.json, optimized.so, baseline.so, {onnx_file}optimized.py")
     return 0
+
+
+def _print_cpu_shared(look) -> None:
+    """A line under a look timed while other processes used much of the CPU."""
+    if look.cpu_shared:
+        print(f"    (other processes used {look.others_share:.0%} of the CPU while this was "
+              "timed: its ratio may be the machine's; time it again on a quiet machine)")
 
 
 def _by_process(look) -> str:

@@ -81,6 +81,11 @@ MIN_SAMPLES = 6
 #: processes (:mod:`tvm_pet.tune.process_timing`): the plans leave it out of the time left.
 PROCESS_START_S = 3.0
 
+#: A look timed while other processes used over this share of the CPU's time (its cores' time
+#: over the look) says so: its ratio may be the machine's (the same limit as kernel costing's,
+#: ``tvm_pet.tune.contention.SHARE_LIMIT``, which this layer does not import).
+CPU_SHARED_ABOVE = 0.2
+
 #: Fewest samples of the original timed alone when there is nothing to confirm: no rank test
 #: decides there, so that look is only as long as its time allows, down to this.
 SELF_LOOK_SAMPLES = 2
@@ -294,6 +299,8 @@ class Look:
             than the original (None for a timed look).
         process_ratios: the ratio in each fresh process the look's rounds were spread over
             (empty: timed in one process), :mod:`tvm_pet.tune.process_timing`.
+        others_share: the share of the CPU other processes used while the look was timed
+            (:mod:`tvm_pet.tune.contention`; None where the toolchain does not say).
     """
 
     what: str
@@ -308,6 +315,13 @@ class Look:
     seconds: float = 0.0
     refused: str | None = None
     process_ratios: tuple[float, ...] = ()
+    others_share: float | None = None
+
+    @property
+    def cpu_shared(self) -> bool:
+        """Whether other processes used over :data:`CPU_SHARED_ABOVE` of the CPU while the look
+        was timed: its ratio may be the machine's, not the candidate's."""
+        return self.others_share is not None and self.others_share > CPU_SHARED_ABOVE
 
     def to_json(self) -> dict:
         """The look as ``report.json`` lists it (``looks``); a refused one has no figures."""
@@ -323,7 +337,8 @@ class Look:
         return out | {"rounds": self.rounds, "number": self.number, "repeat": self.repeat,
                       "timing_s": self.seconds, "ratio": d.ratio, "p_value": d.p_value,
                       "noise": d.noise, "close": d.close, "kept": d.kept, "rule": d.rule,
-                      "process_ratios": list(self.process_ratios)}
+                      "process_ratios": list(self.process_ratios),
+                      "cpu_others_share": self.others_share}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -448,7 +463,8 @@ class _Bench:
         return Look(what, candidate, budget, plan.rounds, decide(timings, self.alpha),
                     **_tuning_of(tuned),
                     number=plan.number, repeat=plan.repeat,
-                    seconds=time.perf_counter() - start, process_ratios=ratios), timings
+                    seconds=time.perf_counter() - start, process_ratios=ratios,
+                    others_share=getattr(timings["baseline"], "others_share", None)), timings
 
 
 @dataclasses.dataclass(frozen=True)

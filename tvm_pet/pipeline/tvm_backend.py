@@ -15,6 +15,7 @@ program into the module TVM imported.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -33,6 +34,7 @@ from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.relax.coverage import coverage as relax_coverage
 from tvm_pet.relax.frontends import ModuleLowering, import_model
 from tvm_pet.tune.compile import apply_records, build_applied, extract_tasks
+from tvm_pet.tune.contention import CpuWatch
 from tvm_pet.tune.measured_cost import MeasuredCost, kernel_change
 from tvm_pet.tune.process_timing import time_in_processes
 from tvm_pet.tune.records import costing_sources, default_records_dir
@@ -228,13 +230,19 @@ class TVMToolchain:
              *, rounds: int, number: int, repeat: int) -> dict[str, Timing]:
         """Time the executables interleaved on this machine's device: on a CPU, two or more of
         them with their rounds spread over ``timing_processes`` fresh processes (each exported
-        once, :meth:`_library`), else in this process."""
-        if self.timing_processes > 1 and len(executables) > 1 and self.target.kind.name == "llvm":
-            libraries = {name: self._library(ex) for name, ex in executables.items()}
-            return time_in_processes(libraries, inputs, processes=self.timing_processes,
-                                     rounds=rounds, number=number, repeat=repeat)
-        return time_interleaved(executables, inputs, self.device, rounds=rounds, number=number,
-                                repeat=repeat)
+        once, :meth:`_library`), else in this process. Each timing carries the share of the CPU
+        that other processes used meanwhile (``Timing.others_share``)."""
+        with CpuWatch() as watch:
+            if (self.timing_processes > 1 and len(executables) > 1
+                    and self.target.kind.name == "llvm"):
+                libraries = {name: self._library(ex) for name, ex in executables.items()}
+                timings = time_in_processes(libraries, inputs, processes=self.timing_processes,
+                                            rounds=rounds, number=number, repeat=repeat)
+            else:
+                timings = time_interleaved(executables, inputs, self.device, rounds=rounds,
+                                           number=number, repeat=repeat)
+        share = watch.share if self.target.kind.name == "llvm" else None  # a GPU's: not told
+        return {name: dataclasses.replace(t, others_share=share) for name, t in timings.items()}
 
     def _library(self, executable: relax.VMExecutable) -> str:
         """``executable`` as a shared library in a folder of this toolchain's, exported on first

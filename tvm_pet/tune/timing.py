@@ -24,12 +24,15 @@ from tvm_pet.errors import PetError
 class Timing:
     """Times in seconds of one executable over all rounds (each sample a ``time_evaluator`` mean),
     and, when the rounds were spread over fresh processes (:mod:`tvm_pet.tune.process_timing`),
-    each process's samples (``groups``; empty for a timing in this process)."""
+    each process's samples (``groups``; empty for a timing in this process); ``others_share``:
+    the share of the CPU that other processes used while it was timed
+    (:class:`tvm_pet.tune.contention.CpuWatch`; None where it was not watched)."""
     median: float
     min: float
     max: float
     samples: tuple[float, ...]
     groups: tuple[tuple[float, ...], ...] = ()
+    others_share: float | None = None
 
     @property
     def layouts(self) -> tuple[float, ...]:
