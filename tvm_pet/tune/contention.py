@@ -22,6 +22,7 @@ Without ``/proc/stat`` (not Linux) nothing is known, and no measurement is calle
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -76,14 +77,16 @@ CPUSET_FILES = ("/sys/fs/cgroup/cpuset.cpus.effective",
                 "/sys/fs/cgroup/cpuset/cpuset.effective_cpus")
 
 
-def _allowed_cpus() -> set[int] | None:
-    """The CPUs this process's cgroup may use (a container's share of a larger host); None
-    where no cgroup says (then all). Not the thread's affinity: TVM pins its threads to cores.
+@functools.cache
+def _allowed_cpus() -> frozenset[int] | None:
+    """The CPUs this process's cgroup may use (a container's share of a larger host), read once
+    a process; None where no cgroup says (then all). Not the thread's affinity: TVM pins its
+    threads to cores.
     """
     for path in CPUSET_FILES:
         try:
             with open(path) as f:
-                return parse_cpu_list(f.read())
+                return frozenset(parse_cpu_list(f.read()))
         except (OSError, ValueError):
             continue
     return None

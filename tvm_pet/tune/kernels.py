@@ -53,10 +53,10 @@ RETRIES = 2
 #: The cache key's suffix of a time still suspect after its retries: kept, not measured again.
 CHECKED = "#checked"
 #: A measurement while other processes used the CPU (:mod:`tvm_pet.tune.contention`) is made
-#: again, up to ``SHARED_RETRIES`` times more. A time shared in every try is used, cached under
-#: the key's suffix ``SHARED``, and measured again by the next process that needs it.
+#: again, up to ``SHARED_RETRIES`` times more. A time shared in every try is used by the cache
+#: object that measured it (``UntunedTimes.hold``), never written to its file: the next
+#: process that needs it measures it again.
 SHARED_RETRIES = 1
-SHARED = "#shared"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,17 +158,16 @@ def _cached(cache: records.UntunedTimes, target, key: str, record_s: float | Non
     seconds = cache.get(target, key)
     if seconds is not None and not suspect(seconds, record_s):
         return seconds
-    return cache.get(target, f"{key}{SHARED}") if key in cache.shared_here else None
+    return cache.held(target, key)
 
 
 def _store(cache: records.UntunedTimes, target, key: str, seconds: float, shared: bool,
            record_s: float | None) -> None:
     """Cache a time just measured: under ``key``; still suspect after its retries, under
-    ``key#checked`` too (so be it: no more tries); shared in every try, under ``key#shared``
-    only, reused by this cache object and measured again by a later process."""
+    ``key#checked`` too (so be it: no more tries); shared in every try, in this cache object's
+    memory only (a later process measures it again)."""
     if shared:
-        cache.put(target, f"{key}{SHARED}", seconds)
-        cache.shared_here.add(key)
+        cache.hold(target, key, seconds)
         return
     cache.put(target, key, seconds)
     if suspect(seconds, record_s):

@@ -389,9 +389,7 @@ class UntunedTimes(dbfile.SidecarCache):
 
     def __init__(self, path: str | Path | None = None) -> None:
         super().__init__(path)
-        #: keys whose time this object measured on a shared CPU (``kernels.SHARED``): reused
-        #: by it, where a later process measures them again
-        self.shared_here: set[str] = set()
+        self._held: dict[str, float] = {}
 
     @staticmethod
     def key(target: tvm.target.Target, shash: int | str) -> str:
@@ -408,3 +406,12 @@ class UntunedTimes(dbfile.SidecarCache):
     def put(self, target: tvm.target.Target, shash: int | str, seconds: float) -> None:
         """Cache a measured time, and merge it into the file when the cache has one."""
         self._store(self.key(target, shash), seconds)
+
+    def hold(self, target: tvm.target.Target, shash: int | str, seconds: float) -> None:
+        """Keep a time measured on a shared CPU (``kernels.SHARED_RETRIES``) for this object's
+        use only, never in its file: a later process measures it again."""
+        self._held[self.key(target, shash)] = seconds
+
+    def held(self, target: tvm.target.Target, shash: int | str) -> float | None:
+        """The time :meth:`hold` kept, or ``None``."""
+        return self._held.get(self.key(target, shash))
