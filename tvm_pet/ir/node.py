@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tvm_pet.errors import ProgramError
+from tvm_pet.ir import splitk
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.ops import Op
 
@@ -104,11 +105,14 @@ class Node:
     def label(self) -> str:
         """The operator as summaries name it: an OPAQUE node's kind, ``WinogradConv`` for a CONV
         lowered by Winograd's algorithm (:mod:`tvm_pet.ir.winograd`; ``WinogradConvKT`` with
-        the filters-by-tiles products), else the kind's name."""
+        the filters-by-tiles products), ``SplitKMatMul`` for a MATMUL computed in pieces of its
+        reduction (:mod:`tvm_pet.ir.splitk`), else the kind's name."""
         if self.op is Op.OPAQUE:
             return self.attrs["kind"]
         if self.op is Op.CONV and self.attrs.get("winograd"):
             return wino.LABELS[wino.products(self.attrs)]
+        if self.op is Op.MATMUL and self.attrs.get("pieces"):
+            return splitk.LABEL
         return self.op.value
 
     def describe(self) -> str:

@@ -15,7 +15,8 @@ toolchain.
   expected savings, each only if its new kernels take at most ``screen_ratio`` times as long
   untuned. Before them, up to half the places go to mutants that pad a convolution's awkward
   output side (38 = 2 * 19) to a smooth one (40) and slice it back: untuned they only add
-  work, and tuned they ran x1.2 to x2.5 faster on Inception-v3's 38 x 38 convolutions. With
+  work, and tuned they ran x1.2 to x2.5 faster on Inception-v3's 38 x 38 convolutions; so do
+  mutants computing a long reduction's matrix product in pieces (:mod:`tvm_pet.ir.splitk`). With
   ``--winograd``, as many places again go to mutants computing a 3x3 convolution by
   Winograd's algorithm, whose untuned products are a naive loop nest.
 - :func:`combination`: the tuned mutants that beat the original by themselves, applied together
@@ -68,11 +69,14 @@ class Screened:
     #: it computes a 3x3 convolution by Winograd's algorithm (``--winograd``): untuned, its
     #: batched products are a naive loop nest, so its untuned time cannot rank it either
     winograd: bool = False
+    #: it computes a matrix product in pieces of its reduction (:mod:`tvm_pet.ir.splitk`):
+    #: untuned, it only adds kernels; tuned, its shorter products can run faster
+    splits: bool = False
 
     @property
     def reserved(self) -> bool:
         """Whether it competes for the places kept for mutants the untuned screen cannot rank."""
-        return self.aligns or self.winograd
+        return self.aligns or self.winograd or self.splits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +98,7 @@ class Pick:
         aligns: it took one of the places kept for mutants that align an awkward side
             (:func:`rank_mutants`).
         winograd: it took one of those places as a convolution by Winograd's algorithm.
+        splits: it took one of those places as a matrix product in pieces of its reduction.
     """
 
     subprogram: str
@@ -105,6 +110,7 @@ class Pick:
     basis: str = "untuned"
     aligns: bool = False
     winograd: bool = False
+    splits: bool = False
 
     @property
     def reason(self) -> str:
@@ -120,6 +126,10 @@ class Pick:
             return (f"a 3x3 convolution by Winograd's F(4x4, 3x3): a quarter of the products, "
                     f"which its untuned time does not show (its new kernels take "
                     f"x{self.untuned_ratio:.2f} {compared})")
+        if self.splits:
+            return (f"a matrix product in pieces of its long reduction, whose shorter products "
+                    f"can tune faster than the untuned time says (its new kernels take "
+                    f"x{self.untuned_ratio:.2f} {compared})")
         if self.aligns:
             return (f"pads an awkward side to a smooth one, which tunes better than the untuned "
                     f"time says (its new kernels take x{self.untuned_ratio:.2f} {compared})")
@@ -131,7 +141,7 @@ class Pick:
         return {"subprogram": self.subprogram, "mutant": list(self.mutant),
                 "untuned_ratio": self.untuned_ratio, "ratio_of": self.basis,
                 "expected_saving_ms": self.expected_saving_ms, "aligns": self.aligns,
-                "winograd": self.winograd,
+                "winograd": self.winograd, "splits": self.splits,
                 "reason": self.reason}
 
 
@@ -160,7 +170,8 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     order of its products (:attr:`Screened.winograd`, :data:`tvm_pet.ir.winograd.PRODUCTS`;
     these places come on top of ``promising``, so that offering Winograd takes no place from the
     other mutants: asked for, it is tuned on the convolutions taking the most time), then up to
-    half of ``promising`` those aligning an awkward side (:attr:`Screened.aligns`). Of each kind
+    half of ``promising`` those aligning an awkward side (:attr:`Screened.aligns`) or computing
+    a matrix product in pieces of its reduction (:attr:`Screened.splits`). Of each kind
     (and order), one per subprogram, those whose new kernels replace the most time across the
     model first (:func:`reach_s`; then the one with fewer operators: the padding in the
     convolution, not a PAD that fuses into the kernel before it), less one place per subprogram
@@ -267,8 +278,9 @@ def _order(s: Screened) -> str:
 
 
 def _aligning(s: Screened) -> bool:
-    """Whether ``s`` competes for the aligning places: it aligns a side, without Winograd."""
-    return s.aligns and not s.winograd
+    """Whether ``s`` competes for the aligning places: it aligns a side or computes a matrix
+    product in pieces of its reduction, without Winograd."""
+    return (s.aligns or s.splits) and not s.winograd
 
 
 def short_list(screened: Sequence[Screened], picks: Sequence[Pick], count: int,
@@ -342,7 +354,7 @@ def _pick(s: Screened, reserved: bool = False) -> Pick:
     saving = 1e3 * s.screen.expected_saving_s
     return Pick(s.subprogram, tuple(s.mutant), s.screen.untuned_ratio, s.index,
                 saving if math.isfinite(saving) else None, s.screen.tuned, s.screen.basis,
-                reserved and s.aligns, reserved and s.winograd)
+                reserved and s.aligns, reserved and s.winograd, reserved and s.splits)
 
 
 def combination(program: Program, tuned: Sequence[tuple[Subprogram, Program, Program]],

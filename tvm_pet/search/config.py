@@ -25,6 +25,10 @@ class SearchConfig:
         winograd: also offer each eligible 3×3 convolution by Winograd's F(4×4, 3×3)
             (:mod:`tvm_pet.ir.winograd`): the same function, a quarter of the multiplications,
             other rounding (off by default, like ``--fast-math``).
+        split_k: also offer a matrix product whose reduction is a multiple of its width as the
+            sum of products over pieces of the reduction (:mod:`tvm_pet.ir.splitk`; off by
+            default: on BERT it measured no faster end to end than what the search keeps
+            without it, and its kernels are more tuning; ``benchmarks/split_k.py``).
     """
 
     depth: int = 3
@@ -38,6 +42,7 @@ class SearchConfig:
     min_agreement: float = 0.25
     progress: bool = False
     winograd: bool = False
+    split_k: bool = False
 
     def __post_init__(self):
         for name in ("depth", "rounds", "topk", "max_subset", "max_candidates", "tests"):
