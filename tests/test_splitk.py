@@ -1,6 +1,7 @@
 """A matrix product in pieces of its reduction (tvm_pet.ir.splitk): offered by the generator for
-a long reduction only, when asked (``SearchConfig(split_k=True)``), verified as the MATMUL it is, lowered to the sum of the pieces' products
-(checked against NumPy in float64), and given places of its own by the tuning plan."""
+a long reduction only, when asked (``SearchConfig(split_k=True)``), verified as the MATMUL it
+is, lowered to the sum of the pieces' products (checked against NumPy in float64), and given
+places of its own by the tuning plan."""
 from __future__ import annotations
 
 import dataclasses
