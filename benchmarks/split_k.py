@@ -4,8 +4,9 @@
     python benchmarks/split_k.py --records DIR2 --name split_k_draw2    # another tuning's kernels
 
 BERT's second feed-forward product, ``[128, 3072] x [3072, 768]`` (+ bias + residual), took
-2.84 ms of the layer's 9.1 ms summed over its kernels (TVM's build, 32 trials per task), where
-its ``[768, 768]`` products ran twice as fast per multiply-add. ``SearchConfig(split_k=True)``
+2.75 ms of the layer's 8.87 ms summed over its kernels (TVM's build, 32 trials per task), where
+its ``[768, 768]`` products ran 1.6 times as fast per multiply-add
+(``benchmarks/results/profile-bert_encoder-split_k.md``). ``SearchConfig(split_k=True)``
 offers it as four such products (``SplitKMatMul``). This script builds BERT's encoder layer
 (``tvm_pet.models``, seeded weights) as TVM builds it, and with each of the mutants of its
 feed-forward subprogram named in :data:`FORMS` in place (the first the generator lists of each):

@@ -8,10 +8,11 @@ changes). It is lowered to Relax as those ``p`` products, each added to the sum 
 each addition fuses into its product's kernel), and the verifier, the interpreters and the
 exporters read it as the MATMUL it is.
 
-Why it was tried: BERT's second feed-forward product, ``[128, 3072] x [3072, 768]``, took 2.84
-ms of its layer's 9.1 ms (summed over kernels, in the model, tuned at 32 trials per task on this
-project's CPU), where the layer's ``[768, 768]`` products ran twice as fast per multiply-add;
-as four such products it took 1.7-2.0 ms. Why it is off by default (``SearchConfig.split_k``):
+Why it was tried: BERT's second feed-forward product, ``[128, 3072] x [3072, 768]``, took 2.75
+ms of its layer's 8.87 ms (summed over kernels, in the model, tuned at 32 trials per task on
+this project's CPU), where the layer's ``[768, 768]`` products ran 1.6 times as fast per
+multiply-add; as four such products it took 2.09 ms (``profile-bert_encoder-split_k.md`` in
+``benchmarks/results``). Why it is off by default (``SearchConfig.split_k``):
 end to end, the layer with it (and GELU's ``x 0.5`` moved after it) ran x1.054 and x1.137
 faster than TVM's with two tunings' kernels, where what the default search keeps ran x1.149
 and x1.121 (12 processes each; ``benchmarks/split_k.py``, 2026-11-30, stop 64): the tuner's
