@@ -21,7 +21,17 @@ replays it with one or two named rewrites (exact, partially equivalent or wrong)
    :data:`TARGET` and run in the Relax VM on random float32 inputs. Each result must equal the
    original's float64 NumPy evaluation to :data:`RTOL` times the magnitude bound ``S`` (the
    program evaluated on the absolute values of its inputs and weights: every partial sum is at
-   most ``S``).
+   most ``S``). A program with a Winograd convolution also sums its transforms' terms, which
+   the original's ``S`` does not bound (an output whose window reads only padding is exactly 0
+   directly, and a rounding residue of its tile by Winograd): there the bound is also the
+   program lowered with every weight, input and transform matrix in absolute value
+   (:func:`winograd_bound`, ``|Aᵀ| (|G| |g| |Gᵀ| ⊙ |Bᵀ| |d| |B|) |A|`` summed over channels, the
+   classic bound on the algorithm's rounding).
+
+The rewrites offered only when asked (Winograd's, ``SearchConfig.winograd``; the split
+reduction, ``SearchConfig.split_k``) are fuzzed with ``config`` turning them on and ``favour``
+naming their labels, so that their mutants are the ones run on TVM; :func:`winograd_fuzz` draws
+programs that hold a convolution Winograd can take (:func:`~tests.strategies.winograd_programs`).
 
 Compiling is the slow part (0.05-0.2 s per function on two cores, and a cost per module), so
 :func:`run_fuzz` puts the functions of a batch of programs into one IRModule and compiles it once.
@@ -45,9 +55,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from tvm import relax
 
-from tests.strategies import mutant_pairs
+from tests.strategies import mutant_pairs, winograd_programs
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import Program, check_program as check_structure, weight_key
+from tvm_pet.ir import winograd
+from tvm_pet.relax import winograd as winograd_lowering
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.optimizer import Optimizer, operator_subsets
@@ -63,6 +75,14 @@ from tvm_pet.verify.verifier import verify
 FUZZ_CONFIG = SearchConfig(depth=3, max_subset=2, time_limit=5.0, max_candidates=200)
 #: Float32 results may differ from float64 by this fraction of the magnitude bound ``S``.
 RTOL = 1e-4
+#: The same for a Winograd convolution's bound (:func:`winograd_bound`). Its rounding error is at
+#: most ``γ_n`` times that bound, ``γ_n ≈ n u`` with ``u = 2⁻²⁴`` and ``n`` the roundings on the
+#: way to an output (two passes of at most 6 terms for each transform, one product, the channel
+#: sum: n ≤ 45 for up to 16 channels, more than this fuzzer draws), so ``γ_n ≤ 2.7e-6``.
+#: F(4×4, 3×3)'s bound is 35-143 times the direct one (its matrices reach 8 and 2.5), so this
+#: tolerance, smaller than :data:`RTOL`, still lets through about 0.1 % of ``S``: the check
+#: catches misplaced tiles, transforms and slices, not small scale errors.
+WINOGRAD_RTOL = 1e-5
 #: Programs whose functions share one compiled module.
 BATCH = 25
 #: What tvm_pet compiles for: ``"llvm"`` resolved to this CPU (:func:`resolve_target`). A bare
@@ -108,6 +128,8 @@ class FuzzOutcome:
         exact_mismatches: checked programs that differ from the original in Z_p.
         float_mismatches: TVM results that differ from the original's float64 evaluation.
         crashes: unexpected exceptions, at any stage.
+        favoured: of the mutants run on TVM, how many hold each favoured node label (a rewrite
+            asked for by name, such as ``WinogradConv``; see :func:`run_fuzz`).
         failures: every mismatch and crash.
         seconds: wall time; compile_seconds: the part spent in ``tvm.compile``.
     """
@@ -123,6 +145,7 @@ class FuzzOutcome:
     exact_mismatches: int = 0
     float_mismatches: int = 0
     crashes: int = 0
+    favoured: dict[str, int] = dataclasses.field(default_factory=dict)
     failures: list[Failure] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     compile_seconds: float = 0.0
@@ -216,6 +239,21 @@ def _pick(mutants: list, k: int, rng: np.random.Generator) -> list:
     return partial[:n_partial] + exact[:k - n_partial]
 
 
+def _favoured(program: Program, favour: Sequence[str]) -> set[str]:
+    return {node.label for node in program.nodes} & set(favour)
+
+
+def _pick_favouring(mutants: list, k: int, rng: np.random.Generator,
+                    favour: Sequence[str]) -> list:
+    """:func:`_pick` over the mutants holding a ``favour`` label first, then over the rest."""
+    if not favour:
+        return _pick(mutants, k, rng)
+    first = [m for m in mutants if _favoured(m[2], favour)]
+    rest = [m for m in mutants if not _favoured(m[2], favour)]
+    chosen = _pick(first, k, rng)
+    return chosen + _pick(rest, k - len(chosen), rng)
+
+
 def exact_difference(original: Program, other: Program, seed: int) -> str | None:
     """Where ``other`` differs from ``original`` in Z_p on random residues, or None if nowhere.
 
@@ -252,12 +290,14 @@ def _exact_ok(index: int, label: str, original: Program, program: Program, seed:
 
 
 def _exact_stage(index: int, original: Program, candidate: Program | None, config: SearchConfig,
-                 seed: int, max_mutants: int, outcome: FuzzOutcome) -> list[_Entry]:
+                 seed: int, max_mutants: int, outcome: FuzzOutcome,
+                 favour: Sequence[str] = ()) -> list[_Entry]:
     """Generate, verify and correct; check every result in Z_p.
 
     Returns:
         What to run on TVM: the original, at most ``max_mutants`` generator mutants (half of them
-        partially equivalent where there are any) and the corrected rewrite candidate.
+        partially equivalent where there are any; those holding a ``favour`` label first) and
+        the corrected rewrite candidate.
     """
     try:
         spliced = _spliced_mutants(original, config)
@@ -267,7 +307,10 @@ def _exact_stage(index: int, original: Program, candidate: Program | None, confi
     outcome.mutants += len(spliced)
     outcome.partial += sum(partial for _, partial, _ in spliced)
     passed = [m for m in spliced if _exact_ok(index, m[0], original, m[2], seed, outcome)]
-    chosen = _pick(passed, max_mutants, np.random.default_rng([seed, index]))
+    chosen = _pick_favouring(passed, max_mutants, np.random.default_rng([seed, index]), favour)
+    for _, _, program in chosen:
+        for label in _favoured(program, favour):
+            outcome.favoured[label] = outcome.favoured.get(label, 0) + 1
     outcome.tvm_mutants += len(chosen)
     outcome.tvm_partial += sum(partial for _, partial, _ in chosen)
     entries = [_Entry(index, "original", original, original)]
@@ -305,22 +348,25 @@ def _outputs(value) -> list[np.ndarray]:
 
 
 def float_difference(original: Program, got: Sequence[np.ndarray], x: dict[str, np.ndarray],
-                     rtol: float = RTOL) -> str | None:
+                     rtol: float = RTOL, extra: Sequence[np.ndarray] | None = None) -> str | None:
     """Where TVM's outputs ``got`` differ from ``original`` in float64 on inputs ``x``.
 
     The tolerance at a position is ``rtol * (S + max(S) * 1e-3)``, where ``S`` is the original
     evaluated on the absolute values of its inputs and weights: a bound on every partial sum that
-    float32 rounding could perturb.
+    float32 rounding could perturb; with ``extra`` (one array per output, :func:`winograd_bound`),
+    the larger of that and the same with :data:`WINOGRAD_RTOL` and ``extra`` at each position.
     """
     want = evaluate(original, x, np.float64)
     bound = evaluate(original, {k: np.abs(v) for k, v in x.items()}, np.float64,
                      weights={k: np.abs(v) for k, v in original.weights.items()})
     if len(got) != len(original.outputs):
         return f"{len(got)} outputs instead of {len(original.outputs)}"
-    for o, value in zip(original.outputs, got):
+    for i, (o, value) in enumerate(zip(original.outputs, got)):
         if value.shape != want[o].shape:
             return f"output {o}: shape {value.shape} instead of {want[o].shape}"
         tol = rtol * (bound[o] + 1e-3 * bound[o].max(initial=0.0))
+        if extra is not None:
+            tol = np.maximum(tol, WINOGRAD_RTOL * (extra[i] + 1e-3 * extra[i].max(initial=0.0)))
         err = np.abs(value.astype(np.float64) - want[o])
         if not np.all(err <= tol):
             worst = np.unravel_index(np.argmax(err - tol), err.shape)
@@ -330,31 +376,67 @@ def float_difference(original: Program, got: Sequence[np.ndarray], x: dict[str, 
     return None
 
 
+def winograd_bound(program: Program) -> relax.Function | None:
+    """A function whose outputs bound the partial sums of ``program``'s Winograd convolutions,
+    run on ``|x|`` (None without one): ``program`` lowered with its weights and Winograd's
+    matrices ``A``, ``B``, ``G`` in absolute value. Each product and sum of the algorithm is at
+    most its value, as each of a direct sum is at most ``S``; the other operators are linear and
+    pass the bound on."""
+    if not winograd.uses(program):
+        return None
+    absolute = dataclasses.replace(program, weights={k: np.abs(v)
+                                                     for k, v in program.weights.items()})
+    matrices = winograd_lowering.matrices
+    winograd_lowering.matrices = lambda m: tuple(np.abs(t) for t in matrices(m))
+    try:
+        return program_to_module(absolute)["main"]
+    finally:
+        winograd_lowering.matrices = matrices
+
+
+def _lower(entry: _Entry, name: str) -> dict[str, relax.Function]:
+    """The entry's function, and its Winograd bound's as ``<name>_bound`` where it has one."""
+    funcs = {name: program_to_module(entry.program)["main"]}
+    bound = winograd_bound(entry.program)
+    if bound is not None:
+        funcs[f"{name}_bound"] = bound
+    return {k: f.with_attr("global_symbol", k) for k, f in funcs.items()}
+
+
+def _compile_all(groups: dict[str, dict[str, relax.Function]], names: dict[str, _Entry],
+                 outcome: FuzzOutcome) -> dict:
+    """Every group's functions in one module; where that fails, each group alone."""
+    try:
+        vm = _compile({k: f for group in groups.values() for k, f in group.items()}, outcome)
+        return dict.fromkeys(groups, vm)
+    except Exception as batch_error:  # find the culprits: compile each entry alone
+        vms = {}
+        for name, group in groups.items():
+            try:
+                vms[name] = _compile(group, outcome)
+            except Exception as e:
+                outcome.crash(names[name].index, "compile", names[name].label, e,
+                              names[name].listing())
+        if len(vms) == len(groups):  # each compiles alone: only the batch fails
+            outcome.crash(next(iter(names.values())).index, "compile",
+                          f"batch of {len(groups)}", batch_error)
+        return vms
+
+
 def _tvm_stage(entries: Sequence[_Entry], seed: int, outcome: FuzzOutcome) -> None:
     """Lower every entry into one module, compile it once, run and compare each function."""
-    funcs: dict[str, relax.Function] = {}
+    groups: dict[str, dict[str, relax.Function]] = {}
     names: dict[str, _Entry] = {}
     for entry in entries:
         name = f"f{len(names)}"
         try:
-            funcs[name] = program_to_module(entry.program)["main"].with_attr("global_symbol", name)
+            groups[name] = _lower(entry, name)
             names[name] = entry
         except Exception as e:
             outcome.crash(entry.index, "lower", entry.label, e, entry.listing())
-    if not funcs:
+    if not groups:
         return
-    try:
-        vms = dict.fromkeys(funcs, _compile(funcs, outcome))
-    except Exception as batch_error:  # find the culprits: compile each function alone
-        vms = {}
-        for name, func in funcs.items():
-            try:
-                vms[name] = _compile({name: func}, outcome)
-            except Exception as e:
-                outcome.crash(names[name].index, "compile", names[name].label, e,
-                              names[name].listing())
-        if len(vms) == len(funcs):  # each compiles alone: only the batch fails
-            outcome.crash(entries[0].index, "compile", f"batch of {len(funcs)}", batch_error)
+    vms = _compile_all(groups, names, outcome)
     inputs: dict[int, dict[str, np.ndarray]] = {}
     for name, vm in vms.items():
         entry = names[name]
@@ -363,7 +445,11 @@ def _tvm_stage(entries: Sequence[_Entry], seed: int, outcome: FuzzOutcome) -> No
             .astype(np.float32) for t in entry.original.inputs})
         try:
             got = _outputs(vm[name](*[tvm.runtime.tensor(x[t.name]) for t in entry.program.inputs]))
-            detail = float_difference(entry.original, got, x)
+            extra = None
+            if f"{name}_bound" in groups[name]:
+                extra = [np.abs(v).astype(np.float64) for v in _outputs(vm[f"{name}_bound"](
+                    *[tvm.runtime.tensor(np.abs(x[t.name])) for t in entry.program.inputs]))]
+            detail = float_difference(entry.original, got, x, extra=extra)
         except Exception as e:
             outcome.crash(entry.index, "run", entry.label, e, entry.listing())
             continue
@@ -400,7 +486,8 @@ def check_program(program: Program, config: SearchConfig = FUZZ_CONFIG, seed: in
 
 def run_fuzz(count: int, seed: int = 0, config: SearchConfig = FUZZ_CONFIG, batch: int = BATCH,
              max_mutants: int = 4, pairs: Sequence[Pair] | None = None,
-             progress: Callable[[FuzzOutcome], None] | None = None) -> dict:
+             progress: Callable[[FuzzOutcome], None] | None = None,
+             favour: Sequence[str] = ()) -> dict:
     """Fuzz ``count`` random programs end to end, compiling ``batch`` programs per module.
 
     Args:
@@ -411,11 +498,13 @@ def run_fuzz(count: int, seed: int = 0, config: SearchConfig = FUZZ_CONFIG, batc
         max_mutants: generator mutants checked per program, at most.
         pairs: (original, candidate) pairs to use instead of drawing them.
         progress: called with the running counts after each batch.
+        favour: node labels (``Node.label``) whose mutants are run on TVM first, so that rewrites
+            the generator offers rarely (those ``config`` turns on) are compiled and compared.
 
     Returns:
         :meth:`FuzzOutcome.to_json`: programs, mutants, partial, tvm_mutants, tvm_partial,
-        rewrites, rewrites_partial, compiled, exact_mismatches, float_mismatches, crashes, failures,
-        seconds and compile_seconds.
+        rewrites, rewrites_partial, compiled, exact_mismatches, float_mismatches, crashes,
+        favoured, failures, seconds and compile_seconds.
     """
     start = time.perf_counter()
     pairs = list(pairs) if pairs is not None else draw_pairs(count, seed)
@@ -424,12 +513,31 @@ def run_fuzz(count: int, seed: int = 0, config: SearchConfig = FUZZ_CONFIG, batc
         entries = []
         for index in range(first, min(first + batch, len(pairs))):
             original, candidate = pairs[index]
-            entries += _exact_stage(index, original, candidate, config, seed, max_mutants, outcome)
+            entries += _exact_stage(index, original, candidate, config, seed, max_mutants, outcome,
+                                    favour)
         _tvm_stage(entries, seed, outcome)
         outcome.seconds = time.perf_counter() - start
         if progress is not None:
             progress(outcome)
     return outcome.to_json()
+
+
+#: The labels of Winograd's mutants (``tvm-pet optimize --winograd``).
+WINOGRAD_LABELS = ("WinogradConv", "WinogradConvKT")
+
+
+def winograd_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
+    """:func:`run_fuzz` over :func:`~tests.strategies.winograd_programs` with Winograd offered
+    (random programs seldom hold a convolution it can take), its mutants on TVM first.
+
+    >>> outcome = winograd_fuzz(1, seed=0)
+    >>> outcome["float_mismatches"], sum(outcome["favoured"].values()) > 0
+    (0, True)
+    """
+    pairs = draw_pairs(count, seed, strategy=winograd_programs())
+    config = dataclasses.replace(FUZZ_CONFIG, winograd=True)
+    return run_fuzz(count, seed=seed, config=config, pairs=pairs, favour=WINOGRAD_LABELS,
+                    **kwargs)
 
 
 # ------------------------------------------------------------------------------- soundness controls

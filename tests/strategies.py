@@ -1004,3 +1004,36 @@ def small_programs(draw):
             patch = b.slice(cur, (0, 0, 0, 0), (s[0], s[1], 1, s[3]))
             cur = b.update(cur, patch, (0, 0, s[2] - 1, 0))
     return b.build([cur])
+
+
+@st.composite
+def winograd_programs(draw):
+    """``(program, None)``: a 3×3 stride-1 convolution that Winograd's F(4×4, 3×3) can take
+    (dilation 1 or 2; the sides, 4 to 12 positions a dilation class, and the pads multiples of
+    the dilation), maybe followed by a bias, a scale, a slice or a second such convolution.
+
+    :func:`mutant_pairs` draws such convolutions seldom and on tiny maps; these have outputs of
+    up to three tiles a side, so the lowering's tiling, slicing and dilation classes all run.
+    """
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    b = ProgramBuilder()
+    d = draw(st.sampled_from((1, 1, 2)))
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 4))
+    h, w = (d * draw(st.integers(4, 12 // d + 2)) for _ in range(2))
+    cur = b.input("x", (n, c, h, w))
+    for step in range(draw(st.integers(1, 2))):
+        k = draw(st.integers(1, 4))
+        pads = tuple(d * draw(st.integers(0, 2)) for _ in range(4))
+        weight = b.weight(b.fresh("w"), rng.standard_normal((k, b.shapes[cur][1], 3, 3)))
+        cur = b.conv(cur, weight, pads=pads, dilations=d)
+        s = b.shapes[cur]
+        if min(s[2:]) < 2 * d + 1 or s[2] % d or s[3] % d:
+            break
+        then = draw(st.sampled_from(("none", "bias", "scale", "slice")))
+        if then == "bias":
+            cur = b.add(cur, b.weight(b.fresh("bias"), rng.standard_normal((1, s[1], 1, 1))))
+        elif then == "scale":
+            cur = b.mul(cur, b.weight(b.fresh("scale"), rng.standard_normal((1, s[1], 1, 1))))
+        elif then == "slice":
+            cur = b.slice(cur, (0, 0, 0, d), s)
+    return b.build([cur]), None

@@ -3,7 +3,11 @@
 - random multi-linear programs through generator, verifier, corrector, Relax and a compiled
   module: exact in Z_p and within float tolerance on TVM (20 programs by default, 1,000 with
   ``-m slow``);
-- the fuzzer itself fails when the corrector or the Relax lowering is broken;
+- the same for the rewrites offered only when asked: Winograd's (on programs drawn to hold a
+  convolution it can take, against the bound of its rounding) and the split reduction, their
+  mutants run on TVM first (200 Winograd programs with ``-m slow``);
+- the fuzzer itself fails when the corrector or the Relax lowering is broken (Winograd's and
+  the split reduction's included);
 - regressions for the bugs it found;
 - injected non-equivalent mutants (a perturbed weight, a slice shifted by one, padding moved or
   replicated) are caught by the verifier with every seed, and the chance of a miss is the
@@ -12,6 +16,8 @@
 The fixed wrong cases of :mod:`tvm_pet.example_pairs` are checked in
 ``test_verifier_oracle.py::test_wrong_candidates_are_detected``.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 import tvm
@@ -22,6 +28,7 @@ from tvm_pet import example_pairs
 from tvm_pet.ir import Op, ProgramBuilder
 from tvm_pet.ops.modp import P
 from tvm_pet.relax import lower
+from tvm_pet.relax import winograd as winograd_lowering
 from tvm_pet.search.config import SearchConfig, StopReason
 from tvm_pet.search.generator import generate
 from tvm_pet.search.optimizer import optimize
@@ -59,6 +66,36 @@ def test_random_programs_end_to_end():
     assert outcome["rewrites"] == 20 and outcome["rewrites_partial"] >= 5, counts
 
 
+WINOGRAD = fuzz_e2e.WINOGRAD_LABELS
+winograd_fuzz = fuzz_e2e.winograd_fuzz
+#: The split reduction, offered only when asked (``SearchConfig.split_k``).
+SPLIT_K_CONFIG = dataclasses.replace(fuzz_e2e.FUZZ_CONFIG, split_k=True)
+
+
+def test_winograd_end_to_end():
+    """Winograd's mutants (their own lowering, ``tvm_pet.relax.winograd``) compiled and compared
+    like the others, against the bound of :func:`~tests.fuzz_e2e.winograd_bound`."""
+    outcome = winograd_fuzz(6, seed=0)
+    assert_all_exact(outcome, 6)
+    assert all(outcome["favoured"].get(label, 0) >= 3 for label in WINOGRAD), outcome["favoured"]
+
+
+def test_split_reduction_end_to_end():
+    """Mutants holding a ``SplitKMatMul`` (``lower.split_k_matmul``) run on TVM first."""
+    outcome = fuzz_e2e.run_fuzz(30, seed=0, config=SPLIT_K_CONFIG, favour=("SplitKMatMul",))
+    assert_all_exact(outcome, 30)
+    assert outcome["favoured"].get("SplitKMatMul", 0) >= 2, outcome["favoured"]
+
+
+@pytest.mark.slow
+@only_when_selected
+def test_two_hundred_winograd_programs_end_to_end():
+    outcome = winograd_fuzz(200, seed=1)
+    print({k: v for k, v in outcome.items() if k != "failures"})   # shown with -s
+    assert_all_exact(outcome, 200)
+    assert sum(outcome["favoured"].values()) >= 400
+
+
 @pytest.mark.slow
 @only_when_selected
 def test_thousand_random_programs_end_to_end():
@@ -88,6 +125,35 @@ def test_the_fuzzer_catches_a_wrong_lowering(monkeypatch):
     assert outcome.float_mismatches == 1
     assert outcome.failures[0].stage == "float" and "out of tolerance" in outcome.failures[0].detail
 
+
+
+def test_the_fuzzer_catches_a_wrong_split_reduction(monkeypatch):
+    """A split product whose sum is off by one part in a thousand: TVM differs on programs that
+    run a ``SplitKMatMul``, and nowhere else. (Not on every one: a correction can overwrite
+    all of a mutant's output, as two of seed 0's do.)"""
+    def off(low, node, args):
+        (out,) = lower.split_k_matmul(low, node, args)
+        if not node.attrs.get("pieces"):
+            return [out]
+        return [relax.op.multiply(low.emit(out, f"{node.outputs[0]}_sum"),
+                                  relax.const(np.float32(1.001)))]
+    monkeypatch.setitem(lower.LOWER_RULES, Op.MATMUL, off)
+    outcome = fuzz_e2e.run_fuzz(30, seed=0, config=SPLIT_K_CONFIG, favour=("SplitKMatMul",))
+    assert outcome["exact_mismatches"] == 0 and outcome["crashes"] == 0
+    assert 1 <= outcome["float_mismatches"] <= outcome["favoured"]["SplitKMatMul"], outcome
+    assert all(f["stage"] == "float" and "pieces=" in f["listing"] for f in outcome["failures"])
+
+
+def test_the_fuzzer_catches_a_wrong_winograd_tile(monkeypatch):
+    """Winograd's output transform with its columns reversed writes each tile's outputs mirrored:
+    caught on the Winograd mutants despite their wider bound, and nowhere else."""
+    matrices = winograd_lowering.matrices
+    monkeypatch.setattr(winograd_lowering, "matrices",
+                        lambda m: (matrices(m)[0][:, ::-1], *matrices(m)[1:]))
+    outcome = winograd_fuzz(6, seed=0)
+    assert outcome["exact_mismatches"] == 0 and outcome["crashes"] == 0
+    assert 1 <= outcome["float_mismatches"] <= sum(outcome["favoured"].values()), outcome
+    assert all(f["stage"] == "float" and "winograd=" in f["listing"] for f in outcome["failures"])
 
 def test_a_crash_is_recorded_with_its_stage(monkeypatch):
     def broken(*args, **kwargs):
