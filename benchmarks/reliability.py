@@ -2,6 +2,7 @@
 
     python benchmarks/reliability.py                 # everything (about an hour on 2 cores)
     python benchmarks/reliability.py --fuzz 100 --node-cases 60 --light none   # a quick look
+    python benchmarks/reliability.py --stages opt_in --out OUT.json   # one part
 
 It runs, outside pytest, the same code the tests run (``tests/fuzz_e2e.py``,
 ``tests/onnx_suite.py``, ``tests/bad_inputs.py``) and the fault tests of
@@ -10,6 +11,9 @@ and writes the counts to ``benchmarks/results/reliability.json``:
 
 - programs fuzzed (generator → verifier → corrector → Relax → compiled module), mutants checked,
   exact (Z_p) and float mismatches, crashes;
+- the same for the rewrites offered only when asked (``opt_in``): Winograd's mutants of
+  convolutions it can take (``tests.fuzz_e2e.winograd_fuzz``), and random programs with Winograd
+  and the split reduction offered, their mutants on TVM first;
 - injected non-equivalent mutants and how many the verifier caught;
 - onnx backend node cases and light CNN models: compared after PETPass, TVM-frontend skips,
   mismatches, crashes;
@@ -57,6 +61,28 @@ def tuning_faults(with_tuning: bool) -> dict:
             "tuning_marked_included": with_tuning, "per_test": rows}
 
 
+STAGES = ("fuzz", "opt_in", "injected_wrong_mutants", "onnx_node_cases", "onnx_light_models",
+          "bad_inputs", "tuning_faults")
+OPT_IN_LABELS = ("WinogradConv", "WinogradConvKT", "SplitKMatMul")
+
+
+def opt_in_fuzz(count: int, seed: int) -> dict:
+    """Winograd's fuzz, and random programs with both opt-in rewrites offered."""
+    import dataclasses
+
+    from tests.fuzz_e2e import FUZZ_CONFIG, run_fuzz, winograd_fuzz
+    config = dataclasses.replace(FUZZ_CONFIG, winograd=True, split_k=True)
+    both = run_fuzz(count, seed=seed, config=config, favour=OPT_IN_LABELS)
+    wino = winograd_fuzz(count, seed=seed)
+    counts = ("programs", "tvm_mutants", "compiled", "exact_mismatches", "float_mismatches",
+              "crashes")
+    out = {k: wino[k] + both[k] for k in counts}
+    out["favoured"] = {k: wino["favoured"].get(k, 0) + both["favoured"].get(k, 0)
+                       for k in OPT_IN_LABELS}
+    out["failures"] = wino["failures"] + both["failures"]
+    return {**out, "winograd_programs": _short(wino), "random_programs": _short(both)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fuzz", type=int, default=1000, help="programs to fuzz end to end")
@@ -66,6 +92,10 @@ def main() -> int:
     parser.add_argument("--light", default="all", help="'all', 'none' or comma-separated names")
     parser.add_argument("--with-tuning", action="store_true",
                         help="also run the tuning-marked fault tests (about 4 minutes)")
+    parser.add_argument("--opt-in", type=int, default=200,
+                        help="programs for each opt-in fuzz (Winograd's; both opt-ins offered)")
+    parser.add_argument("--stages", default="all",
+                        help="'all' or comma-separated: " + ", ".join(STAGES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "reliability.json"))
     args = parser.parse_args()
@@ -83,34 +113,44 @@ def main() -> int:
         parts[name]["wall_s"] = round(time.perf_counter() - t, 1)
         print(f"{name}: {json.dumps(_short(parts[name]))[:400]}", flush=True)
 
-    stage("fuzz", lambda: run_fuzz(args.fuzz, seed=args.seed))
-    stage("injected_wrong_mutants", lambda: check_wrong_mutants(args.wrong, seed=args.seed))
     limit = None if args.node_cases == "all" else int(args.node_cases)
-    stage("onnx_node_cases", lambda: run_node_cases(limit=limit, seed=args.seed))
-    if args.light != "none":
-        names = None if args.light == "all" else args.light.split(",")
-        stage("onnx_light_models", lambda: run_light_models(names))
-    stage("bad_inputs", run_bad_inputs)
-    stage("tuning_faults", lambda: tuning_faults(args.with_tuning))
+    names = None if args.light in ("all", "none") else args.light.split(",")
+    run = {
+        "fuzz": lambda: run_fuzz(args.fuzz, seed=args.seed),
+        "opt_in": lambda: opt_in_fuzz(args.opt_in, seed=args.seed),
+        "injected_wrong_mutants": lambda: check_wrong_mutants(args.wrong, seed=args.seed),
+        "onnx_node_cases": lambda: run_node_cases(limit=limit, seed=args.seed),
+        "onnx_light_models": lambda: run_light_models(names),
+        "bad_inputs": run_bad_inputs,
+        "tuning_faults": lambda: tuning_faults(args.with_tuning),
+    }
+    chosen = STAGES if args.stages == "all" else tuple(args.stages.split(","))
+    if unknown := set(chosen) - set(STAGES):
+        parser.error(f"unknown stages {sorted(unknown)}: one of {', '.join(STAGES)}")
+    for name in STAGES:
+        if name in chosen and not (name == "onnx_light_models" and args.light == "none"):
+            stage(name, run[name])
 
-    fuzz, nodes = parts["fuzz"], parts["onnx_node_cases"]
-    light = parts.get("onnx_light_models", {})
-    external = [nodes, light]
-    mismatches = (fuzz["exact_mismatches"] + fuzz["float_mismatches"]
+    fuzzes = [parts.get(k, {}) for k in ("fuzz", "opt_in")]
+    external = [parts.get("onnx_node_cases", {}), parts.get("onnx_light_models", {})]
+    bad, faults = parts.get("bad_inputs", {}), parts.get("tuning_faults", {})
+    mismatches = (sum(f.get("exact_mismatches", 0) + f.get("float_mismatches", 0)
+                      for f in fuzzes)
                   + sum(e.get(k, 0) for e in external
                         for k in ("mismatches", "round_trip_mismatches"))
-                  + len(parts["injected_wrong_mutants"]["missed_pairs"])
-                  + parts["bad_inputs"]["wrong"])
-    crashes = (fuzz["crashes"] + parts["bad_inputs"]["crashes"]
+                  + len(parts.get("injected_wrong_mutants", {}).get("missed_pairs", []))
+                  + bad.get("wrong", 0))
+    crashes = (sum(f.get("crashes", 0) for f in fuzzes) + bad.get("crashes", 0)
                + sum(e.get(k, 0) for e in external for k in ("crashes", "round_trip_crashes")))
     summary = {
-        "programs_fuzzed": fuzz["programs"],
-        "external_cases_run": nodes["total"] + light.get("total", 0),
-        "external_cases_compared_after_petpass": nodes["compared"] + light.get("compared", 0),
+        "stages": [name for name in STAGES if name in parts],
+        "programs_fuzzed": sum(f.get("programs", 0) for f in fuzzes),
+        "external_cases_run": sum(e.get("total", 0) for e in external),
+        "external_cases_compared_after_petpass": sum(e.get("compared", 0) for e in external),
         "mismatches": mismatches,
-        "bad_inputs_tried": parts["bad_inputs"]["tried"],
+        "bad_inputs_tried": bad.get("tried", 0),
         "crashes": crashes,
-        "tuning_fault_tests_failed": parts["tuning_faults"]["failed"],
+        "tuning_fault_tests_failed": faults.get("failed", 0),
         "miss_probability": {
             "tests_per_position": DEFAULT_TESTS,
             "bound": "(d/p)^t with p = 2^31-1",
@@ -123,7 +163,7 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(json.dumps(summary, indent=1))
     print(f"wrote {out}")
-    ok = mismatches == 0 and crashes == 0 and parts["tuning_faults"]["failed"] == 0
+    ok = mismatches == 0 and crashes == 0 and faults.get("failed", 0) == 0
     return 0 if ok else 1
 
 
