@@ -1009,11 +1009,12 @@ def small_programs(draw):
 @st.composite
 def winograd_programs(draw):
     """``(program, None)``: a 3×3 stride-1 convolution that Winograd's F(4×4, 3×3) can take
-    (dilation 1 or 2; the sides, 4 to 12 positions a dilation class, and the pads multiples of
-    the dilation), maybe followed by a bias, a scale, a slice or a second such convolution.
+    (dilation 1 or 2; sides of 4 to 14 positions at dilation 1 and 4 to 8 a class at 2, pads
+    multiples of the dilation), maybe followed by a bias, a scale, a slice or a second such
+    convolution.
 
     :func:`mutant_pairs` draws such convolutions seldom and on tiny maps; these have outputs of
-    up to three tiles a side, so the lowering's tiling, slicing and dilation classes all run.
+    up to four tiles a side, so the lowering's tiling, slicing and dilation classes all run.
     """
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     b = ProgramBuilder()
