@@ -26,6 +26,8 @@ import argparse
 import ctypes
 import datetime
 import json
+import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -120,7 +122,6 @@ def erf_time(reps: int, threads: int) -> float:
         src.write_text(C_SOURCE)
         subprocess.run(["gcc", "-O2", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(lib),
                         "-lm"], check=True)
-        import os
         os.environ["OMP_NUM_THREADS"] = str(threads)
         erf = ctypes.CDLL(str(lib)).erf_all
         # the argument GELU gives erf: x / sqrt(2) for pre-activations of unit scale
@@ -128,7 +129,6 @@ def erf_time(reps: int, threads: int) -> float:
         y = np.empty_like(x)
         px, py = x.ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p)
         seconds = best_seconds(lambda: erf(px, py, ctypes.c_long(x.size)), reps)
-        import math
         assert np.allclose(y[:100], [math.erf(v) for v in x[:100].tolist()], atol=1e-6)
         return seconds * 1e3
 

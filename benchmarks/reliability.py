@@ -37,6 +37,8 @@ import xml.etree.ElementTree as ET
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tvm_pet.ir import splitk, winograd  # noqa: E402 (pure: no TVM)
+
 
 def _short(result: dict, drop=("failures", "cases")) -> dict:
     return {k: v for k, v in result.items() if k not in drop}
@@ -63,7 +65,7 @@ def tuning_faults(with_tuning: bool) -> dict:
 
 STAGES = ("fuzz", "opt_in", "injected_wrong_mutants", "onnx_node_cases", "onnx_light_models",
           "bad_inputs", "tuning_faults")
-OPT_IN_LABELS = ("WinogradConv", "WinogradConvKT", "SplitKMatMul")
+OPT_IN_LABELS = (*winograd.LABELS.values(), splitk.LABEL)
 
 
 def opt_in_fuzz(count: int, seed: int) -> dict:

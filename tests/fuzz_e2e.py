@@ -248,8 +248,9 @@ def _pick_favouring(mutants: list, k: int, rng: np.random.Generator,
     """:func:`_pick` over the mutants holding a ``favour`` label first, then over the rest."""
     if not favour:
         return _pick(mutants, k, rng)
-    first = [m for m in mutants if _favoured(m[2], favour)]
-    rest = [m for m in mutants if not _favoured(m[2], favour)]
+    first, rest = [], []
+    for m in mutants:
+        (first if _favoured(m[2], favour) else rest).append(m)
     chosen = _pick(first, k, rng)
     return chosen + _pick(rest, k - len(chosen), rng)
 
@@ -523,7 +524,7 @@ def run_fuzz(count: int, seed: int = 0, config: SearchConfig = FUZZ_CONFIG, batc
 
 
 #: The labels of Winograd's mutants (``tvm-pet optimize --winograd``).
-WINOGRAD_LABELS = ("WinogradConv", "WinogradConvKT")
+WINOGRAD_LABELS = tuple(winograd.LABELS.values())
 
 
 def winograd_fuzz(count: int, seed: int = 0, **kwargs) -> dict:

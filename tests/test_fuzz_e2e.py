@@ -66,8 +66,6 @@ def test_random_programs_end_to_end():
     assert outcome["rewrites"] == 20 and outcome["rewrites_partial"] >= 5, counts
 
 
-WINOGRAD = fuzz_e2e.WINOGRAD_LABELS
-winograd_fuzz = fuzz_e2e.winograd_fuzz
 #: The split reduction, offered only when asked (``SearchConfig.split_k``).
 SPLIT_K_CONFIG = dataclasses.replace(fuzz_e2e.FUZZ_CONFIG, split_k=True)
 
@@ -75,9 +73,10 @@ SPLIT_K_CONFIG = dataclasses.replace(fuzz_e2e.FUZZ_CONFIG, split_k=True)
 def test_winograd_end_to_end():
     """Winograd's mutants (their own lowering, ``tvm_pet.relax.winograd``) compiled and compared
     like the others, against the bound of :func:`~tests.fuzz_e2e.winograd_bound`."""
-    outcome = winograd_fuzz(6, seed=0)
+    outcome = fuzz_e2e.winograd_fuzz(6, seed=0)
     assert_all_exact(outcome, 6)
-    assert all(outcome["favoured"].get(label, 0) >= 3 for label in WINOGRAD), outcome["favoured"]
+    favoured = outcome["favoured"]
+    assert all(favoured.get(label, 0) >= 3 for label in fuzz_e2e.WINOGRAD_LABELS), favoured
 
 
 def test_split_reduction_end_to_end():
@@ -90,7 +89,7 @@ def test_split_reduction_end_to_end():
 @pytest.mark.slow
 @only_when_selected
 def test_two_hundred_winograd_programs_end_to_end():
-    outcome = winograd_fuzz(200, seed=1)
+    outcome = fuzz_e2e.winograd_fuzz(200, seed=1)
     print({k: v for k, v in outcome.items() if k != "failures"})   # shown with -s
     assert_all_exact(outcome, 200)
     assert sum(outcome["favoured"].values()) >= 400
@@ -150,10 +149,11 @@ def test_the_fuzzer_catches_a_wrong_winograd_tile(monkeypatch):
     matrices = winograd_lowering.matrices
     monkeypatch.setattr(winograd_lowering, "matrices",
                         lambda m: (matrices(m)[0][:, ::-1], *matrices(m)[1:]))
-    outcome = winograd_fuzz(6, seed=0)
+    outcome = fuzz_e2e.winograd_fuzz(6, seed=0)
     assert outcome["exact_mismatches"] == 0 and outcome["crashes"] == 0
     assert 1 <= outcome["float_mismatches"] <= sum(outcome["favoured"].values()), outcome
     assert all(f["stage"] == "float" and "winograd=" in f["listing"] for f in outcome["failures"])
+
 
 def test_a_crash_is_recorded_with_its_stage(monkeypatch):
     def broken(*args, **kwargs):
