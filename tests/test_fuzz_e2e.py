@@ -54,6 +54,13 @@ def assert_all_exact(outcome: dict, programs: int) -> None:
     assert outcome["compiled"] >= outcome["programs"] + outcome["tvm_mutants"]
 
 
+def assert_long_run_exact(outcome: dict, programs: int) -> dict:
+    """:func:`assert_all_exact` for a long run, its counts printed first (shown with ``-s``)."""
+    print({k: v for k, v in outcome.items() if k != "failures"})
+    assert_all_exact(outcome, programs)
+    return outcome
+
+
 # ----------------------------------------------------------------------------- end to end
 
 def test_random_programs_end_to_end():
@@ -89,18 +96,14 @@ def test_split_reduction_end_to_end():
 @pytest.mark.slow
 @only_when_selected
 def test_two_hundred_winograd_programs_end_to_end():
-    outcome = fuzz_e2e.winograd_fuzz(200, seed=1)
-    print({k: v for k, v in outcome.items() if k != "failures"})   # shown with -s
-    assert_all_exact(outcome, 200)
+    outcome = assert_long_run_exact(fuzz_e2e.winograd_fuzz(200, seed=1), 200)
     assert sum(outcome["favoured"].values()) >= 400
 
 
 @pytest.mark.slow
 @only_when_selected
 def test_thousand_random_programs_end_to_end():
-    outcome = fuzz_e2e.run_fuzz(1000, seed=1)
-    print({k: v for k, v in outcome.items() if k != "failures"})   # shown with -s
-    assert_all_exact(outcome, 1000)
+    outcome = assert_long_run_exact(fuzz_e2e.run_fuzz(1000, seed=1), 1000)
     assert outcome["mutants"] >= 2000 and outcome["partial"] >= 1000
     assert outcome["tvm_mutants"] >= 500 and outcome["tvm_partial"] >= 200
     assert outcome["rewrites_partial"] >= 200
