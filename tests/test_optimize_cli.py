@@ -326,3 +326,75 @@ def test_optimize_with_fast_math_builds_both_sides_with_tvms_approximations(tmp_
         vm = relax.VirtualMachine(tvm.runtime.load_module(str(out / name)), tvm.cpu())
         got = vm["main"](tvm.runtime.tensor(x)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def _batch_axis_model():
+    """Conv then Relu on x of shape [batch, 4, 8, 8]: a batch axis left dynamic, as
+    ``torch.onnx.export`` writes one with ``dynamic_axes``."""
+    from tests.bad_inputs import dynamic_model
+    return dynamic_model()
+
+
+def test_input_shape_sets_a_dynamic_batch_axis_and_the_run_matches_onnxruntime(tmp_path,
+                                                                               capsys):
+    model = tmp_path / "dyn.onnx"
+    onnx.save(_batch_axis_model(), model)
+    code = main(["optimize", str(model), "--out", str(tmp_path / "out"), "--cost", "analytic",
+                 "--trials", "0", "--time-limit", "20", "--records", str(tmp_path / "rec"),
+                 "--input-shape", "x:2,4,8,8"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["source"]["inputs"] == [{"name": "x", "shape": [2, 4, 8, 8],
+                                           "dtype": "float32"}]
+    assert report["max_abs_err_vs_onnxruntime"] < 1e-4
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "out" / "optimized.so")),
+                              tvm.cpu())
+    x = np.random.default_rng(0).standard_normal((2, 4, 8, 8)).astype(np.float32)
+    want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, words", [
+    (None, ["'batch'", "--input-shape x:1,4,8,8"]),
+    ("y:1,4,8,8", ["no input 'y'", "'x' [batch, 4, 8, 8]"]),
+    ("x:1,5,8,8", ["axis 1 is 4, not 5", "only dynamic dimensions"]),
+    ("x:1,4,8", ["rank 4", "rank 3"]),
+    ("x:1,4,8,b", ["whole numbers"]),
+    ("x:0,4,8,8", ["at least 1"]),
+])
+def test_input_shape_mistakes_are_one_line_errors(tmp_path, capsys, shape, words):
+    model = tmp_path / "dyn.onnx"
+    onnx.save(_batch_axis_model(), model)
+    argv = ["optimize", str(model), "--out", str(tmp_path / "out"), "--trials", "0"]
+    try:
+        code = main(argv + ([] if shape is None else ["--input-shape", shape]))
+    except SystemExit as e:  # argparse's own usage error: the usage, then one error line
+        code = e.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "Traceback" not in err, err
+    line = err.splitlines()[-1]
+    assert line.startswith("tvm-pet optimize: error: "), err
+    assert all(w in line for w in words), line
+
+
+def test_input_shape_is_refused_for_a_pt2_file_and_needs_a_name_for_several_inputs(tmp_path,
+                                                                                    capsys):
+    (tmp_path / "m.pt2").write_bytes(b"")
+    assert main(["optimize", str(tmp_path / "m.pt2"), "--out", str(tmp_path / "o"),
+                 "--input-shape", "1,4"]) == 2
+    assert "for an ONNX model only" in capsys.readouterr().err
+    from onnx import TensorProto, helper
+
+    from tvm_pet.errors import ModelError
+    from tvm_pet.relax.frontends import set_input_shapes
+    a, b = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4]) for n in "ab")
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    two = helper.make_model(helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])],
+                                              "g", [a, b], [y]))
+    with pytest.raises(ModelError, match="has 2 inputs .'a' \\[n, 4\\], 'b' \\[n, 4\\].: name"):
+        set_input_shapes(two, {None: (1, 4)})
+    fixed = set_input_shapes(two, {"a": (3, 4), "b": (3, 4)})
+    assert [[d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in fixed.graph.input] \
+        == [[3, 4], [3, 4]]
+    assert two.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "n"  # a copy

@@ -611,7 +611,7 @@ def test_onnx_pad_stays_an_opaque_call_tir():
     mod = from_onnx(model)
     lifted = check_round_trip(mod, [rand((1, 3, 6, 6))])
     assert [n.attrs.get("kind", n.op.value) for n in lifted.program.nodes] == [
-        "relax.call_tir", "Conv"]
+        "relax.call_tir(pad)", "Conv"]
 
 
 #: Long runs are skipped unless selected with ``-m slow`` (pytest evaluates the string).

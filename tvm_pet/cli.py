@@ -30,7 +30,9 @@
 
 ``optimize``, ``tune`` and ``explore`` take an ONNX file (any opset TVM's ``from_onnx``
 imports) or a ``.pt2`` file saved with ``torch.export.save`` (``pip install tvm-pet[torch]``),
-imported by TVM's own frontend; ``verify`` reads ONNX with tvm_pet's importer.
+imported by TVM's own frontend; ``verify`` reads ONNX with tvm_pet's importer. An ONNX input
+with dynamic dimensions (a batch axis exported as ``"batch"``) is given its shape with
+``--input-shape NAME:D0,D1,...``.
 """
 from __future__ import annotations
 
@@ -117,6 +119,11 @@ def _driver_options(args: argparse.Namespace):
         raise PetError(f"--second-look-kernels {args.second_look_kernels}: at least 0")
     if getattr(args, "screen_trials", None) is not None and args.screen_trials < 1:
         raise PetError(f"--screen-trials {args.screen_trials}: at least 1")
+    shapes = getattr(args, "input_shape", [])
+    named = [name for name, _ in shapes]
+    if len(set(named)) < len(named):
+        raise PetError("--input-shape: one shape per input (an input is named twice, or two "
+                       "shapes are given without a name)")
     trials = getattr(args, "trials", 0)
     return DriverOptions(target=getattr(args, "target", "llvm"), trials=trials or 0,
                          untuned_trials=DEFAULT_UNTUNED_TRIALS if trials is None else 0,
@@ -139,7 +146,7 @@ def _driver_options(args: argparse.Namespace):
                          tvm_rewrites=not args.no_tvm_rewrites,
                          layout=getattr(args, "layout", "NCHW"),
                          fast_math=getattr(args, "fast_math", False),
-                         progress=_progress(args))
+                         input_shapes=tuple(shapes), progress=_progress(args))
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -476,8 +483,37 @@ def _add_explore(sub) -> None:
     x.add_argument("--max-list", type=int, default=10, help="mutants listed per subprogram")
     x.add_argument("--no-tvm-rewrites", action="store_true",
                    help="explore the model as TVM imports it, without TVM's graph rewrites")
+    _input_shape_flag(x)
     _progress_flags(x)
     x.set_defaults(func=_cmd_explore)
+
+
+def _input_shape_flag(o) -> None:
+    o.add_argument("--input-shape", action="append", type=parse_input_shape, default=[],
+                   metavar="NAME:D0,D1,...",
+                   help="the shape of an ONNX input with dynamic dimensions (a batch axis, "
+                        "a sequence length), e.g. input:1,3,224,224; once per such input; "
+                        "without NAME: the model's only input")
+
+
+def parse_input_shape(text: str) -> tuple:
+    """``--input-shape``'s ``NAME:D0,D1,...`` as ``(NAME, (D0, D1, ...))``; NAME is None when
+    left out, and may hold colons itself (``input_1:0:1,3``: the last colon separates).
+
+    >>> parse_input_shape("x:[1, 3, 224, 224]")
+    ('x', (1, 3, 224, 224))
+    >>> parse_input_shape("2,4")
+    (None, (2, 4))
+    """
+    name, _, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(d) for d in dims.strip().strip("[]").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give NAME:D0,D1,... with whole numbers, e.g. input:1,3,224,224") from None
+    if any(d < 1 for d in shape):
+        raise argparse.ArgumentTypeError(f"{text!r}: every dimension must be at least 1")
+    return (name or None), shape
 
 
 def _add_budget_options(o) -> None:
@@ -552,6 +588,7 @@ def _add_optimize_and_tune(sub) -> None:
                             "minute of the budget when that is more; the timing takes at most "
                             "a quarter)")
         _lowering_flags(o)
+        _input_shape_flag(o)
         _progress_flags(o)
         o.add_argument("--records", help="tuning records folder (default tuning_logs/<target>)")
         o.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")

@@ -87,7 +87,7 @@ class LoadedModel:
 
 
 def load(model, *, rewrites: bool = True, layout: str = "NCHW",
-         fast_math: bool = False) -> LoadedModel:
+         fast_math: bool = False, input_shapes: dict | None = None) -> LoadedModel:
     """Load a model for the stages.
 
     Args:
@@ -101,6 +101,8 @@ def load(model, *, rewrites: bool = True, layout: str = "NCHW",
             imported) or "NHWC". A Program is lowered by the toolchain on its own: "NCHW" only.
         fast_math: lower every program with TVM's ``FastMathTransform``
             (:func:`tvm_pet.relax.rewrites.fast_math`); not for a Program.
+        input_shapes: an ONNX model's input shapes by name, for its dynamic dimensions
+            (:func:`tvm_pet.relax.frontends.set_input_shapes`); for an ONNX model only.
 
     Returns:
         The :class:`LoadedModel`.
@@ -119,9 +121,12 @@ def load(model, *, rewrites: bool = True, layout: str = "NCHW",
         if fast_math:
             raise PetError("fast math is for a model imported through TVM (an ONNX file, a "
                            ".pt2 file or a Relax module), not a tvm_pet Program")
+        if input_shapes:
+            raise PetError("input shapes are set for an ONNX model, not a tvm_pet Program")
         return LoadedModel.from_program(model)
     from tvm_pet.pipeline.tvm_backend import load_with_tvm
-    return load_with_tvm(model, rewrites=rewrites, layout=layout, fast_math=fast_math)
+    return load_with_tvm(model, rewrites=rewrites, layout=layout, fast_math=fast_math,
+                         input_shapes=input_shapes)
 
 
 def describe(model) -> str:

@@ -161,7 +161,7 @@ def load_model(model, options: DriverOptions = DriverOptions(),
     TVM's rewrites unless ``options.tvm_rewrites`` is off (:func:`~tvm_pet.pipeline.load.load`)."""
     with progress.step(f"importing {describe(model)} through TVM's frontend"):
         loaded = load(model, rewrites=options.tvm_rewrites, layout=options.layout,
-                      fast_math=options.fast_math)
+                      fast_math=options.fast_math, input_shapes=dict(options.input_shapes))
     progress.note(f"lifted {len(loaded.program.nodes)} operators "
                   f"({sum(n.op.value == 'Opaque' for n in loaded.program.nodes)} left opaque)")
     return loaded

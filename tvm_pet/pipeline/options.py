@@ -123,6 +123,9 @@ class DriverOptions:
             alike (fast ``erf``, ``exp``, ``tanh`` and ``softmax``; their kernels are other
             workloads, with records of their own).
         progress: print a progress line for each long step on stderr.
+        input_shapes: the shapes of an ONNX model's inputs with dynamic dimensions, as
+            ``(name, dims)`` pairs (name None: the model's only input);
+            :func:`~tvm_pet.relax.frontends.set_input_shapes`.
         budget_tuned: set by :func:`~tvm_pet.pipeline.tune.tune_model` after a whole-model
             ``budget``: the original's kernels (workloads) it tuned, which a mutant's tuning
             then leaves as the budget left them.
@@ -159,6 +162,7 @@ class DriverOptions:
     layout: str = "NCHW"
     fast_math: bool = False
     progress: bool = False
+    input_shapes: tuple = ()
     budget_tuned: frozenset = frozenset()
 
     def search_limit(self, search_limit: float | None, elapsed_s: float = 0.0) -> float | None:

@@ -298,7 +298,7 @@ def _export_library(executable: relax.VMExecutable, path: str) -> None:
 
 
 def load_with_tvm(model, *, rewrites: bool = True, layout: str = "NCHW",
-                  fast_math: bool = False) -> LoadedModel:
+                  fast_math: bool = False, input_shapes: dict | None = None) -> LoadedModel:
     """A model imported with TVM's frontend, rewritten, and lifted
     (:func:`tvm_pet.relax.frontends.import_model`; :func:`tvm_pet.pipeline.load.load` calls it).
 
@@ -307,13 +307,15 @@ def load_with_tvm(model, *, rewrites: bool = True, layout: str = "NCHW",
         rewrites: run TVM's graph rewrites first.
         layout: the convolutions' layout every program is lowered into, the original's too.
         fast_math: lower every program with TVM's ``FastMathTransform``, the original's too.
+        input_shapes: an ONNX model's input shapes by name, for its dynamic dimensions.
 
     Returns:
         The :class:`~tvm_pet.pipeline.load.LoadedModel`; its ``lower`` emits a program into the
         imported module.
     """
     start = time.perf_counter()
-    imported = import_model(model, rewrites=rewrites, layout=layout, fast_math=fast_math)
+    imported = import_model(model, rewrites=rewrites, layout=layout, fast_math=fast_math,
+                            input_shapes=input_shapes)
     source = "the ONNX model" if hasattr(model, "SerializeToString") else str(model)
     if isinstance(model, tvm.IRModule):
         source = "a Relax module"

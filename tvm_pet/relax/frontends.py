@@ -163,7 +163,7 @@ class ModuleLowering:
 
 
 def import_model(model, *, rewrites: bool = True, layout: str = "NCHW",
-                 fast_math: bool = False) -> Imported:
+                 fast_math: bool = False, input_shapes: dict | None = None) -> Imported:
     """Import a model with TVM's frontend, run TVM's rewrites, and lift its ``main``.
 
     Args:
@@ -175,6 +175,8 @@ def import_model(model, *, rewrites: bool = True, layout: str = "NCHW",
             :class:`ModuleLowering` converts what it lowers.
         fast_math: lower every program with TVM's ``FastMathTransform`` (fast ``erf``, ``exp``,
             ``tanh`` and ``softmax``), the original's too.
+        input_shapes: the shapes of an ONNX model's inputs with dynamic dimensions, by input
+            name (the key None: the model's only input); see :func:`set_input_shapes`.
 
     Returns:
         The :class:`Imported` model.
@@ -185,7 +187,7 @@ def import_model(model, *, rewrites: bool = True, layout: str = "NCHW",
     """
     if layout not in LAYOUTS:
         raise PetError(f"layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
-    module, kind, onnx_model = _read(model)
+    module, kind, onnx_model = _read(model, input_shapes)
     if rewrites:
         module = _run(tvm_rewrites, module, "TVM's graph rewrites")
     if "main" not in [gv.name_hint for gv in module.functions]:
@@ -213,19 +215,104 @@ def _non_float_inputs(func: relax.Function, error: PetError) -> ModelError | Non
                       f"computes nothing in float32 ({error})")
 
 
-def _read(model) -> tuple[tvm.IRModule, str, object | None]:
-    """The model as TVM imports it: (module, kind, ONNX model or None)."""
+def _read(model, input_shapes: dict | None = None) -> tuple[tvm.IRModule, str, object | None]:
+    """The model as TVM imports it: (module, kind, ONNX model or None), the ONNX model's
+    dynamic input dimensions set from ``input_shapes`` first (:func:`set_input_shapes`)."""
+    is_onnx = hasattr(model, "SerializeToString") or not isinstance(model, tvm.IRModule) \
+        and pathlib.Path(os.fspath(model)).suffix != ".pt2"
+    if input_shapes and not is_onnx:
+        raise ModelError(f"{_name(model)}: input shapes can be set for an ONNX model only; a "
+                         f"torch.export program or a Relax module has the shapes it was made with")
     if isinstance(model, tvm.IRModule):
         return model, "relax", None
     if hasattr(model, "SerializeToString"):
-        return _from_onnx(model, "the ONNX model"), "onnx", model
+        onnx_model = set_input_shapes(model, input_shapes or {}, "the ONNX model")
+        return _from_onnx(onnx_model, "the ONNX model"), "onnx", onnx_model
     path = pathlib.Path(os.fspath(model))
     if not path.is_file():
         raise ModelError(f"{path}: no such file")
     if path.suffix == ".pt2":
         return _from_pt2(path), "torch.export", None
-    onnx_model = _load_onnx(path)
+    onnx_model = set_input_shapes(_load_onnx(path), input_shapes or {}, str(path))
     return _from_onnx(onnx_model, str(path)), "onnx", onnx_model
+
+
+def set_input_shapes(onnx_model, shapes: dict, name: str = "the ONNX model"):
+    """``onnx_model`` with the dynamic dimensions of some of its inputs set (a copy; the model
+    itself when ``shapes`` is empty), as ``tvm-pet``'s ``--input-shape`` sets them.
+
+    Args:
+        onnx_model: an ONNX ``ModelProto``.
+        shapes: the whole shape of each input to set, by input name; the key None stands for the
+            model's only input. A dimension the model fixes must be given as it is.
+        name: the model in words, for errors.
+
+    Returns:
+        The ``ModelProto`` with those inputs' shapes static.
+
+    Raises:
+        ModelError: a name that is no input of the model, None for a model with several inputs,
+            a shape of another rank, or one that changes a static dimension.
+
+    >>> import onnx
+    >>> from onnx import TensorProto, helper
+    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    >>> m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])],
+    ...                                        "g", [x], [y]))
+    >>> fixed = set_input_shapes(m, {None: (2, 4)})
+    >>> [d.dim_value for d in fixed.graph.input[0].type.tensor_type.shape.dim]
+    [2, 4]
+    """
+    if not shapes:
+        return onnx_model
+    initializers = {t.name for t in onnx_model.graph.initializer}
+    inputs = {vi.name: vi for vi in onnx_model.graph.input if vi.name not in initializers}
+    if None in shapes and len(inputs) != 1:
+        raise ModelError(f"{name} has {len(inputs)} inputs ({_listed(inputs)}): name the one "
+                         f"each shape is for, as NAME:D0,D1,...")
+    fixed = type(onnx_model)()
+    fixed.CopyFrom(onnx_model)
+    by_name = {vi.name: vi for vi in fixed.graph.input}
+    for key, dims in shapes.items():
+        key = next(iter(inputs)) if key is None else key
+        if key not in inputs:
+            raise ModelError(f"{name} has no input {key!r}; its inputs: {_listed(inputs)}")
+        _set_dims(by_name[key], tuple(dims), name)
+    return fixed
+
+
+def _set_dims(vi, dims: tuple, name: str) -> None:
+    """Set the dimensions of the graph input ``vi`` to ``dims`` (checked: same rank, static
+    dimensions unchanged, every one positive)."""
+    dim = vi.type.tensor_type.shape.dim
+    have = _dims_text(vi)
+    if vi.type.tensor_type.HasField("shape") and len(dim) != len(dims):
+        raise ModelError(f"{name}: input {vi.name!r} has rank {len(dim)} ({have}); "
+                         f"{list(dims)} has rank {len(dims)}")
+    for axis, (d, value) in enumerate(zip(dim, dims)):
+        if d.HasField("dim_value") and d.dim_value != value:
+            raise ModelError(f"{name}: input {vi.name!r} is {have}, and its axis {axis} is "
+                             f"{d.dim_value}, not {value}: only dynamic dimensions can be set")
+    if any(v < 1 for v in dims):
+        raise ModelError(f"{name}: input {vi.name!r}: {list(dims)} has a dimension below 1")
+    shape = vi.type.tensor_type.shape
+    del shape.dim[:]
+    for value in dims:
+        shape.dim.add().dim_value = value
+
+
+def _dims_text(vi) -> str:
+    """An ONNX input's shape in words: ``[batch, 3, 224, 224]``."""
+    tensor = vi.type.tensor_type
+    if not tensor.HasField("shape"):
+        return "no shape"
+    return "[" + ", ".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                           for d in tensor.shape.dim) + "]"
+
+
+def _listed(inputs: dict) -> str:
+    return ", ".join(f"{n!r} {_dims_text(vi)}" for n, vi in inputs.items())
 
 
 def _load_onnx(path: pathlib.Path):
@@ -247,18 +334,23 @@ def _check_onnx_inputs(onnx_model, name: str) -> None:
             continue
         shape = vi.type.tensor_type.shape if vi.type.tensor_type.HasField("shape") else None
         if shape is None:
-            raise ModelError(f"{name}: input {vi.name!r} has no shape; tvm-pet optimize needs "
-                             f"static input shapes")
+            raise ModelError(f"{name}: input {vi.name!r} has no shape; tvm-pet needs static "
+                             f"input shapes: give them with --input-shape {vi.name}:D0,D1,...")
         for axis, d in enumerate(shape.dim):
             if not d.HasField("dim_value"):
                 label = repr(d.dim_param) if d.dim_param else "unknown"
                 raise ModelError(f"{name}: input {vi.name!r} has a dynamic dimension ({label}) at "
-                                 f"axis {axis}; tvm-pet optimize needs static input shapes: fix "
-                                 f"it, e.g. with onnx.tools.update_model_dims."
-                                 f"update_inputs_outputs_dims")
+                                 f"axis {axis}; tvm-pet needs static input shapes: give them "
+                                 f"with --input-shape, e.g. --input-shape "
+                                 f"{vi.name}:{_example_dims(shape)}")
             if d.dim_value < 1:
                 raise ModelError(f"{name}: input {vi.name!r} has a zero-size dimension at axis "
                                  f"{axis}; tvm-pet optimize needs positive static dimensions")
+
+
+def _example_dims(shape) -> str:
+    """A static example of an ONNX shape for an error message: each dynamic dimension 1."""
+    return ",".join(str(d.dim_value) if d.HasField("dim_value") else "1" for d in shape.dim)
 
 
 def _from_onnx(onnx_model, name: str) -> tvm.IRModule:
@@ -357,5 +449,7 @@ def _first_line(error: Exception) -> str:
 
 
 def _name(model) -> str:
+    if isinstance(model, tvm.IRModule):
+        return "the Relax module"
     return "the model" if hasattr(model, "SerializeToString") else str(model)
 

@@ -76,8 +76,13 @@ def const_ints(expr: relax.Expr) -> tuple[int, ...] | None:
 
 
 def call_kind(call: relax.Call) -> str:
+    """The kind of a call in words, for summaries and errors: the Relax operator's name (a
+    ``call_tir`` with its function's, numbers dropped: ``relax.call_tir(maximum)``), or the
+    function called."""
     op = call.op
     if isinstance(op, tvm.ir.Op):
+        if op.name == "relax.call_tir" and call.args and isinstance(call.args[0], tvm.ir.GlobalVar):
+            return f"relax.call_tir({call.args[0].name_hint.rstrip('0123456789_') or 'tir'})"
         return op.name
     if isinstance(op, tvm.ir.GlobalVar):
         return f"call {op.name_hint}"
