@@ -131,12 +131,13 @@ def onnx_model(nodes, inputs: dict, outputs: list[str], inits: dict, opset: int 
     return onnx.shape_inference.infer_shapes(model)
 
 
-def check_onnx(model: onnx.ModelProto):
-    """from_onnx -> from_relax: evaluate matches onnxruntime; the round trip matches TVM."""
+def check_onnx(model: onnx.ModelProto, rewrite=None):
+    """from_onnx [-> rewrite] -> from_relax: evaluate matches onnxruntime; the round trip matches
+    TVM."""
     feeds = {i.name: rand([d.dim_value for d in i.type.tensor_type.shape.dim], 3)
              for i in model.graph.input}
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
-    mod = from_onnx(model)
+    mod = from_onnx(model) if rewrite is None else rewrite(from_onnx(model))
     lifted = check_round_trip(mod, list(feeds.values()))
     got = evaluate(lifted.program, feeds, np.float32)
     for w, name in zip(want, lifted.program.outputs):
@@ -601,6 +602,49 @@ def test_onnx_nonlinear_operators_survive():
     kinds = [n.attrs["kind"] for n in lifted.program.nodes if n.op is Op.OPAQUE]
     assert kinds == ["MaxPool", "Relu", "Sigmoid", "Tanh", "Exp", "Erf", "LayerNormalization",
                      "Gelu", "Softmax"]
+
+
+def test_hard_swish_lifts_as_onnx_clip_that_evaluates_and_exports():
+    # MobileNetV3: TVM imports HardSwish and HardSigmoid with relax.clip, its bounds PrimValues
+    from tvm_pet.onnx import export_model
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"]),
+             helper.make_node("HardSigmoid", ["h"], ["out"], alpha=0.2, beta=0.5)]
+    model = onnx_model(nodes, {"x": (1, 3, 6, 6)}, ["out"], {"W": rand((4, 3, 3, 3), 1)},
+                       opset=14)
+    lifted = check_onnx(model)
+    kinds = [n.attrs["kind"] for n in lifted.program.nodes if n.op is Op.OPAQUE]
+    assert kinds and set(kinds) == {"Clip"}, kinds
+    x = rand((1, 3, 6, 6), 3)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    exported = export_model(lifted.program)
+    got = ort.InferenceSession(exported.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_take_at_constant_evenly_spaced_indices_is_a_slice_and_other_takes_stay_opaque():
+    # ViT's attention (torch.onnx): q, k and v are Gathers at 0, 1 and 2 of one projection
+    i64 = np.int64
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["qkv"]),
+             helper.make_node("Gather", ["qkv", "zero"], ["q"], axis=0),
+             helper.make_node("Gather", ["qkv", "two"], ["v"], axis=0),
+             helper.make_node("Gather", ["qkv", "odd"], ["odd_cols"], axis=2),
+             helper.make_node("Add", ["q", "v"], ["qv"]),
+             helper.make_node("MatMul", ["odd_cols", "W2"], ["out2"])]
+    inits = {"W": rand((8, 8), 1), "zero": np.array(0, i64), "two": np.array(2, i64),
+             "odd": np.array([1, 3, 5, 7], i64), "W2": rand((4, 6), 2)}
+    model = onnx_model(nodes, {"x": (3, 5, 8)}, ["qv", "out2"], inits)
+    # TVM's import checks each index's sign at run time; FoldConstant (one of TVM's rewrites
+    # optimize runs) leaves the constant indices
+    lifted = check_onnx(model, relax.transform.FoldConstant())
+    ops = [n.attrs.get("kind", n.op.value) for n in lifted.program.nodes]
+    assert ops.count("Slice") == 3 and "relax.take" not in ops, ops
+    assert "Reshape" in ops  # the scalar index's axis dropped
+    backwards = onnx_model([helper.make_node("Gather", ["x", "back"], ["y"], axis=2)],
+                           {"x": (3, 5, 8)}, ["y"], {"back": np.array([2, 0], i64)})
+    mod = relax.transform.FoldConstant()(from_onnx(backwards))
+    lifted = check_round_trip(mod, [rand((3, 5, 8))])
+    assert [n.attrs.get("kind") for n in lifted.program.nodes] == ["relax.take"]
 
 
 def test_onnx_pad_stays_an_opaque_call_tir():

@@ -154,6 +154,31 @@ def _layernorm(params, args: Arrays) -> np.ndarray:
 
 
 #: Float implementations of the non-linear operators tvm_pet can run (by ``kind``).
+def _onnx_operands(params, args: Arrays) -> list:
+    """An opaque node's ONNX inputs in order: its tensors, and the constants its params keep
+    (``params["onnx_inputs"]``, :data:`tvm_pet.onnx.importer.ONNX_INPUTS`); None where absent."""
+    layout = dict(params).get("onnx_inputs")
+    if layout is None:
+        return list(args)
+    tensors, operands = iter(args), []
+    for entry in layout:
+        if entry[0] == "tensor":
+            operands.append(next(tensors))
+        elif entry[0] == "absent":
+            operands.append(None)
+        else:
+            _, dtype, shape, values = entry
+            operands.append(np.array(values, dtype=dtype).reshape(shape))
+    return operands
+
+
+def _clip(params, args: Arrays) -> np.ndarray:
+    """ONNX Clip: the bounds (inputs 1 and 2, either absent) applied as max, then min."""
+    x, low, high = (_onnx_operands(params, args) + [None, None])[:3]
+    x = x if low is None else np.maximum(x, low.astype(x.dtype))
+    return x if high is None else np.minimum(x, high.astype(x.dtype))
+
+
 OPAQUE_FLOAT: dict[str, Callable[[Attrs, Arrays], np.ndarray]] = {
     "Relu": lambda p, a: np.maximum(a[0], 0),
     "Sigmoid": lambda p, a: 1 / (1 + np.exp(-a[0])),
@@ -161,6 +186,7 @@ OPAQUE_FLOAT: dict[str, Callable[[Attrs, Arrays], np.ndarray]] = {
     "Erf": lambda p, a: _erf(a[0]),
     "Exp": lambda p, a: np.exp(a[0]),
     "Identity": lambda p, a: a[0],
+    "Clip": _clip,
     "Softmax": lambda p, a: _softmax(a[0], p.get("axis", -1)),
     "MaxPool": _maxpool,
     "LayerNormalization": _layernorm,

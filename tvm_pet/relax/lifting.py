@@ -26,6 +26,7 @@ from tvm import relax
 
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator
 from tvm_pet.ir.builder import ProgramBuilder
+from tvm_pet.onnx.importer import ONNX_INPUTS
 from tvm_pet.ir.node import Node, Shape
 from tvm_pet.ir.ops import Op
 from tvm_pet.ops.float_eval import maxpool_ceil_pads
@@ -294,7 +295,9 @@ class _Lifter:
     def _recognised(self, var: relax.Var, call: relax.Call) -> Value | None:
         """The lifted value of a call that a rule maps, or None (then it stays opaque)."""
         rule = LIFT_RULES.get(call.op.name) if isinstance(call.op, tvm.ir.Op) else None
-        if rule is None or not is_f32(var) or not all(is_f32(a) for a in call.args):
+        indices = INDEX_OPERANDS.get(call.op.name, ()) if rule is not None else ()
+        if rule is None or not is_f32(var) or not all(
+                is_f32(a) for k, a in enumerate(call.args) if k not in indices):
             return None
         emitted = len(self.b.nodes)
         result = rule(self, call, var)
@@ -527,6 +530,35 @@ def _strided_slice(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | N
                                      "sizes": tuple(sizes)}, var.name)
 
 
+def _take(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    """take at constant indices in range and evenly spaced upwards (a scalar, or ``[i, i + s,
+    ...]`` with ``s >= 1``): a strided SLICE along the axis, then for a scalar index a RESHAPE
+    dropping it (ViT's query, key and value picked out of one projection by index)."""
+    x, indices = lift.arg(call, 0), call.args[1]
+    if call.attrs.axis is None or not isinstance(indices, tvm.ir.expr.Constant):
+        return None
+    index = indices.value.numpy()
+    flat = index.ravel().astype(np.int64)
+    shape = lift.shape(x)
+    axis = int(call.attrs.axis) % len(shape)
+    if index.dtype.kind not in "iu" or index.ndim > 1 or not flat.size \
+            or flat.min() < 0 or flat.max() >= shape[axis]:
+        return None  # out of range: TVM's modes (fast, clip, wrap) differ there
+    step = int(flat[1] - flat[0]) if flat.size > 1 else 1
+    if step < 1 or np.any(np.diff(flat) != step):
+        return None
+    out_shape = static_shape(var.ty, var.name)
+    if isinstance(x, _Const):
+        return lift.constant(np.take(x.array, index, axis=axis))
+    starts, steps, sizes = [0] * len(shape), [1] * len(shape), list(shape)
+    starts[axis], steps[axis], sizes[axis] = int(flat[0]), step, int(flat.size)
+    sliced = lift.emit(Op.SLICE, [x], {"starts": tuple(starts), "steps": tuple(steps),
+                                       "sizes": tuple(sizes)},
+                       var.name if index.ndim else f"{var.name}_slice")
+    return sliced if index.ndim else lift.emit(Op.RESHAPE, [sliced], {"shape": out_shape},
+                                               var.name)
+
+
 def _pad(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     a = call.attrs
     width = ints(a.pad_width)
@@ -607,6 +639,10 @@ def _batch_norm(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None
     return (out, mean, variance)
 
 
+#: Operands that are integer indices, by Relax operator (every other operand of a recognised
+#: call must be float32).
+INDEX_OPERANDS: dict[str, tuple[int, ...]] = {"relax.take": (1,)}
+
 #: How each recognised Relax operator becomes tvm_pet ops. A rule returns None when an attribute
 #: is outside what tvm_pet expresses; the call then stays opaque.
 LIFT_RULES: dict[str, LiftRule] = {
@@ -627,6 +663,7 @@ LIFT_RULES: dict[str, LiftRule] = {
     "relax.concat": _concat,
     "relax.split": _split,
     "relax.strided_slice": _strided_slice,
+    "relax.take": _take,
     "relax.nn.pad": _pad,
     "relax.nn.avg_pool1d": _avg_pool,
     "relax.nn.avg_pool2d": _avg_pool,
@@ -667,11 +704,25 @@ def _layernorm_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
     return {"axis": axes[0], "epsilon": float(a.epsilon)}
 
 
+def _clip_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
+    """relax.clip's bounds (PrimValues) as ONNX Clip's constant inputs (MobileNetV3's
+    hard-swish and hard-sigmoid)."""
+    bounds = []
+    for arg in call.args[1:3]:  # FloatImm (or IntImm) in TVM 0.27
+        value = getattr(arg, "value", None) if type(arg).__name__ in ("FloatImm", "IntImm") \
+            else None
+        if not isinstance(value, (int, float)):
+            return None
+        bounds.append(("const", "float32", (), (float(value),)))
+    return {ONNX_INPUTS: (("tensor",), *bounds)}
+
+
 #: Relax operators lifted as OPAQUE nodes of an ONNX kind that tvm_pet's float evaluation knows
 #: (see :data:`tvm_pet.ops.float_eval.OPAQUE_FLOAT`): ``(kind, params(call, input shapes))``;
 #: params None keeps the Relax name as the kind.
 EVALUABLE_OPAQUE: dict[str, tuple[str, Callable[[relax.Call, list[Shape]], dict | None]]] = {
     "relax.nn.relu": ("Relu", lambda c, s: {}),
+    "relax.clip": ("Clip", _clip_params),
     "relax.sigmoid": ("Sigmoid", lambda c, s: {}),
     "relax.tanh": ("Tanh", lambda c, s: {}),
     "relax.exp": ("Exp", lambda c, s: {}),
