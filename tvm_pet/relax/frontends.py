@@ -31,6 +31,7 @@ import os
 import pathlib
 import warnings
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -356,8 +357,49 @@ def _example_dims(shape) -> str:
 def _from_onnx(onnx_model, name: str) -> tvm.IRModule:
     from tvm.relax.frontend.onnx import from_onnx
     _check_onnx_inputs(onnx_model, name)
-    return _run(lambda m: from_onnx(m, keep_params_in_input=False), onnx_model,
+    return _run(lambda m: from_onnx(m, keep_params_in_input=False), mend_onnx_model(onnx_model),
                 f"TVM's ONNX frontend on {name}")
+
+
+def mend_onnx_model(onnx_model):
+    """``onnx_model`` with what TVM 0.27's ``from_onnx`` reads wrongly mended (a copy; the model
+    itself when nothing needs it); ``tvm-pet`` imports every ONNX model through it, and
+    onnxruntime's reference outputs come from the model as given.
+
+    - A ``ConstantOfShape`` of a constant empty shape (a scalar: ``torch.onnx.export`` writes one
+      for transformers' BERT attention mask) becomes a ``Constant`` of that scalar. TVM
+      broadcasts the one-element value to a 0-d shape and fails (``broadcast_to expects the input
+      shape to have the number of ndim at least as the input tensor's``).
+
+    >>> import onnx
+    >>> from onnx import TensorProto, helper, numpy_helper
+    >>> value = numpy_helper.from_array(np.array([7], np.int64))
+    >>> g = helper.make_graph(
+    ...     [helper.make_node("ConstantOfShape", ["empty"], ["s"], value=value)], "g", [],
+    ...     [helper.make_tensor_value_info("s", TensorProto.INT64, [])],
+    ...     [numpy_helper.from_array(np.zeros(0, np.int64), "empty")])
+    >>> [(n.op_type, n.output[0]) for n in mend_onnx_model(helper.make_model(g)).graph.node]
+    [('Constant', 's')]
+    """
+    from onnx import helper, numpy_helper
+    graph = onnx_model.graph
+    empty = {t.name for t in graph.initializer if len(t.dims) == 1 and t.dims[0] == 0}
+    empty |= {n.output[0] for n in graph.node if n.op_type == "Constant"
+              and any(a.name == "value" and list(a.t.dims) == [0] for a in n.attribute)}
+    scalars = [k for k, n in enumerate(graph.node)
+               if n.op_type == "ConstantOfShape" and n.input and n.input[0] in empty]
+    if not scalars:
+        return onnx_model
+    mended = type(onnx_model)()
+    mended.CopyFrom(onnx_model)
+    for k in scalars:
+        node = mended.graph.node[k]
+        value = next((numpy_helper.to_array(a.t) for a in node.attribute if a.name == "value"),
+                     np.zeros(1, np.float32))  # ONNX's default: a float32 0
+        scalar = numpy_helper.from_array(np.asarray(value.reshape(-1)[0], dtype=value.dtype))
+        mended.graph.node[k].CopyFrom(helper.make_node("Constant", [], list(node.output),
+                                                       name=node.name, value=scalar))
+    return mended
 
 
 def _from_pt2(path: pathlib.Path) -> tvm.IRModule:
