@@ -31,13 +31,14 @@ import os
 import pathlib
 import warnings
 
-import numpy as np
 import tvm
 from tvm import relax
 
 from tvm_pet.errors import ModelError, PetError
 from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import Lifted, from_relax, region_to_module, to_relax
+from tvm_pet.relax.onnx_prepare import (fold_shape_computations, mend_onnx_model,
+                                        set_input_shapes)
 from tvm_pet.relax.rewrites import LAYOUTS, REWRITES, convert_layout, fast_math, tvm_rewrites
 
 #: The TVM frontend used for each kind of model, in words for the report.
@@ -227,93 +228,22 @@ def _read(model, input_shapes: dict | None = None) -> tuple[tvm.IRModule, str, o
     if isinstance(model, tvm.IRModule):
         return model, "relax", None
     if hasattr(model, "SerializeToString"):
-        onnx_model = set_input_shapes(model, input_shapes or {}, "the ONNX model")
-        return _from_onnx(onnx_model, "the ONNX model"), "onnx", onnx_model
+        return _from_onnx_with_shapes(model, input_shapes, "the ONNX model")
     path = pathlib.Path(os.fspath(model))
     if not path.is_file():
         raise ModelError(f"{path}: no such file")
     if path.suffix == ".pt2":
         return _from_pt2(path), "torch.export", None
-    onnx_model = set_input_shapes(_load_onnx(path), input_shapes or {}, str(path))
-    return _from_onnx(onnx_model, str(path)), "onnx", onnx_model
+    return _from_onnx_with_shapes(_load_onnx(path), input_shapes, str(path))
 
 
-def set_input_shapes(onnx_model, shapes: dict, name: str = "the ONNX model"):
-    """``onnx_model`` with the dynamic dimensions of some of its inputs set (a copy; the model
-    itself when ``shapes`` is empty), as ``tvm-pet``'s ``--input-shape`` sets them.
-
-    Args:
-        onnx_model: an ONNX ``ModelProto``.
-        shapes: the whole shape of each input to set, by input name; the key None stands for the
-            model's only input. A dimension the model fixes must be given as it is.
-        name: the model in words, for errors.
-
-    Returns:
-        The ``ModelProto`` with those inputs' shapes static.
-
-    Raises:
-        ModelError: a name that is no input of the model, None for a model with several inputs,
-            a shape of another rank, or one that changes a static dimension.
-
-    >>> import onnx
-    >>> from onnx import TensorProto, helper
-    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
-    >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
-    >>> m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])],
-    ...                                        "g", [x], [y]))
-    >>> fixed = set_input_shapes(m, {None: (2, 4)})
-    >>> [d.dim_value for d in fixed.graph.input[0].type.tensor_type.shape.dim]
-    [2, 4]
-    """
-    if not shapes:
-        return onnx_model
-    initializers = {t.name for t in onnx_model.graph.initializer}
-    inputs = {vi.name: vi for vi in onnx_model.graph.input if vi.name not in initializers}
-    if None in shapes and len(inputs) != 1:
-        raise ModelError(f"{name} has {len(inputs)} inputs ({_listed(inputs)}): name the one "
-                         f"each shape is for, as NAME:D0,D1,...")
-    fixed = type(onnx_model)()
-    fixed.CopyFrom(onnx_model)
-    by_name = {vi.name: vi for vi in fixed.graph.input}
-    for key, dims in shapes.items():
-        key = next(iter(inputs)) if key is None else key
-        if key not in inputs:
-            raise ModelError(f"{name} has no input {key!r}; its inputs: {_listed(inputs)}")
-        _set_dims(by_name[key], tuple(dims), name)
-    return fixed
-
-
-def _set_dims(vi, dims: tuple, name: str) -> None:
-    """Set the dimensions of the graph input ``vi`` to ``dims`` (checked: same rank, static
-    dimensions unchanged, every one positive)."""
-    dim = vi.type.tensor_type.shape.dim
-    have = _dims_text(vi)
-    if vi.type.tensor_type.HasField("shape") and len(dim) != len(dims):
-        raise ModelError(f"{name}: input {vi.name!r} has rank {len(dim)} ({have}); "
-                         f"{list(dims)} has rank {len(dims)}")
-    for axis, (d, value) in enumerate(zip(dim, dims)):
-        if d.HasField("dim_value") and d.dim_value != value:
-            raise ModelError(f"{name}: input {vi.name!r} is {have}, and its axis {axis} is "
-                             f"{d.dim_value}, not {value}: only dynamic dimensions can be set")
-    if any(v < 1 for v in dims):
-        raise ModelError(f"{name}: input {vi.name!r}: {list(dims)} has a dimension below 1")
-    shape = vi.type.tensor_type.shape
-    del shape.dim[:]
-    for value in dims:
-        shape.dim.add().dim_value = value
-
-
-def _dims_text(vi) -> str:
-    """An ONNX input's shape in words: ``[batch, 3, 224, 224]``."""
-    tensor = vi.type.tensor_type
-    if not tensor.HasField("shape"):
-        return "no shape"
-    return "[" + ", ".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
-                           for d in tensor.shape.dim) + "]"
-
-
-def _listed(inputs: dict) -> str:
-    return ", ".join(f"{n!r} {_dims_text(vi)}" for n, vi in inputs.items())
+def _from_onnx_with_shapes(onnx_model, input_shapes: dict | None, name: str):
+    """(module, "onnx", the ONNX model with its input shapes set): where shapes were set, the
+    shape arithmetic of its dynamic dimensions is folded for TVM first
+    (:func:`~tvm_pet.relax.onnx_prepare.fold_shape_computations`)."""
+    fixed = set_input_shapes(onnx_model, input_shapes or {}, name)
+    folded = fixed if fixed is onnx_model else fold_shape_computations(fixed)
+    return _from_onnx(folded, name), "onnx", fixed
 
 
 def _load_onnx(path: pathlib.Path):
@@ -328,8 +258,10 @@ def _load_onnx(path: pathlib.Path):
 
 def _check_onnx_inputs(onnx_model, name: str) -> None:
     """Refuse graph inputs without static positive dimensions (TVM would make them symbolic,
-    and a symbolic shape cannot be timed or searched)."""
+    and a symbolic shape cannot be timed or searched); the error names every input with dynamic
+    dimensions and the ``--input-shape`` flags that would set them."""
     initializers = {t.name for t in onnx_model.graph.initializer}
+    dynamic = []
     for vi in onnx_model.graph.input:
         if vi.name in initializers or not vi.type.HasField("tensor_type"):
             continue
@@ -338,15 +270,19 @@ def _check_onnx_inputs(onnx_model, name: str) -> None:
             raise ModelError(f"{name}: input {vi.name!r} has no shape; tvm-pet needs static "
                              f"input shapes: give them with --input-shape {vi.name}:D0,D1,...")
         for axis, d in enumerate(shape.dim):
-            if not d.HasField("dim_value"):
-                label = repr(d.dim_param) if d.dim_param else "unknown"
-                raise ModelError(f"{name}: input {vi.name!r} has a dynamic dimension ({label}) at "
-                                 f"axis {axis}; tvm-pet needs static input shapes: give them "
-                                 f"with --input-shape, e.g. --input-shape "
-                                 f"{vi.name}:{_example_dims(shape)}")
-            if d.dim_value < 1:
+            if d.HasField("dim_value") and d.dim_value < 1:
                 raise ModelError(f"{name}: input {vi.name!r} has a zero-size dimension at axis "
                                  f"{axis}; tvm-pet optimize needs positive static dimensions")
+        labels = [repr(d.dim_param) if d.dim_param else "unknown" for d in shape.dim
+                  if not d.HasField("dim_value")]
+        if labels:
+            dynamic.append((vi.name, shape, labels))
+    if dynamic:
+        which = "; ".join(f"input {n!r} has dynamic dimension(s) {', '.join(labels)}"
+                          for n, _, labels in dynamic)
+        flags = " ".join(f"--input-shape {n}:{_example_dims(shape)}" for n, shape, _ in dynamic)
+        raise ModelError(f"{name}: {which}; tvm-pet needs static input shapes: give them with "
+                         f"--input-shape, e.g. {flags} (each dynamic dimension 1 here)")
 
 
 def _example_dims(shape) -> str:
@@ -359,47 +295,6 @@ def _from_onnx(onnx_model, name: str) -> tvm.IRModule:
     _check_onnx_inputs(onnx_model, name)
     return _run(lambda m: from_onnx(m, keep_params_in_input=False), mend_onnx_model(onnx_model),
                 f"TVM's ONNX frontend on {name}")
-
-
-def mend_onnx_model(onnx_model):
-    """``onnx_model`` with what TVM 0.27's ``from_onnx`` reads wrongly mended (a copy; the model
-    itself when nothing needs it); ``tvm-pet`` imports every ONNX model through it, and
-    onnxruntime's reference outputs come from the model as given.
-
-    - A ``ConstantOfShape`` of a constant empty shape (a scalar: ``torch.onnx.export`` writes one
-      for transformers' BERT attention mask) becomes a ``Constant`` of that scalar. TVM
-      broadcasts the one-element value to a 0-d shape and fails (``broadcast_to expects the input
-      shape to have the number of ndim at least as the input tensor's``).
-
-    >>> import onnx
-    >>> from onnx import TensorProto, helper, numpy_helper
-    >>> value = numpy_helper.from_array(np.array([7], np.int64))
-    >>> g = helper.make_graph(
-    ...     [helper.make_node("ConstantOfShape", ["empty"], ["s"], value=value)], "g", [],
-    ...     [helper.make_tensor_value_info("s", TensorProto.INT64, [])],
-    ...     [numpy_helper.from_array(np.zeros(0, np.int64), "empty")])
-    >>> [(n.op_type, n.output[0]) for n in mend_onnx_model(helper.make_model(g)).graph.node]
-    [('Constant', 's')]
-    """
-    from onnx import helper, numpy_helper
-    graph = onnx_model.graph
-    empty = {t.name for t in graph.initializer if len(t.dims) == 1 and t.dims[0] == 0}
-    empty |= {n.output[0] for n in graph.node if n.op_type == "Constant"
-              and any(a.name == "value" and list(a.t.dims) == [0] for a in n.attribute)}
-    scalars = [k for k, n in enumerate(graph.node)
-               if n.op_type == "ConstantOfShape" and n.input and n.input[0] in empty]
-    if not scalars:
-        return onnx_model
-    mended = type(onnx_model)()
-    mended.CopyFrom(onnx_model)
-    for k in scalars:
-        node = mended.graph.node[k]
-        value = next((numpy_helper.to_array(a.t) for a in node.attribute if a.name == "value"),
-                     np.zeros(1, np.float32))  # ONNX's default: a float32 0
-        scalar = numpy_helper.from_array(np.asarray(value.reshape(-1)[0], dtype=value.dtype))
-        mended.graph.node[k].CopyFrom(helper.make_node("Constant", [], list(node.output),
-                                                       name=node.name, value=scalar))
-    return mended
 
 
 def _from_pt2(path: pathlib.Path) -> tvm.IRModule:
