@@ -102,7 +102,7 @@ def opaque_calls(func: relax.Function) -> list[tuple[str, object]]:
 def check_round_trip(mod: tvm.IRModule, args: list[np.ndarray]):
     """to_relax(from_relax(main)) compiles to main's results, with the same opaque calls and
     signature; returns the lifted form."""
-    lifted = from_relax(mod["main"])
+    lifted = from_relax(mod["main"], mod)
     func = to_relax(lifted.program, lifted)
     assert [p.same_as(q) for p, q in zip(func.params, mod["main"].params)] == \
         [True] * len(mod["main"].params)
@@ -620,6 +620,44 @@ def test_hard_swish_lifts_as_onnx_clip_that_evaluates_and_exports():
     exported = export_model(lifted.program)
     got = ort.InferenceSession(exported.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bounds, kinds", [(("lo", "hi"), ["Max", "Min"]), (("lo", ""), ["Max"]),
+                                           (("", "hi"), ["Min"])])
+def test_onnx_clip_lifts_as_max_and_min_that_evaluate_and_export(bounds, kinds):
+    # MobileNetV2's ReLU6: TVM's ONNX frontend emits Clip as call_tir of topi.maximum and
+    # topi.minimum, recognised by their functions' structure
+    from tvm_pet.onnx import export_model
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c", *bounds], ["out"])]
+    inits = {"W": rand((4, 3, 3, 3), 1), "lo": np.array(-0.5, np.float32),
+             "hi": np.array(0.7, np.float32)}
+    model = onnx_model(nodes, {"x": (1, 3, 6, 6)}, ["out"], inits, opset=13)
+    # TVM maps a NaN bound to no bound (isnan, where); FoldConstant, one of the rewrites
+    # optimize runs, leaves the constant bound
+    lifted = check_onnx(model, relax.transform.FoldConstant())
+    assert [n.attrs["kind"] for n in lifted.program.nodes if n.op is Op.OPAQUE] == kinds
+    x = rand((1, 3, 6, 6), 3)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert (want == 0.7).any() or (want == -0.5).any()  # the bounds are reached
+    exported = export_model(lifted.program)
+    got = ort.InferenceSession(exported.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_call_tir_of_another_function_stays_opaque_under_its_name():
+    # topi.add of a scalar is not maximum or minimum, though its shapes are the same
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4), "float32"))
+    from tvm import topi
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_te(topi.add, x, relax.const(1.0, "float32"))
+            out = bb.emit_output(bb.emit(relax.op.nn.relu(y)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    lifted = check_round_trip(mod, [rand((1, 4))])
+    assert [n.attrs["kind"] for n in lifted.program.nodes] == ["relax.call_tir(add)", "Relu"]
 
 
 def test_take_at_constant_evenly_spaced_indices_is_a_slice_and_other_takes_stay_opaque():

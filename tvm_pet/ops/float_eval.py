@@ -5,6 +5,7 @@ Opaque operators are evaluated when their ``kind`` is in :data:`OPAQUE_FLOAT`.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -187,6 +188,8 @@ OPAQUE_FLOAT: dict[str, Callable[[Attrs, Arrays], np.ndarray]] = {
     "Exp": lambda p, a: np.exp(a[0]),
     "Identity": lambda p, a: a[0],
     "Clip": _clip,
+    "Max": lambda p, a: functools.reduce(np.maximum, a),
+    "Min": lambda p, a: functools.reduce(np.minimum, a),
     "Softmax": lambda p, a: _softmax(a[0], p.get("axis", -1)),
     "MaxPool": _maxpool,
     "LayerNormalization": _layernorm,

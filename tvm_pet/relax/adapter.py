@@ -48,13 +48,16 @@ __all__ = ["from_relax", "to_relax", "program_to_module", "Lifted", "OpaqueBindi
 
 
 # ------------------------------------------------------------------------------------ public API
-def from_relax(func: relax.Function) -> Lifted:
+def from_relax(func: relax.Function, module: tvm.IRModule | None = None) -> Lifted:
     """Lift a Relax function into a tvm_pet program, keeping what rebuilding it needs.
 
     Args:
         func: a Relax function with static-shape float32 tensor parameters, e.g. ``mod["main"]``
             of ``relax.frontend.onnx.from_onnx(model)`` (initializers as constants) or one
             written with a BlockBuilder or TVMScript.
+        module: the module holding ``func``, where its ``call_tir`` functions are looked up:
+            those TVM's frontends emit for ONNX operators are then lifted as those operators
+            (``Max``, ``Min``: :data:`~tvm_pet.relax.lifting.CALL_TIR_KINDS`).
 
     Returns:
         The :class:`Lifted` program; calls no rule maps are OPAQUE nodes with their expression.
@@ -67,7 +70,7 @@ def from_relax(func: relax.Function) -> Lifted:
     if not isinstance(func, relax.Function):
         raise UnsupportedOperator(f"from_relax takes a relax.Function, got {type(func).__name__} "
                                   f"(for a module, pass mod['main'])")
-    return _Lifter(func).run()
+    return _Lifter(func, module).run()
 
 
 def to_relax(program: Program, lifted: Lifted | None = None) -> relax.Function:

@@ -195,7 +195,7 @@ def import_model(model, *, rewrites: bool = True, layout: str = "NCHW",
     if "main" not in [gv.name_hint for gv in module.functions]:
         raise ModelError(f"{_name(model)}: the imported module has no 'main' function")
     try:
-        lifted = from_relax(module["main"])
+        lifted = from_relax(module["main"], module)
     except PetError as e:
         raise _non_float_inputs(module["main"], e) or e
     done = ((REWRITES if rewrites else ())

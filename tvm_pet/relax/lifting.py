@@ -62,8 +62,9 @@ Value = Union[str, _Const, _Outside, tuple]
 class _Lifter:
     """The state of one lift: the builder, the value of every Relax Var, the kept expressions."""
 
-    def __init__(self, func: relax.Function):
+    def __init__(self, func: relax.Function, module: tvm.IRModule | None = None):
         self.func = func
+        self.module = module
         attrs = dict(func.attrs) if func.attrs is not None else {}
         self.name = str(attrs.get("global_symbol", "main"))
         self.attrs = attrs
@@ -336,7 +337,7 @@ class _Lifter:
         if not inputs:
             raise UnsupportedOperator(f"{call_kind(call)} reads no float32 tensor; tvm_pet keeps "
                                       f"opaque operators that read at least one")
-        kind, params = _evaluable_kind(call, [self.b.shapes[i] for i in inputs])
+        kind, params = _evaluable_kind(call, [self.b.shapes[i] for i in inputs], self.module)
         types_ = leaf_types(tree)
         names = [self.fresh(var.name if len(types_) == 1 else f"{var.name}_{k}")
                  for k in range(len(types_))]
@@ -736,7 +737,42 @@ EVALUABLE_OPAQUE: dict[str, tuple[str, Callable[[relax.Call, list[Shape]], dict 
 }
 
 
-def _evaluable_kind(call: relax.Call, shapes: list[Shape]) -> tuple[str, dict]:
+#: The TE operators a ``call_tir`` function is matched against (:func:`_call_tir_kind`), by the
+#: ONNX kind it is lifted as.
+CALL_TIR_KINDS = {"Max": "maximum", "Min": "minimum"}
+
+
+def _call_tir_kind(call: relax.Call, module: tvm.IRModule | None) -> str | None:
+    """The ONNX kind of a ``call_tir`` of a tensor and a float32 scalar whose function is,
+    structure for structure, what ``te.create_prim_func`` makes of ``topi.maximum`` (or
+    ``minimum``) of them: TVM's ONNX frontend emits ``Clip`` so (``emit_te``; MobileNetV2's
+    ReLU6). None for any other call, or without the module holding the function."""
+    if module is None or len(call.args) < 2 or not isinstance(call.args[1], relax.Tuple):
+        return None
+    gv, operands = call.args[0], call.args[1].fields
+    if not isinstance(gv, tvm.ir.GlobalVar) or gv not in module.functions or len(operands) != 2:
+        return None
+    x, bound = (o.ty for o in operands)
+    if not all(isinstance(t, relax.TensorType) and str(t.dtype) == "float32" for t in (x, bound)) \
+            or not isinstance(x.shape, relax.ShapeExpr) or bound.ndim != 0:
+        return None
+    import tvm_ffi
+    from tvm import te, topi
+    for kind, name in CALL_TIR_KINDS.items():
+        a = te.placeholder(list(x.shape.values), "float32", name="A")
+        b = te.placeholder((), "float32", name="B")
+        made = te.create_prim_func([a, b, getattr(topi, name)(a, b)])
+        if tvm_ffi.structural_equal(module[gv], made.without_attr("global_symbol"),
+                                    map_free_vars=True):
+            return kind
+    return None
+
+
+def _evaluable_kind(call: relax.Call, shapes: list[Shape],
+                    module: tvm.IRModule | None = None) -> tuple[str, dict]:
+    matched = _call_tir_kind(call, module)
+    if matched is not None:
+        return matched, {}
     kind = call_kind(call)
     entry = EVALUABLE_OPAQUE.get(kind) if all(is_f32(a) for a in call.args) else None
     params = entry[1](call, shapes) if entry is not None else None

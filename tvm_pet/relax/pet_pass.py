@@ -104,7 +104,7 @@ class PETPass:
         name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
             else f"function{len(self.report)}"
         try:
-            lifted = from_relax(func)
+            lifted = from_relax(func, mod)
             check_tensor_sizes(lifted.program)
         except PetError as e:
             self._unsearched(func, name, f"not searched: {e}")
