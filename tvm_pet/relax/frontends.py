@@ -18,6 +18,10 @@ file               frontend                                             needs
 an ``IRModule``    taken as it is                                       \\-
 =================  ===================================================  =======================
 
+An ONNX model is first made ready for ``from_onnx`` by :mod:`tvm_pet.relax.onnx_prepare` (the
+input shapes asked for set, the shape arithmetic of its dynamic axes folded, what TVM 0.27 reads
+wrongly mended); onnxruntime's reference outputs come from the model with its shapes set.
+
 Before lifting, TVM's own graph rewrites (:func:`~tvm_pet.relax.rewrites.tvm_rewrites`) run on
 the imported module unless turned off: the baseline and PET then start from the same module.
 With a ``layout`` other than NCHW, every program is lowered into that layout
