@@ -1,0 +1,192 @@
+"""Is BERT faster with its feed-forward network in column pieces, end to end?
+
+    python benchmarks/ffn_pieces.py --records DIR          # DIR: a copy of tuning_logs/
+
+BERT's feed-forward network ``GELU(a W1 + b1) W2`` is also ``sum_i GELU(a W1_i + b1_i) W2_i``
+over column pieces ``W1_i`` of ``W1`` and the matching row pieces ``W2_i`` of ``W2`` (the
+tensor-parallel split of Megatron-LM): GELU is element-wise, so each piece of the hidden layer
+needs only its own columns. Its products are then ``[768, 3072 / P]`` and ``[3072 / P, 768]``,
+shapes that tuned faster per multiply-add at 32 trials per task than BERT's own
+(``benchmarks/results/profile-bert_encoder-split_k.md``). The rewrite spans the GELU, a
+non-linear operator, so PET's search (which cuts programs at non-linear operators) cannot make
+it; this script measures whether it would be worth making.
+
+TVM's ``CombineParallelMatmul`` would merge the first products back (they share their left
+operand), so every form here is built without TVM's rewrites, its Q, K and V products merged by
+hand as that pass merges them (``tvm_manual``, checked against TVM's own build, ``tvm``). Each
+form's kernels are tuned at ``--trials`` per task into ``--records``, built, checked against
+TVM's outputs and timed interleaved in ``--processes`` fresh processes. Results go to
+``benchmarks/results/ffn_pieces.{json,md}``; nothing here fails on timing, and tuning never
+runs in CI.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.equal_total import process_ratio, time_builds  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+LAYER = "encoder.layer.0."
+#: The forms built: (pieces, TVM's rewrites on); 1 piece is the layer as it is.
+FORMS = {"tvm": (1, True), "tvm_manual": (1, False), "pieces2": (2, False),
+         "pieces4": (4, False)}
+
+
+def _model(graph_nodes, inits, like):
+    import onnx
+    from onnx import helper
+    graph = helper.make_graph(graph_nodes, like.graph.name, list(like.graph.input),
+                              list(like.graph.output), inits)
+    model = helper.make_model(graph, opset_imports=list(like.opset_import))
+    model.ir_version = like.ir_version
+    onnx.checker.check_model(model)
+    return model
+
+
+def merge_qkv(model):
+    """Q, K and V as one MatMul, Add and Split, as ``CombineParallelMatmul`` merges them."""
+    from onnx import helper, numpy_helper
+    pre = LAYER + "attention.self."
+    arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    parts = ("query", "key", "value")
+    weight = np.concatenate([arrays[f"{pre}{p}.weight"] for p in parts], axis=1)
+    bias = np.concatenate([arrays[f"{pre}{p}.bias"] for p in parts])
+    merged = {f"{pre}{p}{s}" for p in parts for s in (".matmul", "")}
+    head = [helper.make_node("MatMul", ["hidden", "qkv.weight"], ["qkv.matmul"]),
+            helper.make_node("Add", ["qkv.matmul", "qkv.bias"], ["qkv"]),
+            helper.make_node("Split", ["qkv", "qkv.sizes"], [f"{pre}{p}" for p in parts],
+                             axis=2)]
+    nodes = [n for n in model.graph.node if n.output[0] not in merged]
+    dropped = {f"{pre}{p}{s}" for p in parts for s in (".weight", ".bias")}
+    inits = [t for t in model.graph.initializer if t.name not in dropped] + [
+        numpy_helper.from_array(weight, "qkv.weight"), numpy_helper.from_array(bias, "qkv.bias"),
+        numpy_helper.from_array(np.array([weight.shape[1] // 3] * 3, np.int64), "qkv.sizes")]
+    return _model(head + nodes, inits, model)
+
+
+def in_pieces(model, pieces: int):
+    """The feed-forward network as ``pieces`` column pieces, their products summed in a chain."""
+    from onnx import helper, numpy_helper
+    arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    w1, b1 = arrays[LAYER + "intermediate.dense.weight"], arrays[LAYER + "intermediate.dense.bias"]
+    w2 = arrays[LAYER + "output.dense.weight"]
+    nodes = list(model.graph.node)
+    first = next(k for k, n in enumerate(nodes)
+                 if n.output[0] == LAYER + "intermediate.dense.matmul")
+    last = next(k for k, n in enumerate(nodes) if n.output[0] == LAYER + "output.dense.matmul")
+    a, width, gelu = nodes[first].input[0], w1.shape[1] // pieces, LAYER + "intermediate.gelu."
+    body, inits, outs = [], [], []
+    for i in range(pieces):
+        cols, p = slice(i * width, (i + 1) * width), f"ffn{i}."
+        inits += [numpy_helper.from_array(np.ascontiguousarray(v), p + k) for k, v in
+                  (("w1", w1[:, cols]), ("b1", b1[cols]), ("w2", w2[cols, :]))]
+        body += [helper.make_node("MatMul", [a, p + "w1"], [p + "mm"]),
+                 helper.make_node("Add", [p + "mm", p + "b1"], [p + "h"]),
+                 helper.make_node("Mul", [p + "h", gelu + "div.factor"], [p + "div"]),
+                 helper.make_node("Erf", [p + "div"], [p + "erf"]),
+                 helper.make_node("Add", [p + "erf", gelu + "one"], [p + "one"]),
+                 helper.make_node("Mul", [p + "h", p + "one"], [p + "mul"]),
+                 helper.make_node("Mul", [p + "mul", gelu + "half.factor"], [p + "gelu"]),
+                 helper.make_node("MatMul", [p + "gelu", p + "w2"], [p + "out"])]
+        outs.append(p + "out")
+    total = outs[0]
+    for i, out in enumerate(outs[1:], 1):
+        name = LAYER + "output.dense.matmul" if i == pieces - 1 else f"ffn.sum{i}"
+        body.append(helper.make_node("Add", [total, out], [name]))
+        total = name
+    replaced = {LAYER + "intermediate.dense.weight", LAYER + "intermediate.dense.bias",
+                LAYER + "output.dense.weight"}
+    return _model(nodes[:first] + body + nodes[last + 1:],
+                  [t for t in model.graph.initializer if t.name not in replaced] + inits, model)
+
+
+def build(args, work: pathlib.Path) -> tuple[dict, dict, list]:
+    """Tune, build and export every form: the libraries, the new trials per form, the inputs."""
+    import onnx
+
+    from tvm_pet.models import build_model
+    from tvm_pet.pipeline.optimize import load_model, random_inputs
+    from tvm_pet.pipeline.options import DriverOptions
+    from tvm_pet.pipeline.toolchain import tvm_toolchain
+    libraries, trials, inputs = {}, {}, None
+    for name, (pieces, rewrites) in FORMS.items():
+        model = build_model("bert_encoder")
+        if not rewrites:
+            model = merge_qkv(model)
+        if pieces > 1:
+            model = in_pieces(model, pieces)
+        path = work / f"{name}.onnx"
+        onnx.save(model, str(path))
+        loaded = load_model(str(path), DriverOptions(target=args.target, tvm_rewrites=rewrites))
+        toolchain = tvm_toolchain(args.target, args.records, None).with_lowering(loaded.lower)
+        module = toolchain.lower(loaded.program)
+        stats = toolchain.tune(module, args.trials, seed=args.seed,
+                               progress=lambda line: print(line, file=sys.stderr, flush=True))
+        trials[name] = stats.new_trials
+        libraries[name] = work / f"build_{name}.so"  # not tvm.so: TVM's workers would import it
+        toolchain.export(toolchain.build(module), str(libraries[name]))
+        inputs = inputs or list(random_inputs(loaded.program, args.seed).values())
+    return libraries, trials, inputs
+
+
+def render(result: dict) -> str:
+    lines = ["| form | ms (median) | TVM / form | by process | new trials | max abs err vs TVM |",
+             "|---|---|---|---|---|---|"]
+    for name, row in result["forms"].items():
+        lines.append(f"| {name} | {row['median_ms']:.3f} | x{row['ratio']:.3f} | "
+                     + ", ".join(f"x{r:.3f}" for r in row["by_process"])
+                     + f" | {row['new_trials']} | {row['max_abs_err_vs_tvm']:.1e} |")
+    return "\n".join(lines) + (
+        f"\n\nBERT encoder layer (batch 1, 128 tokens), target {result['target']}. `tvm`: TVM's "
+        f"build with its rewrites; `tvm_manual`: without them, Q, K and V merged by hand as "
+        f"`CombineParallelMatmul` merges them; `piecesP`: that, with the feed-forward network "
+        f"as P column pieces, `sum_i GELU(a W1_i + b1_i) W2_i`. {result['trials']} trials per "
+        f"task for every form's kernels (seed {result['seed']}; the records of `--records`, "
+        f"nothing new where they had them). Timed interleaved, {result['rounds']} rounds of 3 "
+        f"samples of {result['number']} calls, spread over {result['processes']} fresh "
+        f"processes; ratios are the geometric mean of each process's ratio of medians. TVM on 2 "
+        f"threads. Written by `benchmarks/ffn_pieces.py`.\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", required=True, help="a records folder (a copy of tuning_logs)")
+    parser.add_argument("--target", default="llvm")
+    parser.add_argument("--trials", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--processes", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--number", type=int, default=5)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        libraries, trials, inputs = build(args, pathlib.Path(tmp))
+        times = time_builds(libraries, inputs, processes=args.processes, rounds=args.rounds,
+                            number=args.number)
+    result = {"target": args.target, "trials": args.trials, "seed": args.seed,
+              "processes": args.processes, "rounds": args.rounds, "number": args.number,
+              "forms": {}}
+    for name, row in times.items():
+        ratio, by_process = process_ratio(times, "tvm", name)
+        result["forms"][name] = {"median_ms": row["median_ms"], "ratio": ratio,
+                                 "by_process": by_process, "new_trials": trials[name],
+                                 "max_abs_err_vs_tvm": row["max_abs_err_vs_tvm"]}
+    text = render(result)
+    print(text)
+    if not args.no_write:
+        (RESULTS / "ffn_pieces.json").write_text(json.dumps(result, indent=1) + "\n")
+        (RESULTS / "ffn_pieces.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
