@@ -21,20 +21,16 @@ runs in CI.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import sys
-import tempfile
 
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.equal_total import process_ratio, time_builds  # noqa: E402
+from benchmarks import side_by_side  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
 LAYER = "encoder.layer.0."
 #: The forms built: (pieces, TVM's rewrites on); 1 piece is the layer as it is.
 FORMS = {"tvm": (1, True), "tvm_manual": (1, False), "pieces2": (2, False),
@@ -139,53 +135,19 @@ def build(args, work: pathlib.Path) -> tuple[dict, dict, list]:
 
 
 def render(result: dict) -> str:
-    lines = ["| form | ms (median) | TVM / form | by process | new trials | max abs err vs TVM |",
-             "|---|---|---|---|---|---|"]
-    for name, row in result["forms"].items():
-        lines.append(f"| {name} | {row['median_ms']:.3f} | x{row['ratio']:.3f} | "
-                     + ", ".join(f"x{r:.3f}" for r in row["by_process"])
-                     + f" | {row['new_trials']} | {row['max_abs_err_vs_tvm']:.1e} |")
-    return "\n".join(lines) + (
+    return side_by_side.table(result) + (
         f"\n\nBERT encoder layer (batch 1, 128 tokens), target {result['target']}. `tvm`: TVM's "
         f"build with its rewrites; `tvm_manual`: without them, Q, K and V merged by hand as "
         f"`CombineParallelMatmul` merges them; `piecesP`: that, with the feed-forward network "
         f"as P column pieces, `sum_i GELU(a W1_i + b1_i) W2_i`. {result['trials']} trials per "
         f"task for every form's kernels (seed {result['seed']}; the records of `--records`, "
-        f"nothing new where they had them). Timed interleaved, {result['rounds']} rounds of 3 "
-        f"samples of {result['number']} calls, spread over {result['processes']} fresh "
-        f"processes; ratios are the geometric mean of each process's ratio of medians. TVM on 2 "
-        f"threads. Written by `benchmarks/ffn_pieces.py`.\n")
+        f"nothing new where they had them). {side_by_side.timing_words(result)} Written by "
+        f"`benchmarks/ffn_pieces.py`.\n")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", required=True, help="a records folder (a copy of tuning_logs)")
-    parser.add_argument("--target", default="llvm")
-    parser.add_argument("--trials", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--processes", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--number", type=int, default=5)
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        libraries, trials, inputs = build(args, pathlib.Path(tmp))
-        times = time_builds(libraries, inputs, processes=args.processes, rounds=args.rounds,
-                            number=args.number)
-    result = {"target": args.target, "trials": args.trials, "seed": args.seed,
-              "processes": args.processes, "rounds": args.rounds, "number": args.number,
-              "forms": {}}
-    for name, row in times.items():
-        ratio, by_process = process_ratio(times, "tvm", name)
-        result["forms"][name] = {"median_ms": row["median_ms"], "ratio": ratio,
-                                 "by_process": by_process, "new_trials": trials[name],
-                                 "max_abs_err_vs_tvm": row["max_abs_err_vs_tvm"]}
-    text = render(result)
-    print(text)
-    if not args.no_write:
-        (RESULTS / "ffn_pieces.json").write_text(json.dumps(result, indent=1) + "\n")
-        (RESULTS / "ffn_pieces.md").write_text(text)
-    return 0
+    return side_by_side.main(argv, __doc__.split("\n\n")[0], build, render, name="ffn_pieces",
+                             processes=6)
 
 
 if __name__ == "__main__":

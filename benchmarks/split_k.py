@@ -23,18 +23,14 @@ md}``; nothing here fails on timing, and tuning never runs in CI.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import sys
-import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.equal_total import process_ratio, time_builds  # noqa: E402
+from benchmarks import side_by_side  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
 #: The mutants built besides TVM's form, by their operators as summaries name them.
 FORMS = {"mul": ("MatMul", "Mul"), "split_mul": ("SplitKMatMul", "Mul")}
 
@@ -87,53 +83,17 @@ def build(args, work: pathlib.Path) -> tuple[dict, dict, list]:
 
 
 def render(result: dict) -> str:
-    lines = ["| form | ms (median) | TVM / form | by process | new trials | max abs err vs TVM |",
-             "|---|---|---|---|---|---|"]
-    for name, row in result["forms"].items():
-        lines.append(f"| {name} | {row['median_ms']:.3f} | x{row['ratio']:.3f} | "
-                     + ", ".join(f"x{r:.3f}" for r in row["by_process"])
-                     + f" | {row['new_trials']} | {row['max_abs_err_vs_tvm']:.1e} |")
-    return "\n".join(lines) + (
+    return side_by_side.table(result) + (
         f"\n\nBERT encoder layer (batch 1, 128 tokens), target {result['target']}, "
         f"{result['trials']} trials per task for every form's kernels (seed {result['seed']}; "
         f"the records of `--records`, nothing new where they had them); `mul` is `MatMul -> "
-        f"Mul`, `split_mul` `SplitKMatMul -> Mul` (`tvm_pet.ir.splitk`). Timed interleaved, "
-        f"{result['rounds']} rounds of 3 samples of {result['number']} calls, spread over "
-        f"{result['processes']} fresh processes; ratios are the geometric mean of each "
-        f"process's ratio of medians. TVM on 2 threads. Written by `benchmarks/split_k.py`.\n")
+        f"Mul`, `split_mul` `SplitKMatMul -> Mul` (`tvm_pet.ir.splitk`). "
+        f"{side_by_side.timing_words(result)} Written by `benchmarks/split_k.py`.\n")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", required=True, help="a records folder (a copy of tuning_logs)")
-    parser.add_argument("--target", default="llvm")
-    parser.add_argument("--trials", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--processes", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--number", type=int, default=5)
-    parser.add_argument("--name", default="split_k",
-                        help="results go to benchmarks/results/NAME.{json,md}")
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        libraries, trials, inputs = build(args, pathlib.Path(tmp))
-        times = time_builds(libraries, inputs, processes=args.processes, rounds=args.rounds,
-                            number=args.number)
-    result = {"target": args.target, "trials": args.trials, "seed": args.seed,
-              "processes": args.processes, "rounds": args.rounds, "number": args.number,
-              "forms": {}}
-    for name, row in times.items():
-        ratio, by_process = process_ratio(times, "tvm", name)
-        result["forms"][name] = {"median_ms": row["median_ms"], "ratio": ratio,
-                                 "by_process": by_process, "new_trials": trials[name],
-                                 "max_abs_err_vs_tvm": row["max_abs_err_vs_tvm"]}
-    text = render(result)
-    print(text)
-    if not args.no_write:
-        (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
-        (RESULTS / f"{args.name}.md").write_text(text)
-    return 0
+    return side_by_side.main(argv, __doc__.split("\n\n")[0], build, render, name="split_k",
+                             processes=12)
 
 
 if __name__ == "__main__":
