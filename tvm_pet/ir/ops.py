@@ -25,10 +25,16 @@ Attributes of each kind (all tuples are per axis, spatial axes for CONV and AVGP
     UPDATE            starts, steps                        base with a strided box overwritten by patch
     FILL              shape, value (num, den)              a constant tensor, every element num/den
     OPAQUE            kind, shapes, params                 a non-linear operator: never mutated
+
+An OPAQUE node's ``params`` may hold :data:`ONNX_INPUTS`: its ONNX inputs that are not program
+tensors (see :func:`onnx_operands`).
 """
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 
 class Op(enum.Enum):
@@ -67,3 +73,32 @@ REDUCING = frozenset({Op.CONV, Op.MATMUL, Op.AVGPOOL})
 MULTI_OUTPUT = frozenset({Op.SPLIT, Op.OPAQUE})
 #: Operators where swapping the two inputs does not change the result.
 COMMUTATIVE = frozenset({Op.ADD, Op.MUL})
+
+
+#: ``params`` key of an OPAQUE node: one entry per ONNX input, ``("tensor",)`` (the next IR
+#: input), ``("absent",)`` or ``("const", dtype, shape, values)``. Present only when needed.
+ONNX_INPUTS = "onnx_inputs"
+
+
+def onnx_operands(layout: Sequence[tuple] | None, tensors: Sequence, *, absent,
+                  const: Callable[[np.ndarray], object]) -> list:
+    """An OPAQUE node's ONNX inputs in order, from its :data:`ONNX_INPUTS` ``layout``: the next
+    of ``tensors`` for each ``("tensor",)``, ``absent`` for each ``("absent",)``, and
+    ``const(array)`` for each constant; ``tensors`` as they are when there is no layout.
+
+    >>> onnx_operands((("tensor",), ("absent",), ("const", "int64", (2,), (3, 4))), ["x"],
+    ...               absent="", const=lambda a: a.tolist())
+    ['x', '', [3, 4]]
+    """
+    if layout is None:
+        return list(tensors)
+    remaining, operands = iter(tensors), []
+    for entry in layout:
+        if entry[0] == "tensor":
+            operands.append(next(remaining))
+        elif entry[0] == "absent":
+            operands.append(absent)
+        else:
+            _, dtype, shape, values = entry
+            operands.append(const(np.array(values, dtype=dtype).reshape(shape)))
+    return operands

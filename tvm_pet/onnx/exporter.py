@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 
 from tvm_pet.errors import ModelError, UnsupportedOperator
 from tvm_pet.ir.node import Node, Program
-from tvm_pet.ir.ops import Op
+from tvm_pet.ir.ops import Op, onnx_operands
 from tvm_pet.onnx.importer import FILL_TAG, ONNX_DOMAIN, ONNX_INPUTS, SUPPORTED_OPSETS
 
 
@@ -217,7 +217,8 @@ def _opaque(ex: _Exporter, node: Node) -> None:
     elif not onnx.defs.has(kind, ex.opset):
         raise UnsupportedOperator(f"cannot export `{node.describe()}`: ONNX opset {ex.opset} has "
                                   f"no operator {kind!r}; export with a higher opset or replace it")
-    inputs = _opaque_inputs(ex, node, layout) if layout is not None else list(node.inputs)
+    inputs = onnx_operands(layout, node.inputs, absent="",
+                           const=lambda value: ex.const("const", value))
     attrs = {}
     for key, value in params.items():
         if isinstance(value, tuple) and any(isinstance(v, (tuple, dict)) for v in value) \
@@ -227,20 +228,6 @@ def _opaque(ex: _Exporter, node: Node) -> None:
         if value != ():
             attrs[key] = list(value) if isinstance(value, tuple) else value
     ex.add(kind, inputs, node.outputs, domain=domain, **attrs)
-
-
-def _opaque_inputs(ex: _Exporter, node: Node, layout: Sequence[tuple]) -> list[str]:
-    """Rebuild an opaque node's ONNX inputs: program tensors, absent ones and constants."""
-    tensors, inputs = iter(node.inputs), []
-    for entry in layout:
-        if entry[0] == "tensor":
-            inputs.append(next(tensors))
-        elif entry[0] == "absent":
-            inputs.append("")
-        else:
-            _, dtype, shape, values = entry
-            inputs.append(ex.const("const", np.array(values, dtype=dtype).reshape(shape)))
-    return inputs
 
 
 #: How each operator kind is written in ONNX.

@@ -32,15 +32,12 @@ from onnx.reference import ReferenceEvaluator
 from tvm_pet.errors import ModelError, PetError, UnsupportedOperator
 from tvm_pet.ir.builder import ProgramBuilder
 from tvm_pet.ir.node import Program, Shape
-from tvm_pet.ir.ops import Op
+from tvm_pet.ir.ops import ONNX_INPUTS, Op
 from tvm_pet.onnx.convert import LINEAR_CONVERTERS, _describe
 from tvm_pet.verify.limits import MAX_TENSOR_ELEMENTS
 
 #: Default-domain opsets whose operator semantics this importer follows.
 SUPPORTED_OPSETS = range(13, 22)
-#: ``params`` key of an OPAQUE node: one entry per ONNX input, ``("tensor",)`` (the next IR
-#: input), ``("absent",)`` or ``("const", dtype, shape, values)``. Present only when needed.
-ONNX_INPUTS = "onnx_inputs"
 #: ``doc_string`` prefix of a Constant that the exporter wrote for a FILL of value ``num/den``,
 #: so that the exact rational comes back (a float32 value like 1/9 is not exact).
 FILL_TAG = "tvm_pet.fill "
@@ -48,8 +45,16 @@ FILL_TAG = "tvm_pet.fill "
 ONNX_DOMAIN = "onnx_domain"
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 #: Operators never folded into constants, because each run gives a different result.
-_RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
-                     "Multinomial", "Bernoulli"})
+RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                        "Multinomial", "Bernoulli"})
+
+
+def shape_node_value(op_type: str, shape: Sequence[int], attrs: dict):
+    """The value of an ONNX ``Shape`` (with its ``start`` and ``end`` attributes) or ``Size``
+    node reading a tensor of static ``shape``."""
+    dims = np.array(shape, np.int64)
+    return dims[attrs.get("start", 0):attrs.get("end", None)] if op_type == "Shape" \
+        else np.prod(dims)
 
 
 def import_model(model_or_path: onnx.ModelProto | str | os.PathLike, name: str | None = None,
@@ -305,13 +310,12 @@ class _Importer:
         """
         static = node.input and (node.input[0] in self.b.shapes or node.input[0] in self.consts)
         if node.op_type in ("Shape", "Size") and static:
-            shape = np.array(self.shape(node.input[0]), np.int64)
-            self.consts[node.output[0]] = (shape[attrs.get("start", 0):attrs.get("end", None)]
-                                           if node.op_type == "Shape" else np.prod(shape))
+            self.consts[node.output[0]] = shape_node_value(node.op_type,
+                                                           self.shape(node.input[0]), attrs)
             return True
         present = [i for i in node.input if i]
         foldable = node.op_type == "Constant" or (
-            present and node.op_type not in _RANDOM
+            present and node.op_type not in RANDOM_OPS
             and all(i in self.consts and self.consts[i].dtype.kind != "f" for i in present))
         if not foldable:
             return False

@@ -14,7 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from tvm_pet.errors import UnsupportedOperator
 from tvm_pet.ir.node import Attrs
-from tvm_pet.ir.ops import Op
+from tvm_pet.ir.ops import ONNX_INPUTS, Op, onnx_operands
 
 Arrays = Sequence[np.ndarray]
 
@@ -154,32 +154,16 @@ def _layernorm(params, args: Arrays) -> np.ndarray:
     return y + args[2] if len(args) > 2 else y
 
 
-#: Float implementations of the non-linear operators tvm_pet can run (by ``kind``).
-def _onnx_operands(params, args: Arrays) -> list:
-    """An opaque node's ONNX inputs in order: its tensors, and the constants its params keep
-    (``params["onnx_inputs"]``, :data:`tvm_pet.onnx.importer.ONNX_INPUTS`); None where absent."""
-    layout = dict(params).get("onnx_inputs")
-    if layout is None:
-        return list(args)
-    tensors, operands = iter(args), []
-    for entry in layout:
-        if entry[0] == "tensor":
-            operands.append(next(tensors))
-        elif entry[0] == "absent":
-            operands.append(None)
-        else:
-            _, dtype, shape, values = entry
-            operands.append(np.array(values, dtype=dtype).reshape(shape))
-    return operands
-
-
 def _clip(params, args: Arrays) -> np.ndarray:
     """ONNX Clip: the bounds (inputs 1 and 2, either absent) applied as max, then min."""
-    x, low, high = (_onnx_operands(params, args) + [None, None])[:3]
+    operands = onnx_operands(dict(params).get(ONNX_INPUTS), args, absent=None,
+                             const=lambda value: value)
+    x, low, high = (operands + [None, None])[:3]
     x = x if low is None else np.maximum(x, low.astype(x.dtype))
     return x if high is None else np.minimum(x, high.astype(x.dtype))
 
 
+#: Float implementations of the non-linear operators tvm_pet can run (by ``kind``).
 OPAQUE_FLOAT: dict[str, Callable[[Attrs, Arrays], np.ndarray]] = {
     "Relu": lambda p, a: np.maximum(a[0], 0),
     "Sigmoid": lambda p, a: 1 / (1 + np.exp(-a[0])),

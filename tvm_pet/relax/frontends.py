@@ -224,15 +224,14 @@ def _non_float_inputs(func: relax.Function, error: PetError) -> ModelError | Non
 def _read(model, input_shapes: dict | None = None) -> tuple[tvm.IRModule, str, object | None]:
     """The model as TVM imports it: (module, kind, ONNX model or None), the ONNX model's
     dynamic input dimensions set from ``input_shapes`` first (:func:`set_input_shapes`)."""
-    is_onnx = hasattr(model, "SerializeToString") or not isinstance(model, tvm.IRModule) \
-        and pathlib.Path(os.fspath(model)).suffix != ".pt2"
-    if input_shapes and not is_onnx:
+    if hasattr(model, "SerializeToString"):
+        return _from_onnx_with_shapes(model, input_shapes, "the ONNX model")
+    if input_shapes and (isinstance(model, tvm.IRModule)
+                         or pathlib.Path(os.fspath(model)).suffix == ".pt2"):
         raise ModelError(f"{_name(model)}: input shapes can be set for an ONNX model only; a "
                          f"torch.export program or a Relax module has the shapes it was made with")
     if isinstance(model, tvm.IRModule):
         return model, "relax", None
-    if hasattr(model, "SerializeToString"):
-        return _from_onnx_with_shapes(model, input_shapes, "the ONNX model")
     path = pathlib.Path(os.fspath(model))
     if not path.is_file():
         raise ModelError(f"{path}: no such file")

@@ -26,9 +26,8 @@ from tvm import relax
 
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator
 from tvm_pet.ir.builder import ProgramBuilder
-from tvm_pet.onnx.importer import ONNX_INPUTS
 from tvm_pet.ir.node import Node, Shape
-from tvm_pet.ir.ops import Op
+from tvm_pet.ir.ops import ONNX_INPUTS, Op
 from tvm_pet.ops.float_eval import maxpool_ceil_pads
 from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding, Tree, flatten, unflatten
 from tvm_pet.relax.relax_types import (F32, begins_ends, call_kind, const_ints, float32_or_void, ints,
@@ -708,14 +707,10 @@ def _layernorm_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
 def _clip_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
     """relax.clip's bounds (PrimValues) as ONNX Clip's constant inputs (MobileNetV3's
     hard-swish and hard-sigmoid)."""
-    bounds = []
-    for arg in call.args[1:3]:  # FloatImm (or IntImm) in TVM 0.27
-        value = getattr(arg, "value", None) if type(arg).__name__ in ("FloatImm", "IntImm") \
-            else None
-        if not isinstance(value, (int, float)):
-            return None
-        bounds.append(("const", "float32", (), (float(value),)))
-    return {ONNX_INPUTS: (("tensor",), *bounds)}
+    bounds = [getattr(arg, "value", None) for arg in call.args[1:3]]  # FloatImm in TVM 0.27
+    if not all(isinstance(b, (int, float)) for b in bounds):
+        return None  # a bound computed at run time
+    return {ONNX_INPUTS: (("tensor",), *(("const", "float32", (), (float(b),)) for b in bounds))}
 
 
 #: Relax operators lifted as OPAQUE nodes of an ONNX kind that tvm_pet's float evaluation knows
@@ -746,8 +741,8 @@ def _call_tir_kind(call: relax.Call, module: tvm.IRModule | None) -> str | None:
     """The ONNX kind of a ``call_tir`` of a tensor and a float32 scalar whose function is,
     structure for structure, what ``te.create_prim_func`` makes of ``topi.maximum`` (or
     ``minimum``) of them: TVM's ONNX frontend emits ``Clip`` so (``emit_te``; MobileNetV2's
-    ReLU6). None for any other call, or without the module holding the function."""
-    if module is None or len(call.args) < 2 or not isinstance(call.args[1], relax.Tuple):
+    ReLU6). None for any other ``call_tir``, or without the module holding its function."""
+    if module is None or not isinstance(call.args[1], relax.Tuple):
         return None
     gv, operands = call.args[0], call.args[1].fields
     if not isinstance(gv, tvm.ir.GlobalVar) or gv not in module.functions or len(operands) != 2:
@@ -770,10 +765,10 @@ def _call_tir_kind(call: relax.Call, module: tvm.IRModule | None) -> str | None:
 
 def _evaluable_kind(call: relax.Call, shapes: list[Shape],
                     module: tvm.IRModule | None = None) -> tuple[str, dict]:
-    matched = _call_tir_kind(call, module)
+    kind = call_kind(call)
+    matched = _call_tir_kind(call, module) if kind.startswith("relax.call_tir(") else None
     if matched is not None:
         return matched, {}
-    kind = call_kind(call)
     entry = EVALUABLE_OPAQUE.get(kind) if all(is_f32(a) for a in call.args) else None
     params = entry[1](call, shapes) if entry is not None else None
     return (kind, {}) if params is None else (entry[0], params)

@@ -175,7 +175,8 @@ def _fold_once(onnx_model):
         if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
             static[vi.name] = tuple(d.dim_value for d in tensor.shape.dim)
     known = {t.name: numpy_helper.to_array(t) for t in onnx_model.graph.initializer
-             if _is_integral(t.data_type) and np.prod(t.dims, dtype=np.int64) <= FOLD_LIMIT}
+             if np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).kind in "iub"
+             and np.prod(t.dims, dtype=np.int64) <= FOLD_LIMIT}
     opsets = {o.domain: o.version for o in onnx_model.opset_import}
     folded, shapes = {}, 0
     for k, node in enumerate(onnx_model.graph.node):
@@ -202,32 +203,23 @@ def _fold_once(onnx_model):
     return mended
 
 
-def _is_integral(data_type: int) -> bool:
-    from onnx import helper
-    return np.dtype(helper.tensor_dtype_to_np_dtype(data_type)).kind in "iub"
-
-
 def _fold(node, known: dict, static: dict, opsets: dict) -> list | None:
     """The values of ``node``'s outputs when :func:`fold_shape_computations` folds it, else
     None."""
-    from onnx import AttributeProto, numpy_helper
+    from onnx import AttributeProto, helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
-    from tvm_pet.onnx.importer import _RANDOM
-    if node.domain not in ("", "ai.onnx") or node.op_type in _RANDOM or any(
+    from tvm_pet.onnx.importer import RANDOM_OPS, shape_node_value
+    if node.domain not in ("", "ai.onnx") or node.op_type in RANDOM_OPS or any(
             a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
         return None
-    attrs = {a.name: a for a in node.attribute}
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if node.op_type == "Constant":
-        value = numpy_helper.to_array(attrs["value"].t) if "value" in attrs else None
+        value = numpy_helper.to_array(attrs["value"]) if "value" in attrs else None
         small = value is not None and value.dtype.kind in "iub" and value.size <= FOLD_LIMIT
         return [value] if small else None
     if node.op_type in ("Shape", "Size") and node.input[0] in static:
-        shape = np.array(static[node.input[0]], np.int64)
-        if node.op_type == "Size":
-            return [np.array(np.prod(shape), np.int64)]
-        start = attrs["start"].i if "start" in attrs else 0
-        return [shape[start:attrs["end"].i] if "end" in attrs else shape[start:]]
+        return [np.asarray(shape_node_value(node.op_type, static[node.input[0]], attrs))]
     present = [i for i in node.input if i]
     if not present or not all(i in known for i in present):
         return None
