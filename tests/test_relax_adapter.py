@@ -622,6 +622,45 @@ def test_hard_swish_lifts_as_onnx_clip_that_evaluates_and_exports():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_isnan_and_where_after_softmax_lift_as_onnx_kinds_that_evaluate_and_export():
+    # torch.onnx writes Where(IsNaN(p), 0, p) after attention's softmax (transformers' BERT);
+    # here rows of inf make the softmax NaN, so the Where matters
+    from tvm_pet.onnx import export_model
+    nodes = [helper.make_node("Mul", ["x", "k"], ["big"]),
+             helper.make_node("Exp", ["big"], ["e"]),
+             helper.make_node("Softmax", ["e"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"]),
+             helper.make_node("Where", ["nan", "zero", "p"], ["q"]),
+             helper.make_node("MatMul", ["q", "W"], ["out"])]
+    inits = {"k": np.array([[1000], [1], [1000], [1]], np.float32),  # rows 0, 2 overflow
+             "zero": np.array(0, np.float32), "W": rand((6, 5), 1)}
+    model = onnx_model(nodes, {"x": (1, 4, 6)}, ["out"], inits)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lifted = check_onnx(model)
+    kinds = [n.attrs["kind"] for n in lifted.program.nodes if n.op is Op.OPAQUE]
+    assert kinds == ["Exp", "Softmax", "IsNaN", "Where"], kinds
+    x = rand((1, 4, 6), 3)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    rows = (want == 0).all(axis=-1)
+    assert rows.any() and not rows.all()  # NaN rows replaced by zeros, and others kept
+    exported = export_model(lifted.program)
+    got = ort.InferenceSession(exported.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_where_whose_condition_is_computed_outside_stays_opaque():
+    # a mask's Where: its condition is not a program tensor, so no ONNX Where can be written
+    nodes = [helper.make_node("Greater", ["m", "half"], ["keep"]),
+             helper.make_node("MatMul", ["x", "W"], ["y"]),
+             helper.make_node("Where", ["keep", "y", "zero"], ["out"])]
+    inits = {"half": np.array(0.5, np.float32), "zero": np.array(0, np.float32),
+             "W": rand((6, 5), 1), "m": rand((1, 5), 2)}
+    lifted = check_round_trip(from_onnx(onnx_model(nodes, {"x": (1, 4, 6)}, ["out"], inits)),
+                              [rand((1, 4, 6), 3)])
+    (where,) = [n for n in lifted.program.nodes if n.op is Op.OPAQUE]
+    assert where.attrs["kind"] == "relax.where" and len(where.inputs) == 2, where.describe()
+
+
 @pytest.mark.parametrize("bounds, kinds", [(("lo", "hi"), ["Max", "Min"]), (("lo", ""), ["Max"]),
                                            (("", "hi"), ["Min"])])
 def test_onnx_clip_lifts_as_max_and_min_that_evaluate_and_export(bounds, kinds):

@@ -178,6 +178,8 @@ OPAQUE_FLOAT: dict[str, Callable[[Attrs, Arrays], np.ndarray]] = {
     "MaxPool": _maxpool,
     "LayerNormalization": _layernorm,
     "Gelu": lambda p, a: 0.5 * a[0] * (1 + _erf(a[0] / np.sqrt(2).astype(a[0].dtype))),
+    "IsNaN": lambda p, a: np.isnan(a[0]),  # as 0 and 1 in the float dtype (_opaque)
+    "Where": lambda p, a: np.where(a[0] != 0, a[1], a[2]),
 }
 
 
@@ -187,7 +189,8 @@ def _opaque(attrs: Attrs, args: Arrays) -> tuple[np.ndarray, ...]:
         raise UnsupportedOperator(f"no float evaluation for operator {kind!r}; "
                                   f"tvm_pet evaluates {sorted(OPAQUE_FLOAT)}")
     out = OPAQUE_FLOAT[kind](attrs["params"], args)
-    return (np.asarray(out, dtype=args[0].dtype),)
+    dtype = next((a.dtype for a in args if a.dtype.kind == "f"), args[0].dtype)
+    return (np.asarray(out, dtype=dtype),)
 
 
 FLOAT_RULES: dict[Op, Callable[[Attrs, Arrays], tuple[np.ndarray, ...]]] = {

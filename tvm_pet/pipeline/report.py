@@ -304,12 +304,22 @@ def write_artifacts(out: pathlib.Path, report: Report, final: Program,
     return report
 
 
+def _shapes(typed) -> str:
+    return ", ".join(f"{dtype}{list(shape)}" for shape, dtype in typed)
+
+
 def _write_onnx(path: pathlib.Path, final: Program, inputs: Sequence[np.ndarray],
                 expected: Sequence[np.ndarray]) -> str:
     """Write ``final`` as ONNX when tvm_pet can, checked against ``expected`` with onnxruntime;
     the path written, or ``"not written: <why>"``."""
     if path.exists():
         path.unlink()  # a file from an earlier run must not pass for this one
+    given = [(tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in inputs]
+    starts = [(tuple(t.shape), "float32") for t in final.inputs]
+    if len(inputs) and given != starts:
+        return ("not written: tvm_pet's program starts after what it keeps outside (token ids, "
+                "masks, shapes), and its ONNX exporter writes the program alone: the model "
+                f"takes {_shapes(given)}, the program {_shapes(starts)}")
     try:
         model = export_model(final)
     except PetError as e:

@@ -713,6 +713,24 @@ def _clip_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
     return {ONNX_INPUTS: (("tensor",), *(("const", "float32", (), (float(b),)) for b in bounds))}
 
 
+def _where_params(call: relax.Call, shapes: list[Shape]) -> dict | None:
+    """relax.where as ONNX Where when its condition and both values are program tensors, in
+    that order (torch.onnx's ``Where(IsNaN(softmax), 0, softmax)`` after attention): a condition
+    computed outside the program is not among the node's inputs, so it stays opaque."""
+    return {} if len(shapes) == 3 else None
+
+
+#: Operands that are boolean conditions, by Relax operator (every other operand of an evaluable
+#: opaque call must be float32).
+CONDITION_OPERANDS: dict[str, tuple[int, ...]] = {"relax.where": (0,)}
+
+
+def _operands_fit(kind: str, call: relax.Call) -> bool:
+    conditions = CONDITION_OPERANDS.get(kind, ())
+    return all(str(getattr(a.ty, "dtype", "")) == "bool" if k in conditions else is_f32(a)
+               for k, a in enumerate(call.args))
+
+
 #: Relax operators lifted as OPAQUE nodes of an ONNX kind that tvm_pet's float evaluation knows
 #: (see :data:`tvm_pet.ops.float_eval.OPAQUE_FLOAT`): ``(kind, params(call, input shapes))``;
 #: params None keeps the Relax name as the kind.
@@ -729,6 +747,8 @@ EVALUABLE_OPAQUE: dict[str, tuple[str, Callable[[relax.Call, list[Shape]], dict 
     "relax.nn.max_pool2d": ("MaxPool", _maxpool_params),
     "relax.nn.max_pool3d": ("MaxPool", _maxpool_params),
     "relax.nn.layer_norm": ("LayerNormalization", _layernorm_params),
+    "relax.isnan": ("IsNaN", lambda c, s: {}),
+    "relax.where": ("Where", _where_params),
 }
 
 
@@ -769,7 +789,7 @@ def _evaluable_kind(call: relax.Call, shapes: list[Shape],
     matched = _call_tir_kind(call, module) if kind.startswith("relax.call_tir(") else None
     if matched is not None:
         return matched, {}
-    entry = EVALUABLE_OPAQUE.get(kind) if all(is_f32(a) for a in call.args) else None
+    entry = EVALUABLE_OPAQUE.get(kind) if _operands_fit(kind, call) else None
     params = entry[1](call, shapes) if entry is not None else None
     return (kind, {}) if params is None else (entry[0], params)
 
