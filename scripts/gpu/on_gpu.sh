@@ -38,7 +38,7 @@ export TVM_USE_RUNTIME_LIB=1 PYTHONPATH="$W/site"
 # each step on its own: one that fails is reported, and the next still runs
 if [ -d "$W/batch" ]; then  # tuning batches: every candidate timed (scripts/gpu/run_batch.py)
     for b in "$W"/batch/*; do
-        python3 scripts/gpu/run_batch.py "$b" --out "$MODE/times_$(basename "$b").json" \
+        python3 scripts/gpu/run_batch.py "$b" --out "$MODE/times_$(basename "$b").json" ${RUN_BATCH_ARGS:-} \
             || echo "on_gpu.sh: run_batch.py failed on $b (status $?)"
     done
 fi

@@ -17,6 +17,9 @@
 # (CSRNet: 148), so build the originals only and let the kernel times propose the builds:
 #   MODELS="bert_encoder csrnet" TRIALS=8 MAX_MUTANTS=0 SINGLES=4 W=build/gpuw \
 #       sh scripts/gpu/recipe.sh prepare     (then time1, tuned, time2, table with the same)
+# Inception-v3 (2026-11-30): MODELS=inception_v3 TRIALS=4 MAX_MUTANTS=0 SINGLES=4 W=build/gpui,
+# prepare 41 min here, and time1 with RUN_BATCH_ARGS="--min-ms 2" (samples of 2 ms, not 5) to keep
+# the first call short: 3,126 functions in 55 s there.
 # TVM's graph rewrites (CombineParallelMatmul, ...) are on for both sides (prepare_cuda.py
 # --no-tvm-rewrites turns them off; the Table-3 table of 2026-11-26 was built without them).
 set -eu
