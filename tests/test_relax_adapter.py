@@ -33,7 +33,9 @@ from tvm_pet.ir import Op, ProgramBuilder, check_program  # noqa: E402
 from tvm_pet.models import build_model  # noqa: E402
 from tvm_pet.ops.float_eval import OPAQUE_FLOAT  # noqa: E402
 from tvm_pet.relax import from_relax, program_to_module, to_relax  # noqa: E402
+from tvm_pet.onnx.exporter import export_model  # noqa: E402
 from tvm_pet.relax.adapter import LOWER_RULES, OPAQUE_LOWERING  # noqa: E402
+from tvm_pet.relax.onnx_outside import outside_prelude  # noqa: E402
 from tvm_pet.verify.corrector import correct  # noqa: E402
 from tvm_pet.verify.interpreter import evaluate  # noqa: E402
 
@@ -473,10 +475,9 @@ def test_integer_parameter_stays_outside_the_program():
     assert take.inputs == ("x",)  # the int64 indices stay in the kept expression
 
 
-def test_integer_and_mask_computations_stay_outside_and_float_regions_are_lifted():
-    """Token ids and a mask (BERT's shape): the integer bindings, the constant position slice
-    and the embedding lookups read no program tensor, so they are kept outside; the float32
-    values they produce become program inputs of the lifted matmuls and adds."""
+def bert_shaped_module() -> tuple[tvm.IRModule, list[np.ndarray]]:
+    """Token ids and a mask (BERT's shape): embedding lookups, a constant position slice, two
+    projections, masked attention scores; with its inputs (the last token masked)."""
     emb, pos_emb = relax.const(rand((10, 8), 1)), relax.const(rand((6, 8), 2))
     w1, w2 = relax.const(rand((8, 8), 3, 0.3)), relax.const(rand((8, 8), 4, 0.3))
     positions = relax.const(np.arange(6, dtype=np.int64).reshape(1, 6))
@@ -499,7 +500,14 @@ def test_integer_and_mask_computations_stay_outside_and_float_regions_are_lifted
             out = bb.emit_output(relax.op.nn.softmax(masked, axis=-1))
         bb.emit_func_output(out)
     mod = relax.transform.Normalize()(bb.finalize())
-    args = [np.array([[3, 1, 4, 1]], np.int64), np.array([[1, 1, 1, 0]], np.int64)]
+    return mod, [np.array([[3, 1, 4, 1]], np.int64), np.array([[1, 1, 1, 0]], np.int64)]
+
+
+def test_integer_and_mask_computations_stay_outside_and_float_regions_are_lifted():
+    """The integer bindings, the constant position slice and the embedding lookups read no
+    program tensor, so they are kept outside; the float32 values they produce become program
+    inputs of the lifted matmuls and adds."""
+    mod, args = bert_shaped_module()
     lifted = from_relax(mod["main"])
     assert lifted.input_names == (None, None)
     assert lifted.outside  # the integer bindings and the lookups
@@ -510,6 +518,37 @@ def test_integer_and_mask_computations_stay_outside_and_float_regions_are_lifted
     relax.analysis.check_well_formed(with_main(mod, func))
     want, got = run_relax(mod, args), run_relax(with_main(mod, func), args)
     np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
+
+
+def test_what_is_kept_outside_is_written_as_onnx_ahead_of_the_program():
+    """optimized.onnx of such a model takes its token ids and mask: the outside bindings come
+    first as ONNX nodes (tvm_pet.relax.onnx_outside), and onnxruntime computes what TVM does."""
+    mod, args = bert_shaped_module()
+    lifted = from_relax(mod["main"])
+    model = export_model(lifted.program, prelude=outside_prelude(lifted, lifted.program))
+    onnx.checker.check_model(model, full_check=True)
+    assert [(i.name, i.type.tensor_type.elem_type) for i in model.graph.input] == \
+        [("ids", TensorProto.INT64), ("mask", TensorProto.INT64)]
+    assert {"Gather", "Slice", "Reshape", "Cast"} <= {n.op_type for n in model.graph.node}
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, dict(zip(["ids", "mask"], args)))
+    np.testing.assert_allclose(got[0], run_relax(mod, args)[0], rtol=RTOL, atol=ATOL)
+
+
+def test_an_outside_binding_with_no_onnx_form_is_named():
+    emb = relax.const(rand((10, 8), 1))
+    bb = relax.BlockBuilder()
+    ids = relax.Var("ids", relax.TensorType((4,), "int64"))
+    with bb.function("main", [ids]):
+        with bb.dataflow():
+            pos = bb.emit(relax.op.cumsum(ids, axis=0))
+            tok = bb.emit(relax.op.take(emb, pos, axis=0))
+            out = bb.emit_output(relax.op.matmul(tok, relax.const(rand((8, 3), 2))))
+        bb.emit_func_output(out)
+    lifted = from_relax(relax.transform.Normalize()(bb.finalize())["main"])
+    assert lifted.outside
+    with pytest.raises(UnsupportedOperator, match="relax.cumsum"):
+        outside_prelude(lifted, lifted.program)
 
 
 def test_non_tensor_binding_is_unsupported():

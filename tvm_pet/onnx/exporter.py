@@ -7,11 +7,16 @@ Each IR node becomes one ONNX node, or a small fixed group (:data:`EXPORT_RULES`
 Mul and an Add of reshaped per-channel vectors, RESHAPE_TRANSPOSE is Reshape, Transpose, Reshape,
 and UPDATE is a ScatterND whose constant indices list the positions of the strided box. Weights
 become float32 initializers; shape operands become int64 initializers.
+
+A model whose program starts after what tvm_pet keeps outside it (token ids, masks: a
+:class:`Prelude`, :mod:`tvm_pet.relax.onnx_outside`) is written with those nodes first, so that
+the exported model takes the model's own inputs.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -23,12 +28,32 @@ from tvm_pet.ir.ops import Op, onnx_operands
 from tvm_pet.onnx.importer import FILL_TAG, ONNX_DOMAIN, ONNX_INPUTS, SUPPORTED_OPSETS
 
 
-def export_model(program: Program, opset: int = 17) -> onnx.ModelProto:
+@dataclasses.dataclass(frozen=True)
+class Prelude:
+    """ONNX nodes ahead of a program, that compute its inputs from the model's own.
+
+    Attributes:
+        inputs: the model's inputs, in order: ``(name, numpy dtype, shape)`` each.
+        nodes: ``(op_type, inputs, outputs, attributes)`` each, in order; an attribute that is
+            a numpy dtype is written as ONNX's tensor type (``Cast``'s ``to``). Their outputs
+            include every program input that is not a model input.
+        initializers: constant tensors by name.
+    """
+
+    inputs: tuple[tuple[str, np.dtype, tuple[int, ...]], ...]
+    nodes: tuple[tuple[str, tuple[str, ...], tuple[str, ...], Mapping], ...]
+    initializers: Mapping[str, np.ndarray]
+
+
+def export_model(program: Program, opset: int = 17,
+                 prelude: Prelude | None = None) -> onnx.ModelProto:
     """Write a program as an ONNX model with float32 inputs, outputs and initializers.
 
     Args:
         program: the program; OPAQUE nodes must have a ``kind`` that is an ONNX operator.
         opset: the default-domain opset of the model (13 to 21).
+        prelude: nodes that come first and the model inputs they read, where the program's
+            inputs are computed from the model's (None: the program's inputs are the model's).
 
     Returns:
         The model; it passes ``onnx.checker.check_model(model, full_check=True)``.
@@ -45,7 +70,22 @@ def export_model(program: Program, opset: int = 17) -> onnx.ModelProto:
     if opset not in SUPPORTED_OPSETS:
         raise ModelError(f"cannot export with opset {opset}; tvm_pet writes opsets "
                          f"{SUPPORTED_OPSETS.start}-{SUPPORTED_OPSETS.stop - 1}")
-    return _Exporter(program, opset).run()
+    return _Exporter(program, opset, prelude).run()
+
+
+def input_signature(model: onnx.ModelProto) -> list[tuple[tuple[int, ...], str]]:
+    """``(shape, numpy dtype name)`` of each graph input of ``model`` that is not an
+    initializer, in order.
+
+    >>> from tvm_pet.ir import ProgramBuilder
+    >>> b = ProgramBuilder(); x = b.input("x", (2, 3)); y = b.add(x, x, out="y")
+    >>> input_signature(export_model(b.build([y])))
+    [((2, 3), 'float32')]
+    """
+    inits = {i.name for i in model.graph.initializer}
+    return [(tuple(d.dim_value for d in i.type.tensor_type.shape.dim),
+             str(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)))
+            for i in model.graph.input if i.name not in inits]
 
 
 def save_model(program: Program, path: str | os.PathLike, opset: int = 17) -> None:
@@ -62,20 +102,28 @@ def save_model(program: Program, path: str | os.PathLike, opset: int = 17) -> No
 class _Exporter:
     """The state of one export: emitted ONNX nodes, initializers and extra opset imports."""
 
-    def __init__(self, program: Program, opset: int):
+    def __init__(self, program: Program, opset: int, prelude: Prelude | None = None):
         self.program = program
         self.opset = opset
+        self.prelude = prelude
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: dict[str, np.ndarray] = dict(program.weights)
         self.domains: dict[str, int] = {}
         self._count = 0
+        #: Names the prelude uses, that a new tensor must not take.
+        self._taken: set[str] = set()
+        if prelude is not None:
+            self.initializers.update(prelude.initializers)
+            self._taken = {name for node in prelude.nodes for name in node[2]}
+            self._taken |= {name for name, _, _ in prelude.inputs}
 
     def fresh(self, hint: str) -> str:
         """A tensor name the program does not use."""
         while True:
             self._count += 1
             name = f"{hint}_{self._count}"
-            if name not in self.program.shapes and name not in self.initializers:
+            if name not in self.program.shapes and name not in self.initializers \
+                    and name not in self._taken:
                 return name
 
     def const(self, hint: str, value: np.ndarray) -> str:
@@ -98,15 +146,22 @@ class _Exporter:
     def run(self) -> onnx.ModelProto:
         """Emit every node and assemble the model."""
         p = self.program
+        inputs = [(t.name, np.dtype(np.float32), t.shape) for t in p.inputs]
+        if self.prelude is not None:
+            inputs = list(self.prelude.inputs)
+            for op_type, operands, outputs, attrs in self.prelude.nodes:
+                self.add(op_type, operands, outputs, **{
+                    k: helper.np_dtype_to_tensor_dtype(v) if isinstance(v, np.dtype) else v
+                    for k, v in attrs.items()})
         for node in p.nodes:
             EXPORT_RULES[node.op](self, node)
         used = {i for n in self.nodes for i in n.input} | set(p.outputs)
         inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in self.initializers.items()
                  if k in used]
-        value = lambda name, shape: helper.make_tensor_value_info(  # noqa: E731
-            name, onnx.TensorProto.FLOAT, list(shape))
-        graph = helper.make_graph(self.nodes, p.name, [value(t.name, t.shape) for t in p.inputs],
-                                  [value(o, p.shapes[o]) for o in p.outputs], inits)
+        value = lambda name, dtype, shape: helper.make_tensor_value_info(  # noqa: E731
+            name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape))
+        graph = helper.make_graph(self.nodes, p.name, [value(*spec) for spec in inputs],
+                                  [value(o, np.float32, p.shapes[o]) for o in p.outputs], inits)
         opsets = [helper.make_opsetid("", self.opset)]
         opsets += [helper.make_opsetid(d, v) for d, v in self.domains.items()]
         model = helper.make_model(graph, opset_imports=opsets, producer_name="tvm_pet")

@@ -25,7 +25,7 @@ from tvm_pet.errors import PetError
 from tvm_pet.io import atomic_write
 from tvm_pet.ir.node import Program
 from tvm_pet.ir.ops import Op
-from tvm_pet.onnx import export_model
+from tvm_pet.onnx.exporter import export_model, input_signature
 from tvm_pet.pipeline.baseline import BaselineLowering
 from tvm_pet.pipeline.confirm import Confirmation, check_outputs
 from tvm_pet.pipeline.load import LoadedModel
@@ -297,7 +297,7 @@ def write_artifacts(out: pathlib.Path, report: Report, final: Program,
     toolchain.export(c.baseline.executable, str(out / "baseline.so"))
     toolchain.export(c.final, str(out / "optimized.so"))
     written = _write_onnx(out / "optimized.onnx", final, inputs,
-                          toolchain.run(c.final, list(inputs)) if len(inputs) else ())
+                          toolchain.run(c.final, list(inputs)) if len(inputs) else (), toolchain)
     report = dataclasses.replace(report, optimized_onnx=written)
     atomic_write(out / "optimized.py", toolchain.script(toolchain.lower(final)))
     atomic_write(out / "report.json", json.dumps(report.to_json(), indent=2, default=str) + "\n")
@@ -309,21 +309,21 @@ def _shapes(typed) -> str:
 
 
 def _write_onnx(path: pathlib.Path, final: Program, inputs: Sequence[np.ndarray],
-                expected: Sequence[np.ndarray]) -> str:
-    """Write ``final`` as ONNX when tvm_pet can, checked against ``expected`` with onnxruntime;
-    the path written, or ``"not written: <why>"``."""
+                expected: Sequence[np.ndarray], toolchain: Toolchain) -> str:
+    """Write ``final`` as ONNX when tvm_pet can, with what the model keeps outside it written
+    first (``toolchain.onnx_prelude``), checked against ``expected`` with onnxruntime; the path
+    written, or ``"not written: <why>"``."""
     if path.exists():
         path.unlink()  # a file from an earlier run must not pass for this one
-    given = [(tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in inputs]
-    starts = [(tuple(t.shape), "float32") for t in final.inputs]
-    if len(inputs) and given != starts:
-        return ("not written: tvm_pet's program starts after what it keeps outside (token ids, "
-                "masks, shapes), and its ONNX exporter writes the program alone: the model "
-                f"takes {_shapes(given)}, the program {_shapes(starts)}")
     try:
-        model = export_model(final)
+        model = export_model(final, prelude=toolchain.onnx_prelude(final))
     except PetError as e:
         return f"not written: tvm_pet's ONNX exporter cannot express this model ({e})"
+    given = [(tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in inputs]
+    takes = input_signature(model)
+    if len(inputs) and given != takes:
+        return (f"not written: the exported model takes {_shapes(takes)}, the model "
+                f"{_shapes(given)}")
     if len(expected):
         try:
             got = onnxruntime_outputs(model, inputs)

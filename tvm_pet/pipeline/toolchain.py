@@ -144,6 +144,12 @@ class Toolchain(Protocol):
         """The module as source text (TVMScript)."""
         ...
 
+    def onnx_prelude(self, program: Program) -> Any:
+        """What the model keeps outside ``program`` (token ids, masks), as ONNX nodes to write
+        ahead of it (:class:`tvm_pet.onnx.exporter.Prelude`); None when the program's inputs
+        are the model's. Raises :class:`~tvm_pet.errors.PetError` when it cannot be written."""
+        ...
+
     def cost_model(self) -> ScreeningCost:
         """The measured cost model: record times where they exist (kernels without records are
         timed untuned, or set aside against tuned ones)."""

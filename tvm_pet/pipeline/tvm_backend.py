@@ -29,10 +29,12 @@ from tvm import relax
 from tvm_pet.errors import KernelBuildError, PetError
 from tvm_pet.io import quiet_native_stderr
 from tvm_pet.ir.node import Program
+from tvm_pet.onnx.exporter import Prelude
 from tvm_pet.pipeline.load import InputSpec, LoadedModel
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.relax.coverage import coverage as relax_coverage
 from tvm_pet.relax.frontends import ModuleLowering, import_model
+from tvm_pet.relax.onnx_outside import outside_prelude
 from tvm_pet.tune.compile import apply_records, build_applied, extract_tasks
 from tvm_pet.tune.contention import CpuWatch
 from tvm_pet.tune.measured_cost import MeasuredCost, kernel_change
@@ -284,6 +286,14 @@ class TVMToolchain:
     def script(self, module: tvm.IRModule) -> str:
         """The module as TVMScript."""
         return module.script()
+
+    def onnx_prelude(self, program: Program) -> Prelude | None:
+        """What the loaded model keeps outside ``program``, as ONNX nodes to put ahead of it
+        (:func:`~tvm_pet.relax.onnx_outside.outside_prelude`); None for a program lowered on
+        its own or one that starts at the model's inputs."""
+        if not isinstance(self._lower, ModuleLowering):
+            return None
+        return outside_prelude(self._lower.lifted, program)
 
     def cost_model(self) -> MeasuredCost:
         """The measured cost: record times where they exist, from the records opened once."""
