@@ -37,7 +37,8 @@ from tvm_pet.tune import (Task, TuningSearch, count_records, extract_tasks, open
 from tvm_pet.tune import dbfile
 from tvm_pet.tune.builder import make_builder
 from tvm_pet.tune.dbfile import CorruptDatabaseWarning
-from tvm_pet.tune.records import (UntunedTimes, db_dir, mean_run_secs, pending_database,
+from tvm_pet.tune.records import (LazyDatabase, UntunedTimes, best_record, db_dir,
+                                  mean_run_secs, pending_database, record_sources,
                                   recover_pending, workload_records)
 
 F32 = "float32"
@@ -126,6 +127,33 @@ def test_a_damaged_database_opens_keeps_intact_records_and_backs_up(shared, mods
     again, caught = corrupt_warnings(lambda: open_database(shared.parent, TARGET))
     assert not caught and len(again) == len(db)
     assert sorted(shared.glob("*.corrupt*")) == backups
+
+
+def _costing_reads(shared, mods):
+    """The target's own records as costing opens them, each task's record times, and whether
+    each task has a best record."""
+    own = record_sources(shared.parent, TARGET).open().own
+    return own, times_by_task(own, mods), [best_record(own, mod) is not None for mod in mods]
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_costing_loads_each_task_when_asked_with_the_records_metaschedule_loads(
+        tmp_path, mods, damage):
+    """RecordSources.open reads the lines and loads a task with TVM when it is first asked for
+    (a LazyDatabase): the same records as open_database's, the damaged lines skipped with one
+    warning, at open (not JSON) or when their task is loaded (what TVM rejects)."""
+    name, edit, expected = DAMAGE[damage]
+    shared = db_dir(tmp_path, TARGET)
+    write_records(shared, mods, valid=True)  # records get_top_k ranks, for best_record
+    _edit(shared / name, edit)
+    (own, times, best), caught = corrupt_warnings(lambda: _costing_reads(shared, mods))
+    assert isinstance(own, LazyDatabase)
+    assert times == expected
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert len(own.get_all_tuning_records()) == sum(map(len, expected))
+    full, _ = corrupt_warnings(lambda: open_database(shared.parent, TARGET))
+    assert best == [best_record(full, mod) is not None for mod in mods] == \
+        [bool(t) for t in expected]
 
 
 def test_empty_database_files_open_as_an_empty_database(tmp_path):

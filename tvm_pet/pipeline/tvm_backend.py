@@ -204,7 +204,7 @@ class TVMToolchain:
         """Tune every task of ``module`` up to ``trials`` records, into the records folder.
 
         The tuner counts the tasks' trials in the records this toolchain opens for costing and
-        builds (opening a large database takes half a minute, and a rerun tunes nothing); when
+        builds (opening them reads every line, and a rerun tunes nothing); when
         it adds records, they are opened again when next asked."""
         sources = self._records()
         self._sources = None  # new records, or an interrupt: open again when next asked

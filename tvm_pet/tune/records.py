@@ -39,8 +39,11 @@ merged and replaced the same way.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import json
+import warnings
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -132,7 +135,8 @@ def _count_lines(path: Path) -> int:
 
 
 def open_database(records_dir: str | Path, target: tvm.target.Target,
-                  create: bool = True) -> ms.database.JSONDatabase:
+                  create: bool = True, lazy: bool = False
+                  ) -> "ms.database.JSONDatabase | LazyDatabase":
     """Open (and by default create) the target's database, repairing it when it is damaged.
 
     The files are checked line by line under the directory's shared lock before MetaSchedule loads
@@ -145,9 +149,12 @@ def open_database(records_dir: str | Path, target: tvm.target.Target,
         target: the target whose database to open.
         create: create the directory and empty files when they are missing; when ``False`` a
             missing database raises.
+        lazy: read the lines now and load each task with TVM when it is first asked for (a
+            :class:`LazyDatabase`: what tvm_pet's counting and costing read); a line that is
+            valid JSON but that TVM rejects is then skipped with a warning, not repaired.
 
     Returns:
-        The ``JSONDatabase``, with ``MODULE_EQUALITY``.
+        The ``JSONDatabase`` (a ``LazyDatabase`` with ``lazy``), with ``MODULE_EQUALITY``.
 
     Raises:
         PetError: when the database is missing and ``create`` is false, when the path is not a
@@ -159,15 +166,20 @@ def open_database(records_dir: str | Path, target: tvm.target.Target,
     if not create and not dbfile.has_database(work_dir):
         raise PetError(f"no tuning records for target {target_dir(target)} under {records_dir}: "
                        "run tvm_pet.tune.tune(...) first")
-    return _open_dir(work_dir)
+    return _open_dir(work_dir, lazy)
 
 
-def _open_dir(work_dir: Path) -> ms.database.JSONDatabase:
-    """Open the database in ``work_dir`` (created when missing), repairing damaged lines."""
+def _open_dir(work_dir: Path, lazy: bool = False) -> "ms.database.JSONDatabase | LazyDatabase":
+    """Open the database in ``work_dir`` (created when missing), repairing damaged lines;
+    ``lazy``: as a :class:`LazyDatabase` (its lines checked as JSON now, loaded with TVM when a
+    task asks for them)."""
     _unpacked(work_dir)
     dbfile.ensure_files(work_dir)
     with dir_lock(work_dir, shared=True):
-        if not dbfile.read_tables(work_dir).dirty:
+        tables = dbfile.read_tables(work_dir)
+        if not tables.dirty:
+            if lazy:
+                return LazyDatabase(tables, work_dir)
             try:
                 return _load(work_dir)
             except (RuntimeError, ValueError, TypeError):
@@ -177,6 +189,8 @@ def _open_dir(work_dir: Path) -> ms.database.JSONDatabase:
             deep = False
     with dir_lock(work_dir):
         dbfile.repair(work_dir, deep=deep)
+        if lazy:
+            return LazyDatabase(dbfile.read_tables(work_dir), work_dir)
         try:
             return _load(work_dir)
         except (RuntimeError, ValueError, TypeError) as err:
@@ -189,6 +203,99 @@ def _load(work_dir: Path) -> ms.database.JSONDatabase:
     """Load a checked database directory with MetaSchedule (the caller holds its lock)."""
     return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False,
                                     module_equality=MODULE_EQUALITY)
+
+
+class LazyDatabase:
+    """A target's records read as text, each task's workload and records loaded with TVM when
+    that task is first asked for.
+
+    MetaSchedule's ``JSONDatabase`` loads every workload and record when it opens (about 20 ms a
+    record): 8 s for the shipped CPU records, 34 s for the CUDA ones, where costing and building
+    a model reads its own few dozen kernels. This answers the read-only questions tvm_pet asks of
+    the records it costs and builds with (:class:`RecordSources`, :func:`workload_records`,
+    :func:`best_record`) from an ``ms.database.MemoryDatabase`` it fills task by task: the same
+    records, ranked by the same ``get_top_k``. MetaSchedule itself never gets it: builds take a
+    database of each task's checked best (``compile.checked_database``), tuning a private
+    ``JSONDatabase`` (:func:`pending_database`). A line that is valid JSON but that TVM rejects is
+    skipped when its task is loaded, with a ``CorruptDatabaseWarning``.
+    """
+
+    def __init__(self, tables: dbfile.Tables, where: Path):
+        self._where = where
+        self._workloads = list(tables.workloads)
+        self._by_hash: dict[str, list[int]] = collections.defaultdict(list)
+        for i, shash in enumerate(tables.shashes):
+            if shash is not None:
+                self._by_hash[shash].append(i)
+        self._records: dict[int, list[str]] = collections.defaultdict(list)
+        for idx, text in tables.records:
+            self._records[idx].append(text)
+        self._count = len(tables.records)
+        self._memory = ms.database.MemoryDatabase(module_equality=MODULE_EQUALITY)
+        self._loaded: set[str] = set()  # the task hashes asked for
+        self._done: set[int] = set()  # the workload lines loaded
+
+    def __len__(self) -> int:
+        return self._count
+
+    def has_workload(self, mod: tvm.IRModule) -> bool:
+        return self._task(mod) is not None
+
+    def commit_workload(self, mod: tvm.IRModule) -> ms.database.Workload:
+        """The task's workload (added in memory, never to the files, when it has none)."""
+        self._task(mod)
+        return self._memory.commit_workload(mod)
+
+    def get_top_k(self, workload: ms.database.Workload, top_k: int
+                  ) -> list[ms.database.TuningRecord]:
+        self._task(workload.mod)
+        return list(self._memory.get_top_k(workload, top_k))
+
+    def workload_records(self, mod: tvm.IRModule) -> list[ms.database.TuningRecord]:
+        """Every record of one task, failed candidates included."""
+        workload = self._task(mod)
+        if workload is None:
+            return []
+        return [r for r in self._memory.get_all_tuning_records() if r.workload.same_as(workload)]
+
+    def get_all_tuning_records(self) -> list[ms.database.TuningRecord]:
+        """Every record (this loads them all)."""
+        for i in range(len(self._workloads)):
+            self._load_line(i)
+        return list(self._memory.get_all_tuning_records())
+
+    def _task(self, mod: tvm.IRModule) -> ms.database.Workload | None:
+        """The task's workload, loaded with its records on first use; None when it has none."""
+        shash = str(tvm_ffi.structural_hash(mod))
+        if shash not in self._loaded:
+            self._loaded.add(shash)
+            for i in self._by_hash.get(shash, ()):
+                self._load_line(i)
+        return self._memory.commit_workload(mod) if self._memory.has_workload(mod) else None
+
+    def _load_line(self, i: int) -> None:
+        if i in self._done:
+            return
+        self._done.add(i)
+        try:
+            loaded = ms.database.Workload.from_json(json.loads(self._workloads[i]))
+        except (RuntimeError, ValueError, TypeError) as err:
+            self._skipped(f"{WORKLOAD_FILE} line {i + 1}", err)
+            self._records.pop(i, None)
+            return
+        workload = self._memory.commit_workload(loaded.mod)
+        for text in self._records.pop(i, ()):
+            try:
+                record = ms.database.TuningRecord.from_json(json.loads(text), workload)
+            except (RuntimeError, ValueError, TypeError) as err:
+                self._skipped(f"a record of {WORKLOAD_FILE} line {i + 1}", err)
+                continue
+            self._memory.commit_tuning_record(record)
+
+    def _skipped(self, what: str, err: Exception) -> None:
+        warnings.warn(f"the tuning database in {self._where}: TVM cannot load {what} "
+                      f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                      f"it is skipped", dbfile.CorruptDatabaseWarning, stacklevel=3)
 
 
 @contextlib.contextmanager
@@ -233,7 +340,8 @@ def costing_sources(records_dir: str | Path | None, target: tvm.target.Target):
     ``None`` when there are none; the kernel-time cache, in ``records_dir`` or in memory when it
     is ``None``).
 
-    Opening the records loads their JSON (about 20 ms a record): a caller costing many modules
+    Opening the records reads their lines (a second for the shipped ones; each task is loaded
+    with TVM when first asked for: ``LazyDatabase``): a caller costing many modules
     opens these once and passes them on (``kernels.kernel_times``).
     """
     if records_dir is None:
@@ -262,13 +370,14 @@ class RecordSources:
     borrowed: Path | None = None
 
     def open(self) -> "OpenRecords":
-        """Open the databases that exist (loading the JSON takes seconds for big ones)."""
-        own = _open_dir(self.own) if _count_lines(_unpacked(self.own) / RECORD_FILE) else None
+        """Open the databases that exist, each a :class:`LazyDatabase`."""
+        own = (_open_dir(self.own, lazy=True) if _count_lines(_unpacked(self.own) / RECORD_FILE)
+               else None)
         checks = RecordChecks(self.own / CHECKS_FILE,
                               also=() if self.borrowed is None else [self.borrowed / CHECKS_FILE])
         if self.borrowed is None:
             return OpenRecords(own, checks=checks)
-        return OpenRecords(own, _open_dir(self.borrowed), self.borrowed.name, checks)
+        return OpenRecords(own, _open_dir(self.borrowed, lazy=True), self.borrowed.name, checks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,6 +458,8 @@ def record_sources(records_dir: str | Path, target: tvm.target.Target) -> Record
 
 def workload_records(db: ms.database.Database, task_mod: tvm.IRModule) -> list[ms.database.TuningRecord]:
     """Return every record of one task (failed candidates included), without adding the task."""
+    if isinstance(db, LazyDatabase):
+        return db.workload_records(task_mod)
     if not db.has_workload(task_mod):
         return []
     workload = db.commit_workload(task_mod)  # returns the existing workload; writes nothing

@@ -122,7 +122,7 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
     target = resolve_target(target)
     tasks = extract_tasks(mod, target)
     if records.recover_pending(records_dir, target) or database is None:
-        database = records.open_database(records_dir, target)
+        database = records.open_database(records_dir, target, lazy=True)
     work_dir = records.db_dir(records_dir, target)
     pruned, exhausted = dbfile.pruned_counts(work_dir), dbfile.exhausted(work_dir)
     own_runner, stats = None, []
@@ -190,7 +190,7 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
     start = time.perf_counter()
     target = resolve_target(target)
     records.recover_pending(records_dir, target)
-    database = records.open_database(records_dir, target)
+    database = records.open_database(records_dir, target, lazy=True)
     work_dir = records.db_dir(records_dir, target)
     pruned, exhausted = dbfile.pruned_counts(work_dir), dbfile.exhausted(work_dir)
     before = {task: _trials_done(task, database, pruned) for task in extract_tasks(mod, target)}
@@ -208,7 +208,7 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
                                first_batch)
         finally:  # its popen worker outlives the process otherwise
             runner.pool.shutdown()
-    database = records.open_database(records_dir, target)
+    database = records.open_database(records_dir, target, lazy=True)
     stats = tuple(_task_stats(t, before[t], database, pruned) for t in before)
     return TuneStats(target_dir(target), str(work_dir), stats, time.perf_counter() - start)
 
@@ -244,7 +244,8 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
     tasks = extract_tasks(mod, target)
     work_dir = records.db_dir(records_dir, target)
     # this module's earlier runs on these records count
-    total, earlier = earlier_tuning(tasks, records.open_database(records_dir, target), work_dir)
+    opened = records.open_database(records_dir, target, lazy=True)
+    total, earlier = earlier_tuning(tasks, opened, work_dir)
     spent, key = MinutesSpent(work_dir / MinutesSpent.FILE), MinutesSpent.key(tasks)
     steps: list[TuneStats] = []
     started = False  # a step that raises (an interrupt) has spent its time too
