@@ -138,7 +138,7 @@ class FakeToolchain:
     def script(self, module):
         return f"# {len(module.nodes)} nodes\n"
 
-    def onnx_prelude(self, program):
+    def onnx_prelude(self, program, opset):
         return None  # the fake lowers each program on its own: its inputs are the model's
 
     def cost_model(self):

@@ -342,6 +342,13 @@ def test_a_transformers_bert_pt2_is_costed_against_its_candidates_lowering(tmp_p
     for lib in ("baseline.so", "optimized.so"):
         got = library_outputs(tmp_path / "out" / lib, [x.numpy() for x in inputs])
         assert max_relative_error(got, want) < TOLERANCE, lib
+    # torch.export's mask arithmetic (arange, expand_dims, index_tensor, bitwise_and of
+    # booleans) is kept outside the program and written first (tvm_pet.relax.onnx_outside)
+    assert report["optimized_onnx"] == str(tmp_path / "out" / "optimized.onnx"), \
+        report["optimized_onnx"]
+    session = ort.InferenceSession(report["optimized_onnx"], providers=["CPUExecutionProvider"])
+    got = session.run(None, {"ids": inputs[0].numpy(), "mask": inputs[1].numpy()})
+    assert max_relative_error(got, want) < TOLERANCE, "optimized.onnx"
 
 
 def test_a_model_whose_lowering_is_the_import_keeps_the_import_as_baseline(tmp_path):

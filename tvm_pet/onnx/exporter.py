@@ -38,11 +38,18 @@ class Prelude:
             a numpy dtype is written as ONNX's tensor type (``Cast``'s ``to``). Their outputs
             include every program input that is not a model input.
         initializers: constant tensors by name.
+        opaque: the nodes that compute each OPAQUE node kept under its Relax name (no ONNX kind
+            maps it), by the node's output, in the same form as ``nodes``.
+        opset: the default-domain opset the nodes are written for (a reduction's axes are an
+            attribute up to 17, an input from 18).
     """
 
     inputs: tuple[tuple[str, np.dtype, tuple[int, ...]], ...]
     nodes: tuple[tuple[str, tuple[str, ...], tuple[str, ...], Mapping], ...]
     initializers: Mapping[str, np.ndarray]
+    opaque: Mapping[str, tuple[tuple[str, tuple[str, ...], tuple[str, ...], Mapping], ...]] = \
+        dataclasses.field(default_factory=dict)
+    opset: int = 17
 
 
 def export_model(program: Program, opset: int = 17,
@@ -70,7 +77,28 @@ def export_model(program: Program, opset: int = 17,
     if opset not in SUPPORTED_OPSETS:
         raise ModelError(f"cannot export with opset {opset}; tvm_pet writes opsets "
                          f"{SUPPORTED_OPSETS.start}-{SUPPORTED_OPSETS.stop - 1}")
+    if prelude is not None and opset != prelude.opset:
+        raise ModelError(f"cannot export with opset {opset}: what tvm_pet writes around the "
+                         f"program is written for opset {prelude.opset}")
     return _Exporter(program, opset, prelude).run()
+
+
+def lowest_opset(program: Program, at_least: int = 17) -> int:
+    """The lowest default-domain opset from ``at_least`` that defines every ONNX operator kind
+    of the program's OPAQUE nodes (``Gelu`` needs 20); ``at_least`` when none does.
+
+    >>> from tvm_pet.ir import ProgramBuilder
+    >>> b = ProgramBuilder(); x = b.input("x", (2, 3)); (y,) = b.opaque("Gelu", [x])
+    >>> lowest_opset(b.build([y]))
+    20
+    """
+    kinds = {n.attrs["kind"] for n in program.nodes if n.op is Op.OPAQUE
+             and not n.attrs["kind"].startswith("relax.")
+             and not dict(n.attrs["params"]).get(ONNX_DOMAIN)}
+    for opset in range(at_least, SUPPORTED_OPSETS.stop):
+        if all(onnx.defs.has(kind, opset) for kind in kinds):
+            return opset
+    return at_least
 
 
 def input_signature(model: onnx.ModelProto) -> list[tuple[tuple[int, ...], str]]:
@@ -115,6 +143,8 @@ class _Exporter:
         if prelude is not None:
             self.initializers.update(prelude.initializers)
             self._taken = {name for node in prelude.nodes for name in node[2]}
+            self._taken |= {name for group in prelude.opaque.values() for node in group
+                            for name in node[2]}
             self._taken |= {name for name, _, _ in prelude.inputs}
 
     def fresh(self, hint: str) -> str:
@@ -143,16 +173,20 @@ class _Exporter:
                                            name=f"{op_type}_{len(self.nodes)}", domain=domain,
                                            **attrs))
 
+    def add_plain(self, nodes: Sequence[tuple]) -> None:
+        """Emit ``(op_type, inputs, outputs, attributes)`` nodes (a :class:`Prelude`'s)."""
+        for op_type, operands, outputs, attrs in nodes:
+            self.add(op_type, operands, outputs, **{
+                k: helper.np_dtype_to_tensor_dtype(v) if isinstance(v, np.dtype) else v
+                for k, v in attrs.items()})
+
     def run(self) -> onnx.ModelProto:
         """Emit every node and assemble the model."""
         p = self.program
         inputs = [(t.name, np.dtype(np.float32), t.shape) for t in p.inputs]
         if self.prelude is not None:
             inputs = list(self.prelude.inputs)
-            for op_type, operands, outputs, attrs in self.prelude.nodes:
-                self.add(op_type, operands, outputs, **{
-                    k: helper.np_dtype_to_tensor_dtype(v) if isinstance(v, np.dtype) else v
-                    for k, v in attrs.items()})
+            self.add_plain(self.prelude.nodes)
         for node in p.nodes:
             EXPORT_RULES[node.op](self, node)
         used = {i for n in self.nodes for i in n.input} | set(p.outputs)
@@ -261,6 +295,9 @@ def _fill(ex: _Exporter, node: Node) -> None:
 
 
 def _opaque(ex: _Exporter, node: Node) -> None:
+    if ex.prelude is not None and node.outputs[0] in ex.prelude.opaque:
+        ex.add_plain(ex.prelude.opaque[node.outputs[0]])  # written from its kept Relax call
+        return
     kind, params = node.attrs["kind"], dict(node.attrs["params"])
     layout = params.pop(ONNX_INPUTS, None)
     domain, version = params.pop(ONNX_DOMAIN, ("", ex.opset))

@@ -25,7 +25,7 @@ from tvm_pet.errors import PetError
 from tvm_pet.io import atomic_write
 from tvm_pet.ir.node import Program
 from tvm_pet.ir.ops import Op
-from tvm_pet.onnx.exporter import export_model, input_signature
+from tvm_pet.onnx.exporter import export_model, input_signature, lowest_opset
 from tvm_pet.pipeline.baseline import BaselineLowering
 from tvm_pet.pipeline.confirm import Confirmation, check_outputs
 from tvm_pet.pipeline.load import LoadedModel
@@ -316,7 +316,8 @@ def _write_onnx(path: pathlib.Path, final: Program, inputs: Sequence[np.ndarray]
     if path.exists():
         path.unlink()  # a file from an earlier run must not pass for this one
     try:
-        model = export_model(final, prelude=toolchain.onnx_prelude(final))
+        opset = lowest_opset(final)
+        model = export_model(final, opset, toolchain.onnx_prelude(final, opset))
     except PetError as e:
         return f"not written: tvm_pet's ONNX exporter cannot express this model ({e})"
     given = [(tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in inputs]

@@ -144,10 +144,11 @@ class Toolchain(Protocol):
         """The module as source text (TVMScript)."""
         ...
 
-    def onnx_prelude(self, program: Program) -> Any:
-        """What the model keeps outside ``program`` (token ids, masks), as ONNX nodes to write
-        ahead of it (:class:`tvm_pet.onnx.exporter.Prelude`); None when the program's inputs
-        are the model's. Raises :class:`~tvm_pet.errors.PetError` when it cannot be written."""
+    def onnx_prelude(self, program: Program, opset: int) -> Any:
+        """What ``program`` needs written around it as ONNX of ``opset``: what the model keeps
+        outside it (token ids, masks), and its operators kept under their Relax names
+        (:class:`tvm_pet.onnx.exporter.Prelude`); None when it needs neither. Raises
+        :class:`~tvm_pet.errors.PetError` when it cannot be written."""
         ...
 
     def cost_model(self) -> ScreeningCost:

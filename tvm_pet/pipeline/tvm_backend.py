@@ -287,13 +287,14 @@ class TVMToolchain:
         """The module as TVMScript."""
         return module.script()
 
-    def onnx_prelude(self, program: Program) -> Prelude | None:
-        """What the loaded model keeps outside ``program``, as ONNX nodes to put ahead of it
+    def onnx_prelude(self, program: Program, opset: int) -> Prelude | None:
+        """What ``program`` needs written around it as ONNX, for ``opset``: what the loaded
+        model keeps outside it, and its operators kept under their Relax names
         (:func:`~tvm_pet.relax.onnx_outside.outside_prelude`); None for a program lowered on
-        its own or one that starts at the model's inputs."""
+        its own or one that needs neither."""
         if not isinstance(self._lower, ModuleLowering):
             return None
-        return outside_prelude(self._lower.lifted, program)
+        return outside_prelude(self._lower.lifted, program, opset)
 
     def cost_model(self) -> MeasuredCost:
         """The measured cost: record times where they exist, from the records opened once."""

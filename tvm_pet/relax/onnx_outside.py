@@ -20,9 +20,10 @@ import tvm
 from tvm import relax
 
 from tvm_pet.errors import UnsupportedOperator
-from tvm_pet.ir.node import Program
+from tvm_pet.ir.node import Node, Program
+from tvm_pet.ir.ops import Op
 from tvm_pet.onnx.exporter import Prelude
-from tvm_pet.relax.lifted_function import Lifted
+from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding
 from tvm_pet.relax.relax_types import static_shape
 
 #: Relax operators that are the ONNX operator of the same meaning on the same operands
@@ -39,8 +40,9 @@ ELEMENTWISE = {
 class _Writer:
     """The state of one prelude: the ONNX name of every Relax value, the nodes, the constants."""
 
-    def __init__(self, taken: set[str]):
+    def __init__(self, taken: set[str], opset: int):
         self.taken = set(taken)
+        self.opset = opset
         self.names: dict[int, str] = {}
         self.nodes: list[tuple[str, tuple[str, ...], tuple[str, ...], dict]] = []
         self.initializers: dict[str, np.ndarray] = {}
@@ -61,51 +63,83 @@ class _Writer:
 
     def operand(self, expr: relax.Expr) -> str:
         """The ONNX name of a Var, Constant or static shape operand."""
-        if isinstance(expr, relax.Var):
-            if expr.__chandle__() not in self.names:
-                raise UnsupportedOperator(f"the value {expr} is computed where tvm_pet writes no "
-                                          f"ONNX for it")
+        if expr.__chandle__() in self.names:
             return self.names[expr.__chandle__()]
+        if isinstance(expr, relax.Var):
+            raise UnsupportedOperator(f"the value {expr} is computed where tvm_pet writes no "
+                                      f"ONNX for it")
         if isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.ty, relax.TensorType):
             return self.const(expr.value.numpy())
         if isinstance(expr, relax.ShapeExpr):
             return self.const(np.array(_ints(expr.values), np.int64), "outside_shape")
         raise UnsupportedOperator(f"tvm_pet writes no ONNX for the operand {type(expr).__name__}")
 
-    def binding(self, binding: relax.Binding) -> None:
-        value = binding.value
-        if not isinstance(binding, relax.VarBinding) or not isinstance(value, relax.Call) \
-                or not isinstance(value.op, tvm.ir.Op):
-            raise UnsupportedOperator(f"tvm_pet writes no ONNX for the binding {binding.var} "
-                                      f"kept outside its program ({type(value).__name__})")
+    def call(self, value: relax.Expr, what: str, out: str | None = None) -> str:
+        """Emit the ONNX node of one Relax operator call (``what`` names it in errors); its
+        output is named ``out`` (default: a fresh name)."""
+        if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+            raise UnsupportedOperator(f"tvm_pet writes no ONNX for {what} "
+                                      f"({type(value).__name__})")
         op = value.op.name
         if op in ELEMENTWISE:
             op_type, operands, attrs = ELEMENTWISE[op], list(value.args), {}
         elif op in WITH_ATTRIBUTES:
-            op_type, operands, attrs = WITH_ATTRIBUTES[op](value)
+            op_type, operands, attrs = WITH_ATTRIBUTES[op](self, value)
         else:
-            raise UnsupportedOperator(f"tvm_pet writes no ONNX for {op}, which computes "
-                                      f"{binding.var} outside its program")
-        out = self.fresh(str(binding.var))
-        inputs = tuple(self.operand(a) if isinstance(a, relax.Expr) else self.const(a)
-                       for a in operands)
+            raise UnsupportedOperator(f"tvm_pet writes no ONNX for {op}, which computes {what}")
+        return self.node(op_type, operands, attrs, out=out)
+
+    def node(self, op_type: str, operands: Sequence, attrs: dict, hint: str = "outside",
+             out: str | None = None) -> str:
+        """Emit one node; its operands are Relax values, ONNX names or numpy constants."""
+        out = out or self.fresh(hint)
+        inputs = tuple(a if isinstance(a, str) else self.operand(a)
+                       if isinstance(a, relax.Expr) else self.const(a) for a in operands)
         self.nodes.append((op_type, inputs, (out,), attrs))
-        self.names[binding.var.__chandle__()] = out
+        return out
+
+    def binding(self, binding: relax.Binding) -> None:
+        """A binding kept outside the program."""
+        what = f"{binding.var}, outside the program"
+        if not isinstance(binding, relax.VarBinding):
+            raise UnsupportedOperator(f"tvm_pet writes no ONNX for {what} (a match_cast)")
+        name = self.call(binding.value, what, self.fresh(str(binding.var)))
+        self.names[binding.var.__chandle__()] = name
+
+    def opaque(self, node: Node, kept: OpaqueBinding | None) -> tuple:
+        """The ONNX nodes of an OPAQUE node kept under its Relax name, from its kept call, its
+        operands the node's inputs."""
+        if kept is None or not kept.fits(node) or len(node.outputs) != 1:
+            raise UnsupportedOperator(f"tvm_pet writes no ONNX for `{node.describe()}`")
+        inputs = iter(node.inputs)
+        for leaf, tree in kept.leaves:
+            if not isinstance(tree, str):
+                raise UnsupportedOperator(f"tvm_pet writes no ONNX for `{node.describe()}` "
+                                          f"(a tuple operand)")
+            self.names[leaf.__chandle__()] = next(inputs)
+        start = len(self.nodes)
+        self.call(kept.expr, f"`{node.describe()}`", node.outputs[0])
+        return tuple(self.nodes[start:])
 
 
-def outside_prelude(lifted: Lifted, program: Program) -> Prelude | None:
-    """The bindings ``lifted`` keeps outside its program as ONNX nodes ahead of ``program`` (a
-    program lifted from it, or a mutant of one); None when the program's inputs are the
-    function's parameters, so there is nothing to put first.
+def outside_prelude(lifted: Lifted, program: Program, opset: int = 17) -> Prelude | None:
+    """What ``program`` (lifted from ``lifted``, or a mutant of it) needs written around it as
+    plain ONNX: the bindings ``lifted`` keeps outside it, ahead of it, and the nodes of its
+    OPAQUE nodes kept under their Relax names (no ONNX kind maps them; torch.export's attention
+    guards: ``equal``, ``logical_not``, ``astype``, ``max``), written for ``opset``. None when
+    there is neither.
 
     Raises:
-        UnsupportedOperator: a binding, operand or parameter tvm_pet writes no ONNX for.
+        UnsupportedOperator: a binding, operator, operand or parameter tvm_pet writes no ONNX
+            for.
         ShapeError: a parameter without a static shape.
     """
-    if not lifted.outside and not lifted.outside_inputs \
+    relax_named = [n for n in program.nodes
+                   if n.op is Op.OPAQUE and n.attrs["kind"].startswith("relax.")]
+    if not lifted.outside and not lifted.outside_inputs and not relax_named \
             and all(name is not None for name in lifted.input_names):
         return None
-    w = _Writer(set(program.shapes) | set(program.weights))
+    w = _Writer(set(program.shapes) | set(program.weights), opset)
     inputs = []
     for var, name in zip(lifted.params, lifted.input_names):
         if not isinstance(var.ty, relax.TensorType):
@@ -119,7 +153,9 @@ def outside_prelude(lifted: Lifted, program: Program) -> Prelude | None:
         w.binding(binding)
     for name, expr in lifted.outside_inputs.items():
         w.nodes.append(("Identity", (w.operand(expr),), (name,), {}))
-    return Prelude(tuple(inputs), tuple(w.nodes), w.initializers)
+    ahead = len(w.nodes)
+    opaque = {n.outputs[0]: w.opaque(n, lifted.opaque.get(n.outputs[0])) for n in relax_named}
+    return Prelude(tuple(inputs), tuple(w.nodes[:ahead]), w.initializers, opaque, opset)
 
 
 def _ints(values: Sequence) -> list[int]:
@@ -130,10 +166,10 @@ def _ints(values: Sequence) -> list[int]:
                                   f"static shapes") from None
 
 
-Rule = Callable[[relax.Call], tuple[str, list, dict]]
+Rule = Callable[[_Writer, relax.Call], tuple[str, list, dict]]
 
 
-def _take(call: relax.Call) -> tuple[str, list, dict]:
+def _take(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
     # In bounds, TVM's fast take and ONNX's Gather read the same; out of bounds the first is
     # undefined. Other modes clip or wrap where Gather fails, so they are not written.
     if call.attrs.axis is None or str(call.attrs.mode) != "fast":
@@ -142,7 +178,7 @@ def _take(call: relax.Call) -> tuple[str, list, dict]:
     return "Gather", list(call.args), {"axis": int(call.attrs.axis)}
 
 
-def _strided_slice(call: relax.Call) -> tuple[str, list, dict]:
+def _strided_slice(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
     # numpy's slicing in both: ends past the extent clamp, negative indices count from the end
     data, axes, begin, end, *strides = call.args
     return "Slice", [data, *(np.array(_tuple_ints(t), np.int64)
@@ -157,7 +193,7 @@ def _tuple_ints(expr: relax.Expr) -> list[int]:
     raise UnsupportedOperator(f"tvm_pet writes ONNX Slice only for constant bounds, not {expr}")
 
 
-def _permute_dims(call: relax.Call) -> tuple[str, list, dict]:
+def _permute_dims(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
     rank = len(call.args[0].ty.shape)
     axes = call.attrs.axes
     return "Transpose", list(call.args), {
@@ -165,7 +201,7 @@ def _permute_dims(call: relax.Call) -> tuple[str, list, dict]:
 
 
 def _axes(op_type: str) -> Rule:
-    def rule(call: relax.Call) -> tuple[str, list, dict]:
+    def rule(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
         axes = call.attrs.axis
         if axes is None:
             return op_type, [call.args[0]], {}
@@ -173,14 +209,71 @@ def _axes(op_type: str) -> Rule:
     return rule
 
 
-#: Relax operators written as one ONNX operator with attributes or extra operands.
+def _arange(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
+    dtype = np.dtype(str(call.attrs.dtype))
+    try:
+        bounds = [np.array(dtype.type(getattr(a, "value", a)), dtype) for a in call.args]
+    except (TypeError, ValueError):
+        raise UnsupportedOperator(f"tvm_pet writes ONNX Range only for constant bounds, not "
+                                  f"{call}") from None
+    return "Range", bounds, {}
+
+
+def _boolean(op_type: str) -> Rule:
+    # bitwise and/or of booleans is the logical one; of integers it needs opset 18
+    def rule(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
+        if any(str(a.ty.dtype) != "bool" for a in call.args):
+            raise UnsupportedOperator(f"tvm_pet writes {op_type} only for booleans, not {call}")
+        return op_type, list(call.args), {}
+    return rule
+
+
+def _index_tensor(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
+    """``data[i0, i1, ...]`` (numpy's indexing by broadcast integer tensors) as ``GatherND`` of
+    the indices broadcast to one shape and stacked on a last axis."""
+    data, indices = call.args
+    if not isinstance(indices, relax.Tuple):
+        raise UnsupportedOperator(f"tvm_pet writes GatherND only for a tuple of indices: {call}")
+    shapes = [static_shape(i.ty, "an index") for i in indices.fields]
+    shape = np.array(np.broadcast_shapes(*shapes), np.int64)
+    stacked = []
+    for index in indices.fields:
+        name = w.operand(index)
+        if str(index.ty.dtype) != "int64":
+            name = w.node("Cast", [name], {"to": np.dtype(np.int64)})
+        name = w.node("Expand", [name, shape], {})
+        stacked.append(w.node("Unsqueeze", [name, np.array([-1], np.int64)], {}))
+    return "GatherND", [data, w.node("Concat", stacked, {"axis": -1})], {}
+
+
+def _reduce(op_type: str) -> Rule:
+    # ONNX's ReduceMax and ReduceMin take their axes as an attribute up to opset 17, as an
+    # input from 18
+    def rule(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
+        axes = None if call.attrs.axis is None else _ints(call.attrs.axis)
+        attrs = {"keepdims": int(bool(call.attrs.keepdims))}
+        if axes is None:
+            return op_type, [call.args[0]], attrs
+        if w.opset >= 18:
+            return op_type, [call.args[0], np.array(axes, np.int64)], attrs
+        return op_type, [call.args[0]], {**attrs, "axes": axes}
+    return rule
+
+
+#: Relax operators written as ONNX with attributes, extra operands or helper nodes.
 WITH_ATTRIBUTES: dict[str, Rule] = {
-    "relax.astype": lambda c: ("Cast", [c.args[0]], {"to": np.dtype(str(c.attrs.dtype))}),
-    "relax.reshape": lambda c: ("Reshape", list(c.args), {}),
-    "relax.broadcast_to": lambda c: ("Expand", list(c.args), {}),
+    "relax.astype": lambda w, c: ("Cast", [c.args[0]], {"to": np.dtype(str(c.attrs.dtype))}),
+    "relax.reshape": lambda w, c: ("Reshape", list(c.args), {}),
+    "relax.broadcast_to": lambda w, c: ("Expand", list(c.args), {}),
     "relax.take": _take,
     "relax.permute_dims": _permute_dims,
     "relax.strided_slice": _strided_slice,
     "relax.expand_dims": _axes("Unsqueeze"),
     "relax.squeeze": _axes("Squeeze"),
+    "relax.arange": _arange,
+    "relax.bitwise_and": _boolean("And"),
+    "relax.bitwise_or": _boolean("Or"),
+    "relax.index_tensor": _index_tensor,
+    "relax.max": _reduce("ReduceMax"),
+    "relax.min": _reduce("ReduceMin"),
 }
