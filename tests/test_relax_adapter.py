@@ -535,6 +535,47 @@ def test_what_is_kept_outside_is_written_as_onnx_ahead_of_the_program():
     np.testing.assert_allclose(got[0], run_relax(mod, args)[0], rtol=RTOL, atol=ATOL)
 
 
+def test_torch_exports_mask_arithmetic_and_relax_named_operators_are_written_as_onnx():
+    """torch.export's attention mask (arange, expand_dims, index_tensor, bitwise_and of
+    booleans) is kept outside the program; a reduction no ONNX kind maps (relax.max) is an
+    OPAQUE node under its Relax name: both are written from their Relax calls."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 1, 4, 4), F32))
+    mask = relax.Var("mask", relax.TensorType((1, 4), "int64"))
+
+    def column(n: int, axes: list[int]) -> relax.Expr:
+        value = relax.op.arange(0, n, 1, "int64")
+        for axis in axes:
+            value = bb.emit(relax.op.expand_dims(value, [axis]))
+        return value
+
+    with bb.function("main", [x, mask]):
+        with bb.dataflow():
+            keep = bb.emit(relax.op.index_tensor(relax.op.astype(mask, "bool"), relax.Tuple(
+                [column(1, [1, 2, 3]), column(4, [0, 1, 2])])))  # [1, 1, 1, 4]
+            keep = bb.emit(relax.op.bitwise_and(relax.const(True, "bool"), keep))
+            bias = bb.emit(relax.op.where(relax.op.broadcast_to(keep, (1, 1, 4, 4)),
+                                          relax.const(0.0, F32), relax.const(-1e4, F32)))
+            y = bb.emit(relax.op.add(relax.op.matmul(x, relax.const(rand((4, 4), 1))), bias))
+            top = bb.emit(relax.op.max(y, axis=[-1], keepdims=True))
+            out = bb.emit_output(relax.op.nn.softmax(relax.op.subtract(y, top), axis=-1))
+        bb.emit_func_output(out)
+    mod = relax.transform.Normalize()(bb.finalize())
+    lifted = from_relax(mod["main"])
+    assert "relax.max" in {n.attrs["kind"] for n in lifted.program.nodes if n.op is Op.OPAQUE}
+    args = [rand((1, 1, 4, 4), 2), np.array([[1, 0, 1, 1]], np.int64)]
+    want = run_relax(mod, args)[0]
+    for opset in (17, 18):  # ReduceMax's axes: an attribute, then an input
+        model = export_model(lifted.program, opset,
+                             outside_prelude(lifted, lifted.program, opset))
+        onnx.checker.check_model(model, full_check=True)
+        assert {"Range", "GatherND", "And", "ReduceMax"} <= {n.op_type for n in model.graph.node}
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        (got,) = session.run(None, dict(zip(["x", "mask"], args)))
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
 def test_an_outside_binding_with_no_onnx_form_is_named():
     emb = relax.const(rand((10, 8), 1))
     bb = relax.BlockBuilder()
