@@ -529,16 +529,18 @@ def test_what_is_kept_outside_is_written_as_onnx_ahead_of_the_program():
     onnx.checker.check_model(model, full_check=True)
     assert [(i.name, i.type.tensor_type.elem_type) for i in model.graph.input] == \
         [("ids", TensorProto.INT64), ("mask", TensorProto.INT64)]
-    assert {"Gather", "Slice", "Reshape", "Cast"} <= {n.op_type for n in model.graph.node}
+    # the position slice reads no input: written as the constant TVM computes
+    assert {"Gather", "Reshape", "Cast"} <= {n.op_type for n in model.graph.node}
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, dict(zip(["ids", "mask"], args)))
     np.testing.assert_allclose(got[0], run_relax(mod, args)[0], rtol=RTOL, atol=ATOL)
 
 
 def test_torch_exports_mask_arithmetic_and_relax_named_operators_are_written_as_onnx():
-    """torch.export's attention mask (arange, expand_dims, index_tensor, bitwise_and of
+    """torch.export's attention mask (a slice, index_tensor by arange positions, bitwise_and of
     booleans) is kept outside the program; a reduction no ONNX kind maps (relax.max) is an
-    OPAQUE node under its Relax name: both are written from their Relax calls."""
+    OPAQUE node under its Relax name: both are written from their Relax calls (the positions,
+    which read no input, as constants)."""
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((1, 1, 4, 4), F32))
     mask = relax.Var("mask", relax.TensorType((1, 4), "int64"))
@@ -551,6 +553,7 @@ def test_torch_exports_mask_arithmetic_and_relax_named_operators_are_written_as_
 
     with bb.function("main", [x, mask]):
         with bb.dataflow():
+            mask = bb.emit(relax.op.strided_slice(mask, [1], [-4], [100]))  # all of it
             keep = bb.emit(relax.op.index_tensor(relax.op.astype(mask, "bool"), relax.Tuple(
                 [column(1, [1, 2, 3]), column(4, [0, 1, 2])])))  # [1, 1, 1, 4]
             keep = bb.emit(relax.op.bitwise_and(relax.const(True, "bool"), keep))
@@ -569,11 +572,40 @@ def test_torch_exports_mask_arithmetic_and_relax_named_operators_are_written_as_
         model = export_model(lifted.program, opset,
                              outside_prelude(lifted, lifted.program, opset))
         onnx.checker.check_model(model, full_check=True)
-        assert {"Range", "GatherND", "And", "ReduceMax"} <= {n.op_type for n in model.graph.node}
+        assert {"Slice", "GatherND", "And", "ReduceMax"} <= {n.op_type for n in model.graph.node}
         session = ort.InferenceSession(model.SerializeToString(),
                                        providers=["CPUExecutionProvider"])
         (got,) = session.run(None, dict(zip(["x", "mask"], args)))
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_outside_values_that_read_no_input_are_written_as_the_constants_tvm_computes():
+    """swin_t's shifted windows: indices from arange, add and mod read no input; they are
+    computed once with TVM and written as a constant (ONNX's Mod rounds negative operands its own
+    way, so it is not written as an operator), and the program's take by them as Gather."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 4), F32))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            shifted = bb.emit(relax.op.mod(relax.op.add(relax.op.arange(0, 4, 1, "int64"),
+                                                        relax.const(1, "int64")),
+                                           relax.const(4, "int64")))
+            y = bb.emit(relax.op.matmul(x, relax.const(rand((4, 4), 1))))
+            out = bb.emit_output(relax.op.nn.softmax(relax.op.take(y, shifted, axis=1), axis=-1))
+        bb.emit_func_output(out)
+    mod = relax.transform.Normalize()(bb.finalize())
+    lifted = from_relax(mod["main"])
+    assert lifted.outside
+    model = export_model(lifted.program, 17, outside_prelude(lifted, lifted.program))
+    onnx.checker.check_model(model, full_check=True)
+    kinds = {n.op_type for n in model.graph.node}
+    assert "Mod" not in kinds and "Range" not in kinds and "Gather" in kinds, kinds
+    assert any(np.array_equal(numpy_helper.to_array(i), [1, 2, 3, 0])
+               for i in model.graph.initializer)
+    args = [rand((2, 4), 2)]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": args[0]})
+    np.testing.assert_allclose(got, run_relax(mod, args)[0], rtol=RTOL, atol=ATOL)
 
 
 def test_an_outside_binding_with_no_onnx_form_is_named():

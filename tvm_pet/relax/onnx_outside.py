@@ -1,15 +1,19 @@
-"""What tvm_pet keeps outside a lifted program, written as ONNX nodes ahead of it.
+"""What tvm_pet writes around a lifted program as plain ONNX: what it keeps outside, and its
+operators kept under their Relax names.
 
 A model's program can start after bindings that read no tensor it computes
 (:attr:`~tvm_pet.relax.lifted_function.Lifted.outside`): transformers' BERT looks its token ids
 up in the embedding table and turns its attention mask into additive float32 values there. To
 write the optimized model as ONNX that takes the model's own inputs, :func:`outside_prelude`
 writes those bindings as ONNX nodes (a :class:`~tvm_pet.onnx.exporter.Prelude`) for
-:func:`~tvm_pet.onnx.exporter.export_model` to put first. Each binding is one ONNX node of the
-same meaning (:data:`ELEMENTWISE`, :data:`WITH_ATTRIBUTES`); any other raises
-:class:`~tvm_pet.errors.UnsupportedOperator` naming it, and the optimized model is then not
-written as ONNX (``optimize`` says why). What is written is still checked: ``optimize`` keeps the
-file only when onnxruntime's outputs on it match ``optimized.so``'s.
+:func:`~tvm_pet.onnx.exporter.export_model` to put first, and the program's OPAQUE nodes that no
+ONNX kind maps from their kept Relax calls. Bindings that read none of the model's inputs
+(window indices, causal masks) are computed once with TVM and written as constants; every other
+one is one ONNX node of the same meaning, or a small fixed group (:data:`ELEMENTWISE`,
+:data:`WITH_ATTRIBUTES`); any other operator raises :class:`~tvm_pet.errors.UnsupportedOperator`
+naming it, and the optimized model is then not written as ONNX (``optimize`` says why). What is
+written is still checked: ``optimize`` keeps the file only when onnxruntime's outputs on it
+match ``optimized.so``'s.
 """
 from __future__ import annotations
 
@@ -23,17 +27,23 @@ from tvm_pet.errors import UnsupportedOperator
 from tvm_pet.ir.node import Node, Program
 from tvm_pet.ir.ops import Op
 from tvm_pet.onnx.exporter import Prelude
-from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding
+from tvm_pet.io import quiet_native_stderr
+from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding, substitute
 from tvm_pet.relax.relax_types import static_shape
+from tvm_pet.tune.targets import resolve_target
 
 #: Relax operators that are the ONNX operator of the same meaning on the same operands
-#: (numpy broadcasting in both). ``divide`` is left out: on integers the two round differently.
+#: (numpy broadcasting in both). ``divide`` is written for floats alone (:data:`WITH_ATTRIBUTES`).
 ELEMENTWISE = {
     "relax.add": "Add", "relax.subtract": "Sub", "relax.multiply": "Mul",
     "relax.less": "Less", "relax.greater": "Greater", "relax.equal": "Equal",
     "relax.less_equal": "LessOrEqual", "relax.greater_equal": "GreaterOrEqual",
     "relax.where": "Where", "relax.logical_and": "And", "relax.logical_or": "Or",
     "relax.logical_not": "Not", "relax.isnan": "IsNaN", "relax.negative": "Neg",
+    "relax.maximum": "Max", "relax.minimum": "Min", "relax.abs": "Abs", "relax.sqrt": "Sqrt",
+    "relax.exp": "Exp", "relax.log": "Log", "relax.tanh": "Tanh", "relax.sigmoid": "Sigmoid",
+    "relax.erf": "Erf", "relax.floor": "Floor", "relax.ceil": "Ceil", "relax.sin": "Sin",
+    "relax.cos": "Cos", "relax.power": "Pow",
 }
 
 
@@ -149,13 +159,48 @@ def outside_prelude(lifted: Lifted, program: Program, opset: int = 17) -> Prelud
         name = name if name is not None else w.fresh(str(var))
         w.names[var.__chandle__()] = name
         inputs.append((name, np.dtype(str(var.ty.dtype)), shape))
+    w.names.update({handle: w.const(value) for handle, value in _constants(lifted).items()})
     for binding in lifted.outside:
-        w.binding(binding)
+        if binding.var.__chandle__() not in w.names:
+            w.binding(binding)
     for name, expr in lifted.outside_inputs.items():
         w.nodes.append(("Identity", (w.operand(expr),), (name,), {}))
     ahead = len(w.nodes)
     opaque = {n.outputs[0]: w.opaque(n, lifted.opaque.get(n.outputs[0])) for n in relax_named}
     return Prelude(tuple(inputs), tuple(w.nodes[:ahead]), w.initializers, opaque, opset)
+
+
+def _constants(lifted: Lifted) -> dict[int, np.ndarray]:
+    """The value of every outside tensor binding that reads none of the function's parameters
+    (swin_t's window indices: ``arange``, ``add``, ``mod``; a causal mask), by its Var's
+    handle: computed once with TVM on this CPU, so that any operator can be written as the
+    constant it is. ``{}`` when there is none, or when TVM cannot compute them (each is then
+    written as its operator)."""
+    dependent = {p.__chandle__() for p in lifted.params}
+    fixed = []
+    for b in lifted.outside:
+        reads = {v.__chandle__() for v in relax.analysis.free_vars(b.value)}
+        if isinstance(b, relax.VarBinding) and isinstance(b.var.ty, relax.TensorType) \
+                and not reads & dependent:
+            fixed.append(b)
+        else:
+            dependent.add(b.var.__chandle__())
+    if not fixed:
+        return {}
+    bb, renamed = relax.BlockBuilder(), {}
+    with bb.function("main", []):
+        with bb.dataflow():
+            for b in fixed:
+                renamed[b.var.__chandle__()] = bb.emit(substitute(b.value, renamed))
+            out = bb.emit_output(relax.Tuple([renamed[b.var.__chandle__()] for b in fixed]))
+        bb.emit_func_output(out)
+    try:
+        with quiet_native_stderr():
+            executable = tvm.compile(bb.finalize(), target=resolve_target("llvm"))
+        values = relax.VirtualMachine(executable, tvm.cpu())["main"]()
+    except Exception:  # TVM's own error types: leave them to their ONNX operators
+        return {}
+    return {b.var.__chandle__(): v.numpy() for b, v in zip(fixed, values)}
 
 
 def _ints(values: Sequence) -> list[int]:
@@ -209,16 +254,6 @@ def _axes(op_type: str) -> Rule:
     return rule
 
 
-def _arange(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
-    dtype = np.dtype(str(call.attrs.dtype))
-    try:
-        bounds = [np.array(dtype.type(getattr(a, "value", a)), dtype) for a in call.args]
-    except (TypeError, ValueError):
-        raise UnsupportedOperator(f"tvm_pet writes ONNX Range only for constant bounds, not "
-                                  f"{call}") from None
-    return "Range", bounds, {}
-
-
 def _boolean(op_type: str) -> Rule:
     # bitwise and/or of booleans is the logical one; of integers it needs opset 18
     def rule(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
@@ -260,6 +295,31 @@ def _reduce(op_type: str) -> Rule:
     return rule
 
 
+def _float_only(op_type: str) -> Rule:
+    # integer division rounds by each framework's own rule: written for floats only
+    def rule(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
+        if any(not str(a.ty.dtype).startswith("float") for a in call.args):
+            raise UnsupportedOperator(f"tvm_pet writes {op_type} only for floats, not {call}")
+        return op_type, list(call.args), {}
+    return rule
+
+
+def _not_equal(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
+    return "Not", [w.node("Equal", list(call.args), {})], {}
+
+
+def _concat(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
+    (parts,) = call.args
+    if not isinstance(parts, relax.Tuple) or call.attrs.axis is None:
+        raise UnsupportedOperator(f"tvm_pet writes ONNX Concat only for a tuple along one axis, "
+                                  f"not {call}")
+    return "Concat", list(parts.fields), {"axis": int(call.attrs.axis)}
+
+
+def _rsqrt(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
+    return "Reciprocal", [w.node("Sqrt", list(call.args), {})], {}
+
+
 #: Relax operators written as ONNX with attributes, extra operands or helper nodes.
 WITH_ATTRIBUTES: dict[str, Rule] = {
     "relax.astype": lambda w, c: ("Cast", [c.args[0]], {"to": np.dtype(str(c.attrs.dtype))}),
@@ -270,10 +330,13 @@ WITH_ATTRIBUTES: dict[str, Rule] = {
     "relax.strided_slice": _strided_slice,
     "relax.expand_dims": _axes("Unsqueeze"),
     "relax.squeeze": _axes("Squeeze"),
-    "relax.arange": _arange,
     "relax.bitwise_and": _boolean("And"),
     "relax.bitwise_or": _boolean("Or"),
     "relax.index_tensor": _index_tensor,
+    "relax.divide": _float_only("Div"),
+    "relax.not_equal": _not_equal,
+    "relax.rsqrt": _rsqrt,
+    "relax.concat": _concat,
     "relax.max": _reduce("ReduceMax"),
     "relax.min": _reduce("ReduceMin"),
 }
