@@ -189,6 +189,43 @@ def test_bert_with_token_ids_and_mask_through_onnx_matches_torch(tmp_path):
     assert error < TOLERANCE, ("optimized.onnx", error)
 
 
+class PadToWindows(torch.nn.Module):
+    """What swin_t does before its window attention: pad the sides to a multiple of the window
+    (the pads computed from the input's shape), then cut the windows out with view."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        batch, height, width, channels = x.shape
+        x = torch.nn.functional.pad(x, (0, 0, 0, (4 - width % 4) % 4, 0, (4 - height % 4) % 4))
+        _, height, width, _ = x.shape
+        x = x.view(batch, height // 4, 4, width // 4, 4, channels).permute(0, 1, 3, 2, 4, 5)
+        return self.fc(x.reshape(batch, -1, channels))
+
+
+def test_static_shape_arithmetic_tvm_cannot_import_is_folded_first(tmp_path):
+    # torch.onnx writes the pads and the view's shape as arithmetic on Shape even for static
+    # inputs; TVM 0.27's from_onnx fails on it ("Reshape expects the input tensor to have known
+    # shape"), as on swin_t: the import is tried again with it folded
+    # (tvm_pet.relax.onnx_prepare.fold_shape_computations)
+    from tvm.relax.frontend.onnx import from_onnx
+    torch.manual_seed(0)
+    model, x = PadToWindows().eval(), torch.randn(1, 6, 7, 8)
+    path = tmp_path / "windows.onnx"
+    export(model, x, path)
+    with pytest.raises(Exception, match="known shape"):
+        from_onnx(onnx.load(str(path)), keep_params_in_input=False)
+    report = optimize_file(path, tmp_path / "out")
+    with torch.no_grad():
+        want = [model(x).numpy()]
+    for lib in ("baseline.so", "optimized.so"):
+        got = library_outputs(tmp_path / "out" / lib, [x.numpy()])
+        assert max_relative_error(got, want) < TOLERANCE, lib
+    assert report["coverage"]["subprograms"] > 0
+
+
 def test_bert_exported_with_dynamic_axes_goes_through_with_input_shapes(tmp_path):
     # dynamic_axes make torch.onnx write the shapes as arithmetic on Shape, which TVM 0.27's
     # from_onnx cannot import (Expand compares symbolic shapes) until it is folded

@@ -243,10 +243,22 @@ def _read(model, input_shapes: dict | None = None) -> tuple[tvm.IRModule, str, o
 def _from_onnx_with_shapes(onnx_model, input_shapes: dict | None, name: str):
     """(module, "onnx", the ONNX model with its input shapes set): where shapes were set, the
     shape arithmetic of its dynamic dimensions is folded for TVM first
-    (:func:`~tvm_pet.relax.onnx_prepare.fold_shape_computations`)."""
+    (:func:`~tvm_pet.relax.onnx_prepare.fold_shape_computations`). A model whose shapes were
+    static already is imported as it is, and folded only when TVM's import fails: torchvision's
+    swin_t through ``torch.onnx`` ("Reshape expects the input tensor to have known shape")."""
     fixed = set_input_shapes(onnx_model, input_shapes or {}, name)
-    folded = fixed if fixed is onnx_model else fold_shape_computations(fixed)
-    return _from_onnx(folded, name), "onnx", fixed
+    if fixed is not onnx_model:
+        return _from_onnx(fold_shape_computations(fixed), name), "onnx", fixed
+    try:
+        return _from_onnx(fixed, name), "onnx", fixed
+    except ModelError as first:
+        folded = fold_shape_computations(fixed)
+        if folded is fixed:
+            raise
+        try:
+            return _from_onnx(folded, name), "onnx", fixed
+        except ModelError:
+            raise first from None
 
 
 def _load_onnx(path: pathlib.Path):

@@ -136,6 +136,9 @@ def mend_onnx_model(onnx_model):
 
 #: Elements above which a value stays a computation: shape arithmetic is a handful of integers.
 FOLD_LIMIT = 1 << 16
+#: At most this many rounds of folding (each round's shape inference reaches one step further:
+#: torchvision's swin_t through ``torch.onnx`` takes 16, 5 s).
+FOLD_ROUNDS = 64
 
 
 def fold_shape_computations(onnx_model):
@@ -152,7 +155,7 @@ def fold_shape_computations(onnx_model):
     evaluator. Float computation is left to TVM. Shape inference runs again on what is folded,
     until nothing more folds (it infers more once the shapes it read are constants).
     """
-    for _ in range(8):
+    for _ in range(FOLD_ROUNDS):
         folded = _fold_once(onnx_model)
         if folded is onnx_model:
             return onnx_model
