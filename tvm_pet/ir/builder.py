@@ -25,6 +25,21 @@ def _per_axis(value: int | Sequence[int], n: int) -> tuple[int, ...]:
     return tuple(value) if isinstance(value, (list, tuple)) else (int(value),) * n
 
 
+def unused_name(hint: str, taken: set[str]) -> str:
+    """``hint``, or ``hint_1``, ``hint_2``, ... : the first not in ``taken``, which it is added
+    to.
+
+    >>> taken = {"x"}; unused_name("x", taken), unused_name("x", taken), unused_name("y", taken)
+    ('x_1', 'x_2', 'y')
+    """
+    name, k = hint, 0
+    while name in taken:
+        k += 1
+        name = f"{hint}_{k}"
+    taken.add(name)
+    return name
+
+
 class ProgramBuilder:
     """Builds a :class:`Program` node by node; every method returns the new tensor's name."""
 

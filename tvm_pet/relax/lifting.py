@@ -25,7 +25,7 @@ import tvm
 from tvm import relax
 
 from tvm_pet.errors import PetError, ProgramError, ShapeError, UnsupportedOperator
-from tvm_pet.ir.builder import ProgramBuilder
+from tvm_pet.ir.builder import ProgramBuilder, unused_name
 from tvm_pet.ir.node import Node, Shape
 from tvm_pet.ir.ops import ONNX_INPUTS, Op
 from tvm_pet.ops.float_eval import maxpool_ceil_pads
@@ -81,13 +81,7 @@ class _Lifter:
 
     # -------------------------------------------------------------------------- names and values
     def fresh(self, hint: str) -> str:
-        hint = hint or "t"
-        name, k = hint, 0
-        while name in self.used:
-            k += 1
-            name = f"{hint}_{k}"
-        self.used.add(name)
-        return name
+        return unused_name(hint or "t", self.used)
 
     def constant(self, array: np.ndarray, origin: relax.Expr | None = None) -> _Const:
         """A read-only copy of ``array`` (its dtype kept: folds produce float32 themselves)."""

@@ -24,6 +24,7 @@ import tvm
 from tvm import relax
 
 from tvm_pet.errors import UnsupportedOperator
+from tvm_pet.ir.builder import unused_name
 from tvm_pet.ir.node import Node, Program
 from tvm_pet.ir.ops import Op
 from tvm_pet.onnx.exporter import Prelude
@@ -58,13 +59,8 @@ class _Writer:
         self.initializers: dict[str, np.ndarray] = {}
 
     def fresh(self, hint: str) -> str:
-        hint = "".join(c if c.isalnum() or c in "_." else "_" for c in hint) or "t"
-        name, k = hint, 0
-        while name in self.taken:
-            k += 1
-            name = f"{hint}_{k}"
-        self.taken.add(name)
-        return name
+        return unused_name("".join(c if c.isalnum() or c in "_." else "_" for c in hint) or "t",
+                           self.taken)
 
     def const(self, array: np.ndarray, hint: str = "outside_const") -> str:
         name = self.fresh(hint)
