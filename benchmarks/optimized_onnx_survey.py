@@ -42,8 +42,12 @@ def _transformer(kind: str):
             num_key_value_heads=2, vocab_size=50, max_position_embeddings=32)).eval()
 
     class Hidden(torch.nn.Module):  # the last hidden state alone (not the cache)
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
         def forward(self, ids):
-            return model(ids, return_dict=False, use_cache=False)[0]
+            return self.model(ids, return_dict=False, use_cache=False)[0]
 
     return Hidden().eval(), (torch.randint(0, 50, (1, 12)),)
 
