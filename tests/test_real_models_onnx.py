@@ -224,6 +224,13 @@ def test_static_shape_arithmetic_tvm_cannot_import_is_folded_first(tmp_path):
         got = library_outputs(tmp_path / "out" / lib, [x.numpy()])
         assert max_relative_error(got, want) < TOLERANCE, lib
     assert report["coverage"]["subprograms"] > 0
+    # TVM's frontend makes the constant Pad a call_tir of topi.nn.pad: lifted as PAD
+    # (tvm_pet.relax.lifting._call_tir_pad), so it is searched and written back as ONNX Pad
+    assert "Pad" in report["coverage"]["lifted"], report["coverage"]
+    assert not any(k.startswith("relax.call_tir") for k in report["coverage"]["opaque"])
+    session = ort.InferenceSession(report["optimized_onnx"], providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    assert max_relative_error([got], want) < TOLERANCE, "optimized.onnx"
 
 
 def test_bert_exported_with_dynamic_axes_goes_through_with_input_shapes(tmp_path):

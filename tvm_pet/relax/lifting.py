@@ -16,6 +16,7 @@ Every binding becomes one of three things, and no single binding makes the whole
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Union
@@ -561,6 +562,43 @@ def _pad(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     return lift.emit(Op.PAD, [lift.arg(call, 0)], {"pads": width[0::2] + width[1::2]}, var.name)
 
 
+def _call_tir_pad(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
+    """A ``call_tir`` that TVM's ONNX frontend makes of a constant ``Pad`` (``emit_te`` of
+    ``topi.nn.pad``; swin_t's pads to whole windows) lifts as PAD when its function is, structure
+    for structure, what ``te.create_prim_func`` makes of ``topi.nn.pad`` of zero with widths its
+    shapes allow (each axis's growth split every way, at most :data:`PAD_SPLITS` tries); any other
+    ``call_tir`` stays opaque."""
+    gv, operands = call.args[0], call.args[1]
+    if lift.module is None or not isinstance(gv, tvm.ir.GlobalVar) \
+            or gv not in lift.module.functions or not isinstance(operands, relax.Tuple) \
+            or len(operands.fields) != 1:
+        return None
+    (x,) = operands.fields
+    before_shape = static_shape(x.ty, "the padded tensor")
+    growth = [o - i for o, i in zip(static_shape(var.ty, var.name), before_shape)]
+    if len(growth) != len(before_shape) or min(growth) < 0 or \
+            math.prod(g + 1 for g in growth) > PAD_SPLITS:
+        return None
+    import itertools
+
+    import tvm_ffi
+    from tvm import te, topi
+    a = te.placeholder(list(x.ty.shape.values), "float32", name="A")  # int64, as Relax's
+    for before in itertools.product(*(range(g + 1) for g in growth)):
+        after = [g - b for g, b in zip(growth, before)]
+        made = te.create_prim_func([a, topi.nn.pad(a, list(before), after, 0.0)],
+                                   index_dtype_override="int64")  # as BlockBuilder.emit_te
+        if tvm_ffi.structural_equal(lift.module[gv], made.without_attr("global_symbol"),
+                                    map_free_vars=True):
+            return lift.emit(Op.PAD, [lift.value_of(x)], {"pads": list(before) + after},
+                             var.name)
+    return None
+
+
+#: The most pad-width splits :func:`_call_tir_pad` tries.
+PAD_SPLITS = 256
+
+
 def _avg_pool(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None:
     x = lift.arg(call, 0)
     a, nsp = call.attrs, len(lift.shape(x)) - 2
@@ -635,11 +673,12 @@ def _batch_norm(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | None
 
 #: Operands that are integer indices, by Relax operator (every other operand of a recognised
 #: call must be float32).
-INDEX_OPERANDS: dict[str, tuple[int, ...]] = {"relax.take": (1,)}
+INDEX_OPERANDS: dict[str, tuple[int, ...]] = {"relax.take": (1,), "relax.call_tir": (0,)}
 
 #: How each recognised Relax operator becomes tvm_pet ops. A rule returns None when an attribute
 #: is outside what tvm_pet expresses; the call then stays opaque.
 LIFT_RULES: dict[str, LiftRule] = {
+    "relax.call_tir": _call_tir_pad,
     "relax.add": _binary(Op.ADD, np.add),
     "relax.multiply": _binary(Op.MUL, np.multiply),
     "relax.subtract": _subtract,
