@@ -75,7 +75,8 @@ class _Writer:
             raise UnsupportedOperator(f"the value {expr} is computed where tvm_pet writes no "
                                       f"ONNX for it")
         if isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.ty, relax.TensorType):
-            return self.const(expr.value.numpy())
+            self.names[expr.__chandle__()] = self.const(expr.value.numpy())  # written once
+            return self.names[expr.__chandle__()]
         if isinstance(expr, relax.ShapeExpr):
             return self.const(np.array(_ints(expr.values), np.int64), "outside_shape")
         raise UnsupportedOperator(f"tvm_pet writes no ONNX for the operand {type(expr).__name__}")
