@@ -796,6 +796,28 @@ def test_onnx_clip_lifts_as_max_and_min_that_evaluate_and_export(bounds, kinds):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_region_with_clips_call_tir_takes_its_function_from_the_import():
+    # a region's module is built on its own: the call_tir TVM's ONNX frontend makes of Clip
+    # calls a function of the imported module, which the region now takes from it (before,
+    # MobileNetV2's every region failed and its candidates were costed in the whole model)
+    from tvm_pet.relax.adapter import region_to_module
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["r"]),
+             helper.make_node("Conv", ["r", "W2"], ["out"])]
+    inits = {"W": rand((4, 3, 3, 3), 1), "W2": rand((2, 4, 1, 1), 2),
+             "lo": np.array(0.0, np.float32), "hi": np.array(0.6, np.float32)}
+    model = onnx_model(nodes, {"x": (1, 3, 6, 6)}, ["out"], inits, opset=13)
+    mod = relax.transform.FoldConstant()(from_onnx(model))
+    lifted = from_relax(mod["main"], mod)
+    assert {"Max", "Min"} <= {n.attrs["kind"] for n in lifted.program.nodes if n.op is Op.OPAQUE}
+    with pytest.raises(UnsupportedOperator, match="computed outside it"):
+        region_to_module(lifted.program, lifted)
+    region = region_to_module(lifted.program, lifted, mod)
+    x = rand((1, 3, 6, 6), 3)
+    np.testing.assert_allclose(run_relax(region, [x])[0], run_relax(mod, [x])[0],
+                               rtol=RTOL, atol=ATOL)
+
+
 def test_a_call_tir_of_another_function_stays_opaque_under_its_name():
     # topi.add of a scalar is not maximum or minimum, though its shapes are the same
     bb = relax.BlockBuilder()

@@ -104,16 +104,23 @@ def program_to_module(program: Program) -> tvm.IRModule:
     return _Lowerer(program, None).module()
 
 
-def region_to_module(program: Program, lifted: Lifted | None = None) -> tvm.IRModule:
+def region_to_module(program: Program, lifted: Lifted | None = None,
+                     functions: tvm.IRModule | None = None) -> tvm.IRModule:
     """A module whose ``main`` computes ``program``, a region cut out of a lifted model
     (:func:`tvm_pet.search.region.fusion_region`): its inputs become parameters, its OPAQUE nodes
-    their kept expressions, and nothing the model computes outside the program is emitted.
+    their kept expressions, and nothing the model computes outside the program is emitted. The
+    functions those expressions call (a ``call_tir``'s, as TVM's ONNX frontend makes of ``Clip``)
+    are taken from ``functions``, the module the model was imported as.
 
     Raises:
         UnsupportedOperator: an OPAQUE expression reads a value computed outside the program
             (a mask, a shape), which a region cannot give it.
     """
     mod = _Lowerer(program, lifted, standalone=True).module()
+    if functions is not None:
+        for gv in relax.analysis.all_global_vars(mod["main"]):
+            if gv.name_hint not in mod.global_var_map_ and gv in functions.functions:
+                mod[gv] = functions[gv]
     try:
         relax.analysis.well_formed(mod)  # raises on a Var that is not defined in the module
     except ValueError as e:

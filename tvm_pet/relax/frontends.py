@@ -155,8 +155,10 @@ class ModuleLowering:
     def region(self, program: Program) -> tvm.IRModule:
         """A region of a candidate (:mod:`tvm_pet.search.region`) as a module of its own, its
         OPAQUE nodes as their kept expressions (:func:`~tvm_pet.relax.adapter.region_to_module`),
-        in ``layout``."""
-        return self._converted(region_to_module(program, self.lifted))
+        with the imported functions those call (the ``call_tir`` of MobileNetV2's ``Clip``: its
+        regions failed without them, and every candidate was costed in the whole model), in
+        ``layout``."""
+        return self._converted(region_to_module(program, self.lifted, self.module))
 
     def _converted(self, module: tvm.IRModule) -> tvm.IRModule:
         """``module`` in ``layout``, and after ``FastMathTransform`` with ``fast_math``; a
