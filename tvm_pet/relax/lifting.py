@@ -16,6 +16,7 @@ Every binding becomes one of three things, and no single binding makes the whole
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -568,28 +569,20 @@ def _call_tir_pad(lift: _Lifter, call: relax.Call, var: relax.Var) -> Value | No
     for structure, what ``te.create_prim_func`` makes of ``topi.nn.pad`` of zero with widths its
     shapes allow (each axis's growth split every way, at most :data:`PAD_SPLITS` tries); any other
     ``call_tir`` stays opaque."""
-    gv, operands = call.args[0], call.args[1]
-    if lift.module is None or not isinstance(gv, tvm.ir.GlobalVar) \
-            or gv not in lift.module.functions or not isinstance(operands, relax.Tuple) \
-            or len(operands.fields) != 1:
+    called = _called_function(call, lift.module, 1)
+    if called is None:
         return None
-    (x,) = operands.fields
+    func, (x,) = called
     before_shape = static_shape(x.ty, "the padded tensor")
     growth = [o - i for o, i in zip(static_shape(var.ty, var.name), before_shape)]
     if len(growth) != len(before_shape) or min(growth) < 0 or \
             math.prod(g + 1 for g in growth) > PAD_SPLITS:
         return None
-    import itertools
-
-    import tvm_ffi
     from tvm import te, topi
     a = te.placeholder(list(x.ty.shape.values), "float32", name="A")  # int64, as Relax's
     for before in itertools.product(*(range(g + 1) for g in growth)):
         after = [g - b for g, b in zip(growth, before)]
-        made = te.create_prim_func([a, topi.nn.pad(a, list(before), after, 0.0)],
-                                   index_dtype_override="int64")  # as BlockBuilder.emit_te
-        if tvm_ffi.structural_equal(lift.module[gv], made.without_attr("global_symbol"),
-                                    map_free_vars=True):
+        if _made_by_te(func, [a, topi.nn.pad(a, list(before), after, 0.0)]):
             return lift.emit(Op.PAD, [lift.value_of(x)], {"pads": list(before) + after},
                              var.name)
     return None
@@ -795,25 +788,43 @@ def _call_tir_kind(call: relax.Call, module: tvm.IRModule | None) -> str | None:
     structure for structure, what ``te.create_prim_func`` makes of ``topi.maximum`` (or
     ``minimum``) of them: TVM's ONNX frontend emits ``Clip`` so (``emit_te``; MobileNetV2's
     ReLU6). None for any other ``call_tir``, or without the module holding its function."""
-    if module is None or not isinstance(call.args[1], relax.Tuple):
+    called = _called_function(call, module, 2)
+    if called is None:
         return None
-    gv, operands = call.args[0], call.args[1].fields
-    if not isinstance(gv, tvm.ir.GlobalVar) or gv not in module.functions or len(operands) != 2:
-        return None
+    func, operands = called
     x, bound = (o.ty for o in operands)
     if not all(isinstance(t, relax.TensorType) and str(t.dtype) == "float32" for t in (x, bound)) \
             or not isinstance(x.shape, relax.ShapeExpr) or bound.ndim != 0:
         return None
-    import tvm_ffi
     from tvm import te, topi
     for kind, name in CALL_TIR_KINDS.items():
         a = te.placeholder(list(x.shape.values), "float32", name="A")
         b = te.placeholder((), "float32", name="B")
-        made = te.create_prim_func([a, b, getattr(topi, name)(a, b)])
-        if tvm_ffi.structural_equal(module[gv], made.without_attr("global_symbol"),
-                                    map_free_vars=True):
+        if _made_by_te(func, [a, b, getattr(topi, name)(a, b)]):
             return kind
     return None
+
+
+def _called_function(call: relax.Call, module: tvm.IRModule | None, operands: int
+                     ) -> tuple[tvm.tirx.PrimFunc, tuple[relax.Expr, ...]] | None:
+    """The function of ``module`` a ``call_tir`` of ``operands`` tensors calls, with those
+    operands; None for another call, or without the module holding its function."""
+    if module is None or not isinstance(call.args[1], relax.Tuple):
+        return None
+    gv, fields = call.args[0], tuple(call.args[1].fields)
+    if not isinstance(gv, tvm.ir.GlobalVar) or gv not in module.functions \
+            or len(fields) != operands:
+        return None
+    return module[gv], fields
+
+
+def _made_by_te(func: tvm.tirx.PrimFunc, tensors: list) -> bool:
+    """True when ``func`` is, structure for structure, what ``te.create_prim_func`` makes of
+    ``tensors`` (as ``BlockBuilder.emit_te`` makes it)."""
+    import tvm_ffi
+    from tvm import te
+    made = te.create_prim_func(tensors, index_dtype_override="int64")
+    return tvm_ffi.structural_equal(func, made.without_attr("global_symbol"), map_free_vars=True)
 
 
 def _evaluable_kind(call: relax.Call, shapes: list[Shape],
