@@ -30,7 +30,7 @@ from tvm_pet.ir.ops import Op
 from tvm_pet.onnx.exporter import Prelude
 from tvm_pet.io import quiet_native_stderr
 from tvm_pet.relax.lifted_function import Lifted, OpaqueBinding, substitute
-from tvm_pet.relax.relax_types import static_shape
+from tvm_pet.relax.relax_types import const_ints, ints, static_shape
 from tvm_pet.tune.targets import resolve_target
 
 #: Relax operators that are the ONNX operator of the same meaning on the same operands
@@ -78,7 +78,7 @@ class _Writer:
             self.names[expr.__chandle__()] = self.const(expr.value.numpy())  # written once
             return self.names[expr.__chandle__()]
         if isinstance(expr, relax.ShapeExpr):
-            return self.const(np.array(_ints(expr.values), np.int64), "outside_shape")
+            return self.const(np.array(_static_ints(expr), np.int64), "outside_shape")
         raise UnsupportedOperator(f"tvm_pet writes no ONNX for the operand {type(expr).__name__}")
 
     def call(self, value: relax.Expr, what: str, out: str | None = None) -> str:
@@ -200,12 +200,13 @@ def _constants(lifted: Lifted) -> dict[int, np.ndarray]:
     return {b.var.__chandle__(): v.numpy() for b, v in zip(fixed, values)}
 
 
-def _ints(values: Sequence) -> list[int]:
-    try:
-        return [int(v) for v in values]
-    except TypeError:
-        raise UnsupportedOperator(f"the shape {list(values)} is symbolic; tvm_pet writes "
-                                  f"static shapes") from None
+def _static_ints(expr: relax.Expr) -> tuple[int, ...]:
+    """The integers of a constant Tuple or ShapeExpr operand (a shape, slice bounds)."""
+    values = const_ints(expr)
+    if values is None:
+        raise UnsupportedOperator(f"{expr} is not a constant tuple of integers; tvm_pet writes "
+                                  f"static shapes and bounds")
+    return values
 
 
 Rule = Callable[[_Writer, relax.Call], tuple[str, list, dict]]
@@ -223,23 +224,15 @@ def _take(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
 def _strided_slice(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
     # numpy's slicing in both: ends past the extent clamp, negative indices count from the end
     data, axes, begin, end, *strides = call.args
-    return "Slice", [data, *(np.array(_tuple_ints(t), np.int64)
+    return "Slice", [data, *(np.array(_static_ints(t), np.int64)
                              for t in (begin, end, axes, *strides))], {}
-
-
-def _tuple_ints(expr: relax.Expr) -> list[int]:
-    if isinstance(expr, relax.Tuple):  # of integer immediates
-        return _ints([getattr(f, "value", f) for f in expr.fields])
-    if isinstance(expr, relax.ShapeExpr):
-        return _ints(expr.values)
-    raise UnsupportedOperator(f"tvm_pet writes ONNX Slice only for constant bounds, not {expr}")
 
 
 def _permute_dims(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
     rank = len(call.args[0].ty.shape)
     axes = call.attrs.axes
     return "Transpose", list(call.args), {
-        "perm": list(range(rank))[::-1] if axes is None else _ints(axes)}
+        "perm": list(range(rank))[::-1] if axes is None else list(ints(axes))}
 
 
 def _axes(op_type: str) -> Rule:
@@ -247,15 +240,16 @@ def _axes(op_type: str) -> Rule:
         axes = call.attrs.axis
         if axes is None:
             return op_type, [call.args[0]], {}
-        return op_type, [call.args[0], np.array(_ints(axes), np.int64)], {}
+        return op_type, [call.args[0], np.array(ints(axes), np.int64)], {}
     return rule
 
 
-def _boolean(op_type: str) -> Rule:
-    # bitwise and/or of booleans is the logical one; of integers it needs opset 18
+def _operands_of(op_type: str, what: str, fits: Callable[[str], bool]) -> Rule:
+    """``op_type`` on the same operands, when every operand's dtype ``fits`` (``what`` names
+    them in the refusal)."""
     def rule(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
-        if any(str(a.ty.dtype) != "bool" for a in call.args):
-            raise UnsupportedOperator(f"tvm_pet writes {op_type} only for booleans, not {call}")
+        if not all(fits(str(a.ty.dtype)) for a in call.args):
+            raise UnsupportedOperator(f"tvm_pet writes {op_type} only for {what}, not {call}")
         return op_type, list(call.args), {}
     return rule
 
@@ -282,22 +276,13 @@ def _reduce(op_type: str) -> Rule:
     # ONNX's ReduceMax and ReduceMin take their axes as an attribute up to opset 17, as an
     # input from 18
     def rule(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
-        axes = None if call.attrs.axis is None else _ints(call.attrs.axis)
+        axes = None if call.attrs.axis is None else list(ints(call.attrs.axis))
         attrs = {"keepdims": int(bool(call.attrs.keepdims))}
         if axes is None:
             return op_type, [call.args[0]], attrs
         if w.opset >= 18:
             return op_type, [call.args[0], np.array(axes, np.int64)], attrs
         return op_type, [call.args[0]], {**attrs, "axes": axes}
-    return rule
-
-
-def _float_only(op_type: str) -> Rule:
-    # integer division rounds by each framework's own rule: written for floats only
-    def rule(w: _Writer, call: relax.Call) -> tuple[str, list, dict]:
-        if any(not str(a.ty.dtype).startswith("float") for a in call.args):
-            raise UnsupportedOperator(f"tvm_pet writes {op_type} only for floats, not {call}")
-        return op_type, list(call.args), {}
     return rule
 
 
@@ -327,10 +312,12 @@ WITH_ATTRIBUTES: dict[str, Rule] = {
     "relax.strided_slice": _strided_slice,
     "relax.expand_dims": _axes("Unsqueeze"),
     "relax.squeeze": _axes("Squeeze"),
-    "relax.bitwise_and": _boolean("And"),
-    "relax.bitwise_or": _boolean("Or"),
+    # bitwise and/or of booleans is the logical one (of integers it needs opset 18)
+    "relax.bitwise_and": _operands_of("And", "booleans", lambda dtype: dtype == "bool"),
+    "relax.bitwise_or": _operands_of("Or", "booleans", lambda dtype: dtype == "bool"),
     "relax.index_tensor": _index_tensor,
-    "relax.divide": _float_only("Div"),
+    # integer division rounds by each framework's own rule: written for floats only
+    "relax.divide": _operands_of("Div", "floats", lambda dtype: dtype.startswith("float")),
     "relax.not_equal": _not_equal,
     "relax.rsqrt": _rsqrt,
     "relax.concat": _concat,
