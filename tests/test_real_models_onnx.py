@@ -386,8 +386,9 @@ def test_a_transformers_bert_pt2_is_costed_against_its_candidates_lowering(tmp_p
     for lib in ("baseline.so", "optimized.so"):
         got = library_outputs(tmp_path / "out" / lib, [x.numpy() for x in inputs])
         assert max_relative_error(got, want) < TOLERANCE, lib
-    # torch.export's mask arithmetic (arange, expand_dims, index_tensor, bitwise_and of
-    # booleans) is kept outside the program and written first (tvm_pet.relax.onnx_outside)
+    # torch.export's mask arithmetic (expand_dims, index_tensor, bitwise_and of booleans; the
+    # positions from arange as the constants they are) is kept outside the program and written
+    # first (tvm_pet.relax.onnx_outside)
     assert report["optimized_onnx"] == str(tmp_path / "out" / "optimized.onnx"), \
         report["optimized_onnx"]
     session = ort.InferenceSession(report["optimized_onnx"], providers=["CPUExecutionProvider"])
