@@ -29,6 +29,8 @@ on PET's candidates alike, ``tvm-pet optimize --layout``); its results go to
 ``<target>-fastmath.*``. ``--winograd`` lets PET's search offer each 3×3 stride-1
 convolution by Winograd's F(4×4, 3×3) (``tvm-pet optimize --winograd``; TVM's side stays the
 direct form, which is all TVM's CPU lowering has); its results go to ``<target>-winograd.*``.
+``--im2col`` lets it offer each 2-D convolution as one matrix product over its shifted windows
+(``tvm-pet optimize --im2col``); its results go to ``<target>-im2col.*``.
 Peak memory is the child's peak resident set size. Results go to
 ``benchmarks/results/<target>.json``, ``.md`` and ``.png``; nothing here fails on timing.
 """
@@ -81,7 +83,7 @@ def _child(args) -> dict:
         path = pathlib.Path(tmp) / "model.onnx"
         onnx.save(model, path)
         config = SearchConfig(depth=3, rounds=1, time_limit=args.search_limit,
-                              winograd=args.winograd)
+                              winograd=args.winograd, im2col=args.im2col)
         # a close call's second look tunes both sides again at twice the trials per task: on a
         # whole model that is the whole model tuned again (an hour here), and the rows would no
         # longer share one budget; so by default whole models get no second look
@@ -258,7 +260,7 @@ def _run_child(name: str, batch: int, args) -> dict:
     cmd += ["--records", args.records] if args.records else []
     cmd += ["--second-look", args.second_look, "--seed", str(args.seed), "--layout",
             args.layout] + (["--fast-math"] if args.fast_math else []) \
-        + (["--winograd"] if args.winograd else [])
+        + (["--winograd"] if args.winograd else []) + (["--im2col"] if args.im2col else [])
     start = time.perf_counter()
     row, error = _run_json(cmd)
     if row is None:
@@ -280,7 +282,8 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
     stem = (run["target"].split()[0] + ("-quick" if run["quick"] else "")
             + ("-" + run["layout"].lower() if run.get("layout", "NCHW") != "NCHW" else "")
             + ("-fastmath" if run.get("fast_math") else "")
-            + ("-winograd" if run.get("winograd") else ""))
+            + ("-winograd" if run.get("winograd") else "")
+            + ("-im2col" if run.get("im2col") else ""))
     table3 = [r for r in ok if r["model"] in TABLE3 and r["batch"] == 1]
     kept = [counted_speedup(r) for r in table3]
     whole = [counted_speedup(r) for r in ok
@@ -336,6 +339,9 @@ def budget_words(run: dict, rows: list[dict]) -> str:
     if run.get("winograd"):
         where += (", PET's search offering 3×3 convolutions by Winograd's F(4×4, 3×3) (TVM's "
                   "side: the direct form, all its CPU lowering has)")
+    if run.get("im2col"):
+        where += (", PET's search offering 2-D convolutions as one matrix product over their "
+                  "windows (TVM's side: the direct form)")
     if not run["trials"]:
         return (f"trials per task: TVM and PET+TVM build with {where}, no new tuning"
                 + (f" ({SHIPPED_TRIALS} trials per task)" if run["quick"] else
@@ -491,6 +497,9 @@ def main() -> int:
                         help="TVM's FastMathTransform on both sides (optimize --fast-math)")
     parser.add_argument("--winograd", action="store_true",
                         help="PET's search offers Winograd's F(4x4, 3x3) (optimize --winograd)")
+    parser.add_argument("--im2col", action="store_true",
+                        help="PET's search offers convolutions as a product over their windows "
+                             "(optimize --im2col)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the .md and .png of an earlier run's JSON")
@@ -525,7 +534,7 @@ def main() -> int:
            "rounds": args.rounds, "number": args.number, "records": args.records,
            "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes,
            "seed": args.seed, "layout": args.layout, "fast_math": args.fast_math,
-           "winograd": args.winograd}
+           "winograd": args.winograd, "im2col": args.im2col}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)

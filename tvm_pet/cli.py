@@ -9,8 +9,8 @@
     verified mutants; ``--emit`` writes each subprogram and each corrected mutant as ONNX.
 
 ``tvm-pet optimize MODEL --target llvm --out DIR [--trials N] [--depth D] [--rounds R]
-[--topk K] [--winograd] [--time-limit S] [--no-tvm-rewrites] [--layout NHWC] [--fast-math]
-[--progress | --quiet]``
+[--topk K] [--winograd] [--im2col] [--time-limit S] [--no-tvm-rewrites] [--layout NHWC]
+[--fast-math] [--progress | --quiet]``
     Optimizes the model with PET for a TVM target, confirms it end to end against plain TVM with
     the same tuning records and TVM's own graph rewrites on both sides, and writes
     ``report.json``, ``optimized.so``, ``baseline.so``, ``optimized.onnx`` (where tvm_pet can
@@ -160,7 +160,8 @@ def _search_config(args: argparse.Namespace):
     from tvm_pet.search.config import SearchConfig
     return SearchConfig(depth=args.depth, rounds=args.rounds, topk=args.topk,
                         time_limit=args.time_limit, progress=sys.stderr.isatty(),
-                        winograd=getattr(args, "winograd", False))
+                        winograd=getattr(args, "winograd", False),
+                        im2col=getattr(args, "im2col", False))
 
 
 def _cmd_dry_run(args: argparse.Namespace) -> int:
@@ -579,6 +580,12 @@ def _add_optimize_and_tune(sub) -> None:
                             "kernels measure faster. "
                             "Its rounding differs from the direct form's (about 4e-6 of the "
                             "output's scale on 512 channels)")
+        o.add_argument("--im2col", action="store_true",
+                       help="also offer each 2-D convolution larger than 1x1 as one matrix "
+                            "product over its shifted windows (the same products, summed in "
+                            "another order), tuned in the places kept for mutants the untuned "
+                            "screen cannot rank and chosen where its tuned kernels measure "
+                            "faster")
         o.add_argument("--time-limit", type=float, default=None,
                        help="seconds for the whole run: import, search and end-to-end timing "
                             f"(default {_BASE_TIME_LIMIT[name]:g}"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from tvm_pet.ir import winograd
+from tvm_pet.ir import im2col, winograd
 from tvm_pet.ir.node import Attrs, Node, Program, Shape
 from tvm_pet.ir.ops import MULTILINEAR, Op
 
@@ -123,6 +123,9 @@ def bytes_moved(program: Program, node: Node) -> int:
     m = node.attrs.get("winograd") if node.op is Op.CONV else None
     if m:  # the transformed filters: (m + 2)² positions a filter instead of its 9 taps
         elements += _size(shapes[node.inputs[1]]) * ((m + 2) ** 2 - 9) // 9
+    if node.op is Op.CONV and node.attrs.get("im2col"):  # the windows, written and read back
+        elements += 2 * im2col.window_values(shapes[node.inputs[0]], shapes[node.inputs[1]],
+                                             node.attrs)
     elements += sum(_size(shapes[o]) for o in node.outputs)
     return elements * BYTES_PER_ELEMENT
 

@@ -18,7 +18,9 @@ toolchain.
   work, and tuned they ran x1.2 to x2.5 faster on Inception-v3's 38 x 38 convolutions; so do
   mutants computing a long reduction's matrix product in pieces (:mod:`tvm_pet.ir.splitk`). With
   ``--winograd``, as many places again go to mutants computing a 3x3 convolution by
-  Winograd's algorithm, whose untuned products are a naive loop nest.
+  Winograd's algorithm, whose untuned products are a naive loop nest; with ``--im2col``, as
+  many to mutants computing a convolution as one product over its windows
+  (:mod:`tvm_pet.ir.im2col`), per order of the product.
 - :func:`combination`: the tuned mutants that beat the original by themselves, applied together
   (:func:`~tvm_pet.search.optimizer.combine`): the program the search's combine step will cost,
   whose kernels (layouts cancelled between neighbours, new fusions) must be tuned too.
@@ -38,6 +40,7 @@ import math
 from collections.abc import Sequence
 
 from tvm_pet.cost.model import CostModel, RewriteScreen
+from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
 from tvm_pet.search.optimizer import combine
@@ -72,11 +75,14 @@ class Screened:
     #: it computes a matrix product in pieces of its reduction (:mod:`tvm_pet.ir.splitk`):
     #: untuned, it only adds kernels; tuned, its shorter products can run faster
     splits: bool = False
+    #: it computes a convolution as one matrix product over its windows
+    #: (:mod:`tvm_pet.ir.im2col`): untuned, a naive product; tuned, it can run faster
+    windows: bool = False
 
     @property
     def reserved(self) -> bool:
         """Whether it competes for the places kept for mutants the untuned screen cannot rank."""
-        return self.aligns or self.winograd or self.splits
+        return self.aligns or self.winograd or self.splits or self.windows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +105,7 @@ class Pick:
             (:func:`rank_mutants`).
         winograd: it took one of those places as a convolution by Winograd's algorithm.
         splits: it took one of those places as a matrix product in pieces of its reduction.
+        windows: it took one of those places as a convolution by a product over its windows.
     """
 
     subprogram: str
@@ -111,6 +118,7 @@ class Pick:
     aligns: bool = False
     winograd: bool = False
     splits: bool = False
+    windows: bool = False
 
     @property
     def reason(self) -> str:
@@ -130,6 +138,10 @@ class Pick:
             return (f"a matrix product in pieces of its long reduction, whose shorter products "
                     f"can tune faster than the untuned time says (its new kernels take "
                     f"x{self.untuned_ratio:.2f} {compared})")
+        if self.windows:
+            return (f"a convolution as one matrix product over its shifted windows, which can "
+                    f"tune faster than the direct loop nest (its new kernels take "
+                    f"x{self.untuned_ratio:.2f} {compared})")
         if self.aligns:
             return (f"pads an awkward side to a smooth one, which tunes better than the untuned "
                     f"time says (its new kernels take x{self.untuned_ratio:.2f} {compared})")
@@ -141,7 +153,7 @@ class Pick:
         return {"subprogram": self.subprogram, "mutant": list(self.mutant),
                 "untuned_ratio": self.untuned_ratio, "ratio_of": self.basis,
                 "expected_saving_ms": self.expected_saving_ms, "aligns": self.aligns,
-                "winograd": self.winograd, "splits": self.splits,
+                "winograd": self.winograd, "splits": self.splits, "windows": self.windows,
                 "reason": self.reason}
 
 
@@ -169,9 +181,11 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     up to ``promising`` of those computing a 3x3 convolution by Winograd's algorithm, for each
     order of its products (:attr:`Screened.winograd`, :data:`tvm_pet.ir.winograd.PRODUCTS`;
     these places come on top of ``promising``, so that offering Winograd takes no place from the
-    other mutants: asked for, it is tuned on the convolutions taking the most time), then up to
-    half of ``promising`` those aligning an awkward side (:attr:`Screened.aligns`) or computing
-    a matrix product in pieces of its reduction (:attr:`Screened.splits`). Of each kind
+    other mutants: asked for, it is tuned on the convolutions taking the most time), and as
+    many of those computing a convolution as a product over its windows, for each order of the
+    product (:attr:`Screened.windows`, :data:`tvm_pet.ir.im2col.ORDERS`), then up to half of
+    ``promising`` those aligning an awkward side (:attr:`Screened.aligns`) or computing a
+    matrix product in pieces of its reduction (:attr:`Screened.splits`). Of each kind
     (and order), one per subprogram, those whose new kernels replace the most time across the
     model first (:func:`reach_s`; then the one with fewer operators: the padding in the
     convolution, not a PAD that fuses into the kernel before it), less one place per subprogram
@@ -187,7 +201,7 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
 
     Args:
         screened: every mutant the screen measured, across the model.
-        promising: mutants tuned in all, besides the Winograd places.
+        promising: mutants tuned in all, besides the Winograd and window places.
         screen_ratio: the screen's threshold.
 
     Returns:
@@ -208,7 +222,7 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     reach = reach_s(screened)
     by_reach = sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
                                                len(s.mutant), s.index))
-    orders = sorted({_order(s) for s in screened if s.winograd})
+    orders = sorted({_order(s) for s in screened if _own_places(s)})
     kept, reserved = _winograd_places(screened, by_reach, orders, promising, covered,
                                       screen_ratio)
     reserved += _reserve([s for s in by_reach if _aligning(s)], promising // 2 - len(
@@ -233,13 +247,13 @@ def _winograd_places(screened: Sequence[Screened], by_reach: list[Screened],
     subprogram keeps its place (a rerun tunes no new Winograd mutant), and the other places go
     to subprograms with none tuned yet, furthest reach first (``by_reach``); ``covered``
     (updated) holds the new kernels of the mutants chosen."""
-    tuned_w = {order: _best_tuned_winograd([s for s in screened if _order(s) == order])
+    tuned_w = {order: _best_tuned_own([s for s in screened if _order(s) == order])
                for order in orders}
     kept = [s for order in orders for s in list(tuned_w[order].values())[:promising]]
     covered.update(*(s.screen.new_kernels for s in kept))
     reserved: list[Screened] = []
     for order in orders:
-        reserved += _reserve([s for s in by_reach if s.winograd and _order(s) == order
+        reserved += _reserve([s for s in by_reach if _own_places(s) and _order(s) == order
                               and s.subprogram not in tuned_w[order]],
                              promising - len(tuned_w[order]), covered, screen_ratio)
     return kept, reserved
@@ -261,26 +275,36 @@ def _reserve(candidates: list[Screened], places: int, covered: set,
     return chosen
 
 
-def _best_tuned_winograd(screened: Sequence[Screened]) -> dict[str, Screened]:
-    """Per subprogram, its Winograd mutant tuned before that saves the most, tuned (best
-    first)."""
+def _best_tuned_own(screened: Sequence[Screened]) -> dict[str, Screened]:
+    """Per subprogram, its Winograd (or window) mutant tuned before that saves the most, tuned
+    (best first)."""
     best: dict[str, Screened] = {}
-    for s in sorted((s for s in screened if s.winograd and s.screen.tuned),
+    for s in sorted((s for s in screened if _own_places(s) and s.screen.tuned),
                     key=lambda s: (-s.screen.expected_saving_s, s.index)):
         best.setdefault(s.subprogram, s)
     return best
 
 
+def _own_places(s: Screened) -> bool:
+    """Whether ``s`` has places of its own: by Winograd's algorithm, or a convolution as a
+    product over its windows."""
+    return s.winograd or s.windows
+
+
 def _order(s: Screened) -> str:
     """The order of a Winograd mutant's products (:data:`tvm_pet.ir.winograd.PRODUCTS`, read
-    from its operators' labels): each order has places of its own."""
+    from its operators' labels), or ``im2col:<order>`` for a window mutant
+    (:data:`tvm_pet.ir.im2col.ORDERS`): each has places of its own."""
+    if s.windows and not s.winograd:
+        return "im2col:" + next((o for o, label in im2col.LABELS.items() if label in s.mutant),
+                                im2col.ORDERS[0])
     return wino.order_of(s.mutant)
 
 
 def _aligning(s: Screened) -> bool:
     """Whether ``s`` competes for the aligning places: it aligns a side or computes a matrix
     product in pieces of its reduction, without Winograd."""
-    return (s.aligns or s.splits) and not s.winograd
+    return (s.aligns or s.splits) and not _own_places(s)
 
 
 def short_list(screened: Sequence[Screened], picks: Sequence[Pick], count: int,
@@ -354,7 +378,8 @@ def _pick(s: Screened, reserved: bool = False) -> Pick:
     saving = 1e3 * s.screen.expected_saving_s
     return Pick(s.subprogram, tuple(s.mutant), s.screen.untuned_ratio, s.index,
                 saving if math.isfinite(saving) else None, s.screen.tuned, s.screen.basis,
-                reserved and s.aligns, reserved and s.winograd, reserved and s.splits)
+                reserved and s.aligns, reserved and s.winograd, reserved and s.splits,
+                reserved and s.windows)
 
 
 def combination(program: Program, tuned: Sequence[tuple[Subprogram, Program, Program]],

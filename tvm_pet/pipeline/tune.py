@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.errors import PetError
-from tvm_pet.ir import splitk
+from tvm_pet.ir import im2col, splitk
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import DriverOptions, WholeBudget
@@ -326,13 +326,14 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         aligned = [aligns_extents(part.program, corrected) for _, corrected in found]
         winograd = [wino.uses(corrected) for _, corrected in found]
         splits = [splitk.uses(corrected) for _, corrected in found]
-        reserved = [a or w or p for a, w, p in zip(aligned, winograd, splits)]
+        windows = [im2col.uses(corrected) for _, corrected in found]
+        reserved = [any(flags) for flags in zip(aligned, winograd, splits, windows)]
         for k in _cheapest(found, options.screen_per_subset, reserved):
             mutant, corrected = found[k]
             screen = None if region is None else _screen(cost, region, part, corrected)
             if screen is not None:  # a region too large, or not compilable alone: not screened
                 screened.append(Screened(sub.name, mutant.ops, screen, len(candidates),
-                                         aligned[k], winograd[k], splits[k]))
+                                         aligned[k], winograd[k], splits[k], windows[k]))
                 candidates.append((part, corrected))
         eta.update(done, f"{len(screened)} mutants screened")
     picks = rank_mutants(screened, options.promising, options.screen_ratio)

@@ -17,8 +17,8 @@ from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Node, Program, Shape
 from tvm_pet.ir.ops import Op
 from tvm_pet.ops.float_eval import maxpool_ceil_pads
+from tvm_pet.relax import im2col, winograd
 from tvm_pet.relax.lifted_function import Lifted, Tree, flatten, substitute, unflatten
-from tvm_pet.relax import winograd
 from tvm_pet.relax.relax_types import F32, static_shape
 
 
@@ -143,6 +143,9 @@ def _conv_lower(low: _Lowerer, node: Node, args: list) -> list:
         return [winograd.conv2d(low.emit, args[0], args[1], low.shape(node.inputs[0]),
                                 low.shape(node.inputs[1]), a, a["winograd"],
                                 products=wino.products(a))]
+    if a.get("im2col"):  # the same products, as one matrix product (tvm_pet.relax.im2col)
+        return [im2col.conv2d(low.emit, args[0], args[1], low.shape(node.inputs[0]),
+                              low.shape(node.inputs[1]), a, a["im2col"])]
     conv = (rnn.conv1d, rnn.conv2d, rnn.conv3d)[nsp - 1]
     return [conv(args[0], args[1], strides=a["strides"], padding=a["pads"],
                  dilation=a["dilations"], groups=a["groups"])]

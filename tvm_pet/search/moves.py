@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from fractions import Fraction
 
 from tvm_pet.ir import splitk
+from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Attrs, Program, Shape
 from tvm_pet.ir.ops import Op
@@ -53,9 +54,12 @@ class Vocabulary:
     winograd: bool = False
     #: Offer a long reduction's MATMUL in pieces too (:mod:`tvm_pet.ir.splitk`).
     split_k: bool = False
+    #: Offer each 2-D convolution as a product over its windows too (:mod:`tvm_pet.ir.im2col`).
+    im2col: bool = False
 
     @staticmethod
-    def of(program: Program, winograd: bool = False, split_k: bool = False) -> "Vocabulary":
+    def of(program: Program, winograd: bool = False, split_k: bool = False,
+           im2col: bool = False) -> "Vocabulary":
         strides, dilations, pads, kernels, windows = {1}, {1}, set(), set(), set()
         aligns = set()
         for n in program.nodes:
@@ -72,7 +76,7 @@ class Vocabulary:
         factors = sorted({2, 3} | {s for s in strides | dilations if 1 < s <= 4})
         return Vocabulary(tuple(factors), tuple(sorted(strides)), tuple(sorted(dilations)),
                           tuple(sorted(pads)), tuple(sorted(kernels)), tuple(sorted(windows)),
-                          tuple(sorted(aligns)), winograd, split_k)
+                          tuple(sorted(aligns)), winograd, split_k, im2col)
 
 
 #: Output sides whose prime factors are all at most this are smooth: MetaSchedule tiles a loop
@@ -214,6 +218,8 @@ def conv_instances(vocab: Vocabulary, xs: Shape, ws: Shape) -> tuple[Attrs, ...]
                     out.append(attrs.replace(winograd=wino.SEARCH_TILE))
                     out += [attrs.replace(winograd=wino.SEARCH_TILE, winograd_products=order)
                             for order in wino.PRODUCTS[1:]]
+                if vocab.im2col and im2col.eligible(xs, ws, attrs):
+                    out += [attrs.replace(im2col=order) for order in im2col.SEARCH_ORDERS]
     return tuple(out)
 
 
