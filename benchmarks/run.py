@@ -96,7 +96,7 @@ def _child(args) -> dict:
                                 # a whole model's look weaker than a user's own run
                                 timing_rounds=args.decision_rounds,
                                 timing_processes=args.timing_processes, layout=args.layout,
-                                fast_math=args.fast_math)
+                                fast_math=args.fast_math, promising=args.promising)
         report = optimize_model(path, pathlib.Path(tmp) / "out", config, options)
         rng = np.random.default_rng(0)
         feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
@@ -260,7 +260,8 @@ def _run_child(name: str, batch: int, args) -> dict:
     cmd += ["--records", args.records] if args.records else []
     cmd += ["--second-look", args.second_look, "--seed", str(args.seed), "--layout",
             args.layout] + (["--fast-math"] if args.fast_math else []) \
-        + (["--winograd"] if args.winograd else []) + (["--im2col"] if args.im2col else [])
+        + (["--winograd"] if args.winograd else []) + (["--im2col"] if args.im2col else []) \
+        + ["--promising", str(args.promising)]
     start = time.perf_counter()
     row, error = _run_json(cmd)
     if row is None:
@@ -342,6 +343,8 @@ def budget_words(run: dict, rows: list[dict]) -> str:
     if run.get("im2col"):
         where += (", PET's search offering 2-D convolutions as one matrix product over their "
                   "windows (TVM's side: the direct form)")
+    if run.get("promising", 4) != 4:
+        where += f", PET tuning up to {run['promising']} mutants of each kind (--promising)"
     if not run["trials"]:
         return (f"trials per task: TVM and PET+TVM build with {where}, no new tuning"
                 + (f" ({SHIPPED_TRIALS} trials per task)" if run["quick"] else
@@ -497,6 +500,8 @@ def main() -> int:
                         help="TVM's FastMathTransform on both sides (optimize --fast-math)")
     parser.add_argument("--winograd", action="store_true",
                         help="PET's search offers Winograd's F(4x4, 3x3) (optimize --winograd)")
+    parser.add_argument("--promising", type=int, default=4, metavar="N",
+                        help="mutants of the whole model tuned (optimize --promising; default 4)")
     parser.add_argument("--im2col", action="store_true",
                         help="PET's search offers convolutions as a product over their windows "
                              "(optimize --im2col)")
@@ -534,7 +539,7 @@ def main() -> int:
            "rounds": args.rounds, "number": args.number, "records": args.records,
            "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes,
            "seed": args.seed, "layout": args.layout, "fast_math": args.fast_math,
-           "winograd": args.winograd, "im2col": args.im2col}
+           "winograd": args.winograd, "im2col": args.im2col, "promising": args.promising}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)
