@@ -541,6 +541,16 @@ def winograd_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
                     **kwargs)
 
 
+def im2col_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
+    """:func:`run_fuzz` with convolutions offered as a product over their windows
+    (``SearchConfig.im2col``), over the programs :func:`winograd_fuzz` draws (each holds a
+    3 × 3 convolution), its mutants (``Im2colConvT``) on TVM first."""
+    pairs = draw_pairs(count, seed, strategy=winograd_programs())
+    config = dataclasses.replace(FUZZ_CONFIG, im2col=True)
+    return run_fuzz(count, seed=seed, config=config, pairs=pairs, favour=("Im2colConvT",),
+                    **kwargs)
+
+
 # ------------------------------------------------------------------------------- soundness controls
 
 #: Injected non-equivalent mutants, by what they get wrong: the rewrites of

@@ -4,10 +4,11 @@
   module: exact in Z_p and within float tolerance on TVM (20 programs by default, 1,000 with
   ``-m slow``);
 - the same for the rewrites offered only when asked: Winograd's (on programs drawn to hold a
-  convolution it can take, against the bound of its rounding) and the split reduction, their
-  mutants run on TVM first (200 Winograd programs with ``-m slow``);
-- the fuzzer itself fails when the corrector or the Relax lowering is broken (Winograd's and
-  the split reduction's included);
+  convolution it can take, against the bound of its rounding), the split reduction and
+  convolutions as a product over their windows, their mutants run on TVM first (200 Winograd
+  programs with ``-m slow``);
+- the fuzzer itself fails when the corrector or the Relax lowering is broken (Winograd's, the
+  split reduction's and the windows' included);
 - regressions for the bugs it found;
 - injected non-equivalent mutants (a perturbed weight, a slice shifted by one, padding moved or
   replicated) are caught by the verifier with every seed, and the chance of a miss is the
@@ -91,6 +92,29 @@ def test_split_reduction_end_to_end():
     outcome = fuzz_e2e.run_fuzz(30, seed=0, config=SPLIT_K_CONFIG, favour=("SplitKMatMul",))
     assert_all_exact(outcome, 30)
     assert outcome["favoured"].get("SplitKMatMul", 0) >= 2, outcome["favoured"]
+
+
+def test_window_products_end_to_end():
+    """Mutants holding an ``Im2colConvT`` (``tvm_pet.relax.im2col``) run on TVM first."""
+    outcome = fuzz_e2e.im2col_fuzz(6, seed=0)
+    assert_all_exact(outcome, 6)
+    assert outcome["favoured"].get("Im2colConvT", 0) >= 2, outcome["favoured"]
+
+
+def test_the_fuzzer_catches_filters_turned_half_round(monkeypatch):
+    """Windows multiplied by the filters turned by 180 degrees (correlation mistaken for
+    convolution): TVM differs on programs that run an ``Im2colConvT``, and nowhere else."""
+    from tvm_pet.relax import im2col as im2col_lowering
+    right = im2col_lowering.conv2d
+
+    def turned(emit, x, w, *rest):
+        w = emit(relax.op.flip(relax.op.flip(w, axis=2), axis=3), "turned")
+        return right(emit, x, w, *rest)
+    monkeypatch.setattr(im2col_lowering, "conv2d", turned)
+    outcome = fuzz_e2e.im2col_fuzz(6, seed=0)
+    assert outcome["exact_mismatches"] == 0 and outcome["crashes"] == 0
+    assert 1 <= outcome["float_mismatches"] <= outcome["favoured"]["Im2colConvT"], outcome
+    assert all(f["stage"] == "float" and "im2col=" in f["listing"] for f in outcome["failures"])
 
 
 @pytest.mark.slow
