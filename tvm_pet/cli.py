@@ -553,7 +553,8 @@ def _add_optimize_and_tune(sub) -> None:
                        help="mutants of the whole model tuned besides the original (default 4; "
                             "up to half of them pad an awkward side to a smooth one, the rest "
                             "have the best expected saving; --winograd tunes up to N more, "
-                            "convolutions by Winograd's algorithm)")
+                            "convolutions by Winograd's algorithm, and --im2col up to N more, "
+                            "convolutions as a product over their windows)")
         o.add_argument("--second-screen", type=int, default=0, metavar="N",
                        help="short-tune N more mutants (--screen-trials per kernel), those "
                             "whose new kernels replace the most time across the model, and rank "
@@ -572,20 +573,7 @@ def _add_optimize_and_tune(sub) -> None:
         o.add_argument("--rounds", type=int, default=1,
                        help="rounds of mutation (default 1, as in the recorded benchmarks)")
         o.add_argument("--topk", type=int, default=4)
-        o.add_argument("--winograd", action="store_true",
-                       help="also offer each 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) "
-                            "(a quarter of the multiplications; TVM's CPU lowering has only "
-                            "the direct form), tuned on the convolutions taking the most time "
-                            "(up to --promising more mutants) and chosen where its tuned "
-                            "kernels measure faster. "
-                            "Its rounding differs from the direct form's (about 4e-6 of the "
-                            "output's scale on 512 channels)")
-        o.add_argument("--im2col", action="store_true",
-                       help="also offer each 2-D convolution larger than 1x1 as one matrix "
-                            "product over its shifted windows (the same products, summed in "
-                            "another order), tuned in the places kept for mutants the untuned "
-                            "screen cannot rank and chosen where its tuned kernels measure "
-                            "faster")
+        _offered_forms_flags(o)
         o.add_argument("--time-limit", type=float, default=None,
                        help="seconds for the whole run: import, search and end-to-end timing "
                             f"(default {_BASE_TIME_LIMIT[name]:g}"
@@ -604,6 +592,25 @@ def _add_optimize_and_tune(sub) -> None:
             o.set_defaults(func=_cmd_optimize)
         else:
             o.set_defaults(func=_cmd_tune)
+
+
+def _offered_forms_flags(o) -> None:
+    """The flags of what PET's search offers besides its own rewrites: other algorithms and
+    lowerings of a convolution, each tuned and kept only where it measures faster."""
+    o.add_argument("--winograd", action="store_true",
+                   help="also offer each 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) "
+                        "(a quarter of the multiplications; TVM's CPU lowering has only "
+                        "the direct form), tuned on the convolutions taking the most time "
+                        "(up to --promising more mutants) and chosen where its tuned "
+                        "kernels measure faster. "
+                        "Its rounding differs from the direct form's (about 4e-6 of the "
+                        "output's scale on 512 channels)")
+    o.add_argument("--im2col", action="store_true",
+                   help="also offer each 2-D convolution larger than 1x1 as one matrix "
+                        "product over its shifted windows (the same products, summed in "
+                        "another order), tuned in the places kept for mutants the untuned "
+                        "screen cannot rank and chosen where its tuned kernels measure "
+                        "faster")
 
 
 def _lowering_flags(o) -> None:

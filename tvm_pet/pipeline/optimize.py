@@ -90,9 +90,7 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     config = dataclasses.replace(config, time_limit=options.search_limit(
         config.time_limit, elapsed()))
     limit = "none" if config.time_limit is None else f"{config.time_limit:.0f} s"
-    offered = (", 3x3 convolutions by Winograd's F(4x4, 3x3) too" if config.winograd else ""
-               ) + (", convolutions as a product over their windows too" if config.im2col else "")
-    with progress.step(f"searching (time limit {limit}, cost: {options.cost}{offered})"):
+    with progress.step(f"searching (time limit {limit}, cost: {options.cost}{_offered(config)})"):
         found = search(program, config, cost or cost_model(options, toolchain), mutants,
                        options.confirm)
     progress.note(found.line())
@@ -191,3 +189,9 @@ def _toolchain_for(loaded: LoadedModel, options: DriverOptions, toolchain: Toolc
     if baseline is not None:
         progress.note(baseline.line())
     return toolchain, baseline
+
+
+def _offered(config: SearchConfig) -> str:
+    """What the search offers besides its own rewrites, as the progress line says it."""
+    return ((", 3x3 convolutions by Winograd's F(4x4, 3x3) too" if config.winograd else "")
+            + (", convolutions as a product over their windows too" if config.im2col else ""))
