@@ -12,6 +12,7 @@ import pytest
 import tvm
 from tvm import relax
 
+from tests.first_node import with_inputs
 from tvm_pet.ir import ProgramBuilder, im2col
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.verify.interpreter import evaluate
@@ -33,15 +34,8 @@ def _conv(x_shape, w_shape, *, strides=(1, 1), dilations=(1, 1), pads=(1, 1, 1, 
     w = b.input("w", w_shape) if weight_input else b.weight("w", w_value)
     bias = b.weight("b", rng.standard_normal((1, w_shape[0], 1, 1)).astype("float32"))
     y = b.conv(x, w, strides=strides, dilations=dilations, pads=pads)
-    program = b.build([b.add(y, bias)])
-    if order:
-        node = program.nodes[0]
-        program = program.replace(nodes=(dataclasses.replace(
-            node, attrs=node.attrs.replace(im2col=order)),) + tuple(program.nodes[1:]))
-    inputs = {"x": rng.standard_normal(x_shape).astype("float32")}
-    if weight_input:
-        inputs["w"] = w_value
-    return program, inputs
+    return with_inputs(b.build([b.add(y, bias)]), rng, x_shape, w_value, weight_input,
+                       **({"im2col": order} if order else {}))
 
 
 CASES = [  # (x, w, strides, dilations, pads)

@@ -4,13 +4,12 @@ is, lowered to the sum of the pieces' products (checked against NumPy in float64
 places of its own by the tuning plan."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import tvm
 from tvm import relax
 
+from tests.first_node import with_inputs
 from tvm_pet.ir import ProgramBuilder, splitk
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.verify.interpreter import evaluate
@@ -31,15 +30,8 @@ def _linear(x_shape, n, *, weight_input=False, pieces=0, seed=0):
     x = b.input("x", x_shape)
     w = b.input("w", w_value.shape) if weight_input else b.weight("w", w_value)
     bias = b.weight("b", rng.standard_normal((n,)).astype("float32"))
-    program = b.build([b.add(b.matmul(x, w), bias)])
-    if pieces:
-        node = program.nodes[0]
-        program = program.replace(nodes=(dataclasses.replace(
-            node, attrs=node.attrs.replace(pieces=pieces)),) + tuple(program.nodes[1:]))
-    inputs = {"x": rng.standard_normal(x_shape).astype("float32")}
-    if weight_input:
-        inputs["w"] = w_value
-    return program, inputs
+    return with_inputs(b.build([b.add(b.matmul(x, w), bias)]), rng, x_shape, w_value,
+                       weight_input, **({"pieces": pieces} if pieces else {}))
 
 
 @pytest.mark.parametrize("weight_input", [False, True])
