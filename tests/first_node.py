@@ -22,3 +22,25 @@ def with_inputs(program: Program, rng: np.random.Generator, x_shape, w_value: np
     if weight_input:
         inputs["w"] = w_value
     return program, inputs
+
+
+def run_module(mod, *inputs) -> np.ndarray:
+    """Compile a Relax module for this CPU and run its ``main`` on ``inputs``."""
+    import tvm
+    from tvm import relax
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
+
+
+def lowers_to_the_same(program: Program, plain: Program, inputs: dict) -> str:
+    """Check that ``program`` lowered to Relax and run on TVM computes what ``plain`` computes
+    in float64 (relative 1e-5); return the lowered module's text, for the caller to check its
+    form."""
+    from tvm_pet.relax.adapter import program_to_module
+    from tvm_pet.verify.interpreter import evaluate
+    want = evaluate(plain, inputs, dtype=np.float64)[plain.outputs[0]]
+    module = program_to_module(program)
+    got = run_module(module, *inputs.values())
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    return module.script()

@@ -9,18 +9,11 @@ import dataclasses
 
 import numpy as np
 import pytest
-import tvm
-from tvm import relax
 
-from tests.first_node import with_inputs
+from tests.first_node import lowers_to_the_same, run_module as _run, with_inputs
 from tvm_pet.ir import ProgramBuilder, im2col
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.verify.interpreter import evaluate
-
-
-def _run(mod, *inputs):
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    return vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
 
 
 def _conv(x_shape, w_shape, *, strides=(1, 1), dilations=(1, 1), pads=(1, 1, 1, 1),
@@ -54,13 +47,8 @@ def test_the_windows_product_computes_the_convolution(x_shape, w_shape, strides,
     kw = dict(strides=strides, dilations=dilations, pads=pads)
     program, inputs = _conv(x_shape, w_shape, order=order, **kw)
     plain, _ = _conv(x_shape, w_shape, **kw)
-    want = evaluate(plain, inputs, dtype=np.float64)[plain.outputs[0]]
-    module = program_to_module(program)
-    got = _run(module, *inputs.values())
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    text = lowers_to_the_same(program, plain, inputs)
     # and it is one matrix product over concatenated windows, not the convolution renamed
-    text = module.script()
     assert "R.nn.conv2d(" not in text and text.count("R.matmul(") == 1
     assert text.count("R.strided_slice(") == w_shape[2] * w_shape[3]
     assert program.nodes[0].label == im2col.LABELS[order]

@@ -6,18 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tvm
-from tvm import relax
 
-from tests.first_node import with_inputs
+from tests.first_node import lowers_to_the_same, run_module as _run, with_inputs
 from tvm_pet.ir import ProgramBuilder, splitk
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.verify.interpreter import evaluate
-
-
-def _run(mod, *inputs):
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    return vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
 
 
 def _linear(x_shape, n, *, weight_input=False, pieces=0, seed=0):
@@ -40,13 +33,8 @@ def _linear(x_shape, n, *, weight_input=False, pieces=0, seed=0):
 def test_the_pieces_compute_the_product(x_shape, n, pieces, weight_input):
     program, inputs = _linear(x_shape, n, weight_input=weight_input, pieces=pieces)
     plain, _ = _linear(x_shape, n, weight_input=weight_input)
-    want = evaluate(plain, inputs, dtype=np.float64)[plain.outputs[0]]
-    module = program_to_module(program)
-    got = _run(module, *inputs.values())
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    text = lowers_to_the_same(program, plain, inputs)
     # and it is the sum of the pieces' products, not the product under another name
-    text = module.script()
     assert text.count("R.matmul(") == pieces and text.count("R.add(") == pieces
     assert program.nodes[0].label == "SplitKMatMul"
     assert splitk.uses(program) and not splitk.uses(plain)
