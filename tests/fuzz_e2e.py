@@ -58,7 +58,7 @@ from tvm import relax
 from tests.strategies import mutant_pairs, winograd_programs
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import Program, check_program as check_structure, weight_key
-from tvm_pet.ir import winograd
+from tvm_pet.ir import im2col, winograd
 from tvm_pet.relax import winograd as winograd_lowering
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.search.config import SearchConfig
@@ -527,6 +527,10 @@ def run_fuzz(count: int, seed: int = 0, config: SearchConfig = FUZZ_CONFIG, batc
 WINOGRAD_LABELS = tuple(winograd.LABELS.values())
 
 
+#: The labels of the window products' mutants (``tvm-pet optimize --im2col``).
+IM2COL_LABELS = tuple(im2col.LABELS[order] for order in im2col.SEARCH_ORDERS)
+
+
 def winograd_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
     """:func:`run_fuzz` over :func:`~tests.strategies.winograd_programs` with Winograd offered
     (random programs seldom hold a convolution it can take), its mutants on TVM first.
@@ -535,20 +539,23 @@ def winograd_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
     >>> outcome["float_mismatches"], sum(outcome["favoured"].values()) > 0
     (0, True)
     """
-    pairs = draw_pairs(count, seed, strategy=winograd_programs())
-    config = dataclasses.replace(FUZZ_CONFIG, winograd=True)
-    return run_fuzz(count, seed=seed, config=config, pairs=pairs, favour=WINOGRAD_LABELS,
-                    **kwargs)
+    return _convolution_fuzz(count, seed, "winograd", WINOGRAD_LABELS, **kwargs)
 
 
 def im2col_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
-    """:func:`run_fuzz` with convolutions offered as a product over their windows
-    (``SearchConfig.im2col``), over the programs :func:`winograd_fuzz` draws (each holds a
-    3 × 3 convolution), its mutants (``Im2colConvT``) on TVM first."""
+    """:func:`run_fuzz` over the programs :func:`winograd_fuzz` draws (each holds a 3 × 3
+    convolution) with convolutions offered as a product over their windows
+    (``SearchConfig.im2col``), its mutants (:data:`IM2COL_LABELS`) on TVM first."""
+    return _convolution_fuzz(count, seed, "im2col", IM2COL_LABELS, **kwargs)
+
+
+def _convolution_fuzz(count: int, seed: int, offered: str, labels: tuple[str, ...],
+                      **kwargs) -> dict:
+    """:func:`run_fuzz` over :func:`~tests.strategies.winograd_programs` with the
+    ``SearchConfig`` flag ``offered`` on, mutants holding ``labels`` on TVM first."""
     pairs = draw_pairs(count, seed, strategy=winograd_programs())
-    config = dataclasses.replace(FUZZ_CONFIG, im2col=True)
-    return run_fuzz(count, seed=seed, config=config, pairs=pairs, favour=("Im2colConvT",),
-                    **kwargs)
+    config = dataclasses.replace(FUZZ_CONFIG, **{offered: True})
+    return run_fuzz(count, seed=seed, config=config, pairs=pairs, favour=labels, **kwargs)
 
 
 # ------------------------------------------------------------------------------- soundness controls

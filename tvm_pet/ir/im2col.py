@@ -27,7 +27,7 @@ ORDERS = ("kw", "wk")
 #: beside the direct form (``benchmarks/results/im2col_forms_T.md``, three seeds, 2026-12-01),
 #: ``"wk"`` ran x1.62–x2.83 faster on ResNet-18's 512-channel 7 × 7 convs, x0.85–x2.31 on its
 #: 256-channel 14 × 14 ones and x0.93–x1.54 on CSRNet's dilated 512-channel 14 × 14 ones
-#: (geo-mean x1.56 over the nine), where ``"kw"`` ran x0.39–x1.86 (x0.99).
+#: (geo-mean x1.56 over the nine), where ``"kw"`` ran x0.39–x1.86 (x0.93).
 SEARCH_ORDERS = ("wk",)
 #: How summaries name such a CONV (:attr:`tvm_pet.ir.node.Node.label`), by order.
 LABELS = {"kw": "Im2colConv", "wk": "Im2colConvT"}
@@ -76,13 +76,14 @@ def eligible(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping) -> 
             and window_values(x_shape, w_shape, attrs) <= MOST_WINDOW_VALUES)
 
 
-def order(attrs: Mapping) -> str | None:
-    """The order of a window-form CONV's product (:data:`ORDERS`), None for any other CONV.
+def order_of(labels: Sequence[str]) -> str | None:
+    """The order of the product of the window-form CONV among operators named ``labels`` (a
+    mutant's, as summaries name them: :data:`LABELS`); None where there is none.
 
-    >>> order({"im2col": "wk"}), order({})
+    >>> order_of(("Pad", "Im2colConvT", "Slice")), order_of(("Conv",))
     ('wk', None)
     """
-    return attrs.get("im2col") or None
+    return next((order for order, label in LABELS.items() if label in labels), None)
 
 
 def uses(program) -> bool:

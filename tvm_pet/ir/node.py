@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from tvm_pet.errors import ProgramError
-from tvm_pet.ir import splitk
-from tvm_pet.ir import im2col
+from tvm_pet.ir import im2col, splitk
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.ops import Op
 

@@ -223,7 +223,7 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     by_reach = sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
                                                len(s.mutant), s.index))
     orders = sorted({_order(s) for s in screened if _own_places(s)})
-    kept, reserved = _winograd_places(screened, by_reach, orders, promising, covered,
+    kept, reserved = _own_kind_places(screened, by_reach, orders, promising, covered,
                                       screen_ratio)
     reserved += _reserve([s for s in by_reach if _aligning(s)], promising // 2 - len(
         {s.screen.new_kernels for s in screened if _aligning(s) and s.screen.tuned}),
@@ -239,12 +239,13 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
                  + [_pick(s) for s in done + fresh[:total - len(reserved) - len(done)]])
 
 
-def _winograd_places(screened: Sequence[Screened], by_reach: list[Screened],
+def _own_kind_places(screened: Sequence[Screened], by_reach: list[Screened],
                      orders: list[str], promising: int, covered: set,
                      screen_ratio: float) -> tuple[list[Screened], list[Screened]]:
-    """The Winograd mutants that keep a place (tuned before) and those reserved one, up to
-    ``promising`` of each order of the products: per order, the best one tuned before of each
-    subprogram keeps its place (a rerun tunes no new Winograd mutant), and the other places go
+    """The mutants with places of their own (:func:`_own_places`: Winograd's, the windows')
+    that keep a place (tuned before) and those reserved one, up to ``promising`` of each order
+    (:func:`_order`): per order, the best one tuned before of each subprogram keeps its place
+    (a rerun tunes no new such mutant), and the other places go
     to subprograms with none tuned yet, furthest reach first (``by_reach``); ``covered``
     (updated) holds the new kernels of the mutants chosen."""
     tuned_w = {order: _best_tuned_own([s for s in screened if _order(s) == order])
@@ -296,14 +297,13 @@ def _order(s: Screened) -> str:
     from its operators' labels), or ``im2col:<order>`` for a window mutant
     (:data:`tvm_pet.ir.im2col.ORDERS`): each has places of its own."""
     if s.windows and not s.winograd:
-        return "im2col:" + next((o for o, label in im2col.LABELS.items() if label in s.mutant),
-                                im2col.ORDERS[0])
+        return f"im2col:{im2col.order_of(s.mutant)}"
     return wino.order_of(s.mutant)
 
 
 def _aligning(s: Screened) -> bool:
     """Whether ``s`` competes for the aligning places: it aligns a side or computes a matrix
-    product in pieces of its reduction, without Winograd."""
+    product in pieces of its reduction, and has no places of its own (:func:`_own_places`)."""
     return (s.aligns or s.splits) and not _own_places(s)
 
 

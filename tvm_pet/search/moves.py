@@ -25,8 +25,7 @@ import math
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
 
-from tvm_pet.ir import splitk
-from tvm_pet.ir import im2col
+from tvm_pet.ir import im2col, splitk
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Attrs, Program, Shape
 from tvm_pet.ir.ops import Op
