@@ -55,7 +55,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from tvm import relax
 
-from tests.strategies import mutant_pairs, winograd_programs
+from tests.strategies import mutant_pairs, window_programs, winograd_programs
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import Program, check_program as check_structure, weight_key
 from tvm_pet.ir import im2col, winograd
@@ -539,21 +539,23 @@ def winograd_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
     >>> outcome["float_mismatches"], sum(outcome["favoured"].values()) > 0
     (0, True)
     """
-    return _convolution_fuzz(count, seed, "winograd", WINOGRAD_LABELS, **kwargs)
+    return _convolution_fuzz(count, seed, "winograd", WINOGRAD_LABELS, winograd_programs(),
+                             **kwargs)
 
 
 def im2col_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
-    """:func:`run_fuzz` over the programs :func:`winograd_fuzz` draws (each holds a 3 × 3
-    convolution) with convolutions offered as a product over their windows
+    """:func:`run_fuzz` over :func:`~tests.strategies.window_programs` (each holds a 2-D 3 × 3
+    convolution or a 3-D one) with convolutions offered as a product over their windows
     (``SearchConfig.im2col``), its mutants (:data:`IM2COL_LABELS`) on TVM first."""
-    return _convolution_fuzz(count, seed, "im2col", IM2COL_LABELS, **kwargs)
+    return _convolution_fuzz(count, seed, "im2col", IM2COL_LABELS, window_programs(),
+                             **kwargs)
 
 
 def _convolution_fuzz(count: int, seed: int, offered: str, labels: tuple[str, ...],
-                      **kwargs) -> dict:
-    """:func:`run_fuzz` over :func:`~tests.strategies.winograd_programs` with the
-    ``SearchConfig`` flag ``offered`` on, mutants holding ``labels`` on TVM first."""
-    pairs = draw_pairs(count, seed, strategy=winograd_programs())
+                      strategy, **kwargs) -> dict:
+    """:func:`run_fuzz` over the programs ``strategy`` draws with the ``SearchConfig`` flag
+    ``offered`` on, mutants holding ``labels`` on TVM first."""
+    pairs = draw_pairs(count, seed, strategy=strategy)
     config = dataclasses.replace(FUZZ_CONFIG, **{offered: True})
     return run_fuzz(count, seed=seed, config=config, pairs=pairs, favour=labels, **kwargs)
 

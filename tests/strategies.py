@@ -1038,3 +1038,37 @@ def winograd_programs(draw):
         elif then == "slice":
             cur = b.slice(cur, (0, 0, 0, d), s)
     return b.build([cur]), None
+
+@st.composite
+def conv3d_programs(draw):
+    """``(program, None)``: a 3-D convolution (kernel sides 1 to 3, not 1 × 1 × 1; strides 1
+    or 2; pads of 0 to 2 a side), maybe followed by a bias or a scale and a second such
+    convolution: what ``--im2col`` offers in 3-D, on maps of 2 to 7 positions a side."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    b = ProgramBuilder()
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 4))
+    cur = b.input("x", (n, c) + tuple(draw(st.integers(2, 7)) for _ in range(3)))
+    for step in range(draw(st.integers(1, 2))):
+        sides = tuple(draw(st.integers(1, 3)) for _ in range(3))
+        if sides == (1, 1, 1):
+            sides = (3, 3, 3)
+        pads = tuple(draw(st.integers(0, 2)) for _ in range(6))
+        strides = tuple(draw(st.sampled_from((1, 1, 2))) for _ in range(3))
+        full = [x + p + q for x, p, q in zip(b.shapes[cur][2:], pads[:3], pads[3:])]
+        if any(f < k for f, k in zip(full, sides)):
+            break
+        k = draw(st.integers(1, 4))
+        weight = b.weight(b.fresh("w"), rng.standard_normal((k, b.shapes[cur][1]) + sides))
+        cur = b.conv(cur, weight, strides=strides, pads=pads)
+        then = draw(st.sampled_from(("none", "bias", "scale")))
+        if then != "none":
+            op = b.add if then == "bias" else b.mul
+            cur = op(cur, b.weight(b.fresh(then), rng.standard_normal((1, k, 1, 1, 1))))
+    return b.build([cur]), None
+
+
+def window_programs():
+    """What ``--im2col`` offers: :func:`winograd_programs` (2-D, 3 × 3) or
+    :func:`conv3d_programs`, one as often as the other."""
+    return st.one_of(winograd_programs(), conv3d_programs())
+

@@ -106,12 +106,13 @@ def test_the_fuzzer_catches_filters_turned_half_round(monkeypatch):
     """Windows multiplied by the filters turned by 180 degrees (correlation mistaken for
     convolution): TVM differs on programs that run an ``Im2colConvT``, and nowhere else."""
     from tvm_pet.relax import im2col as im2col_lowering
-    right = im2col_lowering.conv2d
+    right = im2col_lowering.conv
 
-    def turned(emit, x, w, *rest):
-        w = emit(relax.op.flip(relax.op.flip(w, axis=2), axis=3), "turned")
-        return right(emit, x, w, *rest)
-    monkeypatch.setattr(im2col_lowering, "conv2d", turned)
+    def turned(emit, x, w, x_shape, w_shape, *rest):
+        for axis in range(2, len(w_shape)):  # every spatial axis: 2-D and 3-D alike
+            w = emit(relax.op.flip(w, axis=axis), "turned")
+        return right(emit, x, w, x_shape, w_shape, *rest)
+    monkeypatch.setattr(im2col_lowering, "conv", turned)
     outcome = fuzz_e2e.im2col_fuzz(6, seed=0)
     assert outcome["exact_mismatches"] == 0 and outcome["crashes"] == 0
     assert 1 <= outcome["float_mismatches"] <= sum(outcome["favoured"].values()), outcome

@@ -1,8 +1,8 @@
-"""A 2-D convolution as one matrix product over its shifted windows (tvm_pet.ir.im2col): offered
-by the generator only when asked (``SearchConfig(im2col=True)``), verified as the CONV it is,
-lowered to a data movement and one product in either order (checked against NumPy in float64
-over strides, dilations, uneven pads, non-square kernels and a batch), and given places of its
-own by the tuning plan."""
+"""A 2-D or 3-D convolution as one matrix product over its shifted windows (tvm_pet.ir.im2col):
+offered by the generator only when asked (``SearchConfig(im2col=True)``), verified as the CONV it
+is, lowered to a data movement and one product (checked against NumPy in float64 over strides,
+dilations, uneven pads, non-square kernels, a batch and 3-D convolutions), and given places of
+its own by the tuning plan."""
 from __future__ import annotations
 
 import dataclasses
@@ -25,7 +25,8 @@ def _conv(x_shape, w_shape, *, strides=(1, 1), dilations=(1, 1), pads=(1, 1, 1, 
     b = ProgramBuilder()
     x = b.input("x", x_shape)
     w = b.input("w", w_shape) if weight_input else b.weight("w", w_value)
-    bias = b.weight("b", rng.standard_normal((1, w_shape[0], 1, 1)).astype("float32"))
+    bias_shape = (1, w_shape[0]) + (1,) * (len(x_shape) - 2)
+    bias = b.weight("b", rng.standard_normal(bias_shape).astype("float32"))
     y = b.conv(x, w, strides=strides, dilations=dilations, pads=pads)
     return with_inputs(b.build([b.add(y, bias)]), rng, x_shape, w_value, weight_input,
                        **({"im2col": order} if order else {}))
@@ -37,6 +38,9 @@ CASES = [  # (x, w, strides, dilations, pads)
     ((2, 5, 10, 11), (6, 5, 3, 2), (2, 1), (1, 2), (1, 0, 2, 1)),   # uneven everything
     ((1, 3, 15, 15), (8, 3, 7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),   # a stem
     ((1, 4, 9, 9), (4, 4, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0)),     # no padding
+    ((1, 6, 4, 7, 7), (8, 6, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1,) * 6),  # ResNet3D-18's
+    ((1, 4, 5, 8, 9), (6, 4, 3, 3, 3), (1, 2, 2), (1, 1, 1), (1,) * 6),  # its strided ones
+    ((2, 3, 5, 6, 7), (4, 3, 2, 3, 1), (2, 1, 1), (1, 2, 1), (0, 1, 0, 1, 2, 0)),  # uneven
 ]
 
 
@@ -49,34 +53,42 @@ def test_the_windows_product_computes_the_convolution(x_shape, w_shape, strides,
     plain, _ = _conv(x_shape, w_shape, **kw)
     text = lowers_to_the_same(program, plain, inputs)
     # and it is one matrix product over concatenated windows, not the convolution renamed
-    assert "R.nn.conv2d(" not in text and text.count("R.matmul(") == 1
-    assert text.count("R.strided_slice(") == w_shape[2] * w_shape[3]
+    assert "R.nn.conv" not in text and text.count("R.matmul(") == 1
+    assert text.count("R.strided_slice(") == np.prod(w_shape[2:])
     assert program.nodes[0].label == im2col.LABELS[order]
     assert im2col.uses(program) and not im2col.uses(plain)
 
 
 @pytest.mark.parametrize("order", im2col.ORDERS)
-def test_a_filter_given_at_run_time_is_permuted_in_the_graph(order):
-    program, inputs = _conv((1, 4, 8, 8), (6, 4, 3, 3), weight_input=True, order=order)
-    plain, _ = _conv((1, 4, 8, 8), (6, 4, 3, 3), weight_input=True)
+@pytest.mark.parametrize("x_shape, w_shape, pads", [
+    ((1, 4, 8, 8), (6, 4, 3, 3), (1,) * 4), ((1, 4, 3, 8, 8), (6, 4, 3, 3, 3), (1,) * 6)])
+def test_a_filter_given_at_run_time_is_permuted_in_the_graph(x_shape, w_shape, pads, order):
+    nsp = len(x_shape) - 2
+    kw = dict(strides=(1,) * nsp, dilations=(1,) * nsp, pads=pads, weight_input=True)
+    program, inputs = _conv(x_shape, w_shape, order=order, **kw)
+    plain, _ = _conv(x_shape, w_shape, **kw)
     want = evaluate(plain, inputs, dtype=np.float64)[plain.outputs[0]]
     got = _run(program_to_module(program), inputs["x"], inputs["w"])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("order", im2col.ORDERS)
+@pytest.mark.parametrize("x_shape, w_shape, pads", [
+    ((1, 8, 14, 14), (16, 8, 3, 3), (1,) * 4), ((1, 8, 4, 8, 8), (16, 8, 3, 3, 3), (1,) * 6)])
 def test_tvm_makes_three_kernels_the_windows_the_bare_product_and_the_layout_with_the_bias(
-        order):
+        x_shape, w_shape, pads, order):
     """TVM's fusion of the lowered form: every slice and the concat in one kernel, the product
     bare (the reshape after it stops the bias from fusing in: one workload for every layer of
     its shape, whatever follows it), then the layout back with the bias."""
     from tvm_pet.tune.compile import prepare
-    program, _ = _conv((1, 8, 14, 14), (16, 8, 3, 3), order=order)
+    nsp = len(x_shape) - 2
+    program, _ = _conv(x_shape, w_shape, strides=(1,) * nsp, dilations=(1,) * nsp, pads=pads,
+                       order=order)
     main = prepare(program_to_module(program), "llvm")["main"].script()
     calls = [line.split("R.call_tir(")[1].split(",")[0] for line in main.splitlines()
              if "R.call_tir(" in line]
     assert len(calls) == 3, calls
-    assert calls[0].count("strided_slice") == 9 and "concatenate" in calls[0]
+    assert "strided_slice" in calls[0] and "concatenate" in calls[0]
     assert calls[1] == "matmul" and "add" in calls[2] and "reshape" in calls[2]
 
 
@@ -86,7 +98,11 @@ def test_tvm_makes_three_kernels_the_windows_the_bare_product_and_the_layout_wit
     ((1, 64, 224, 224), (64, 64, 3, 3), {}, False),                      # windows too large
     ((1, 32, 8, 8), (32, 1, 3, 3), {"groups": 32}, False),                # depthwise
     ((1, 8, 4, 4, 4), (8, 8, 3, 3, 3), {"strides": (1, 1, 1), "dilations": (1, 1, 1),
-                                        "pads": (1,) * 6}, False),        # 3-D
+                                        "pads": (1,) * 6}, True),         # 3-D
+    ((1, 64, 16, 56, 56), (64, 64, 3, 3, 3), {"strides": (1, 1, 1), "dilations": (1, 1, 1),
+                                              "pads": (1,) * 6}, False),  # 87 M values
+    ((1, 8, 4, 4), (8, 8, 3, 3, 3), {}, False),                         # ranks differ
+    ((1, 8, 4), (8, 8, 3), {"strides": (1,), "dilations": (1,), "pads": (1, 1)}, False),  # 1-D
     ((1, 8, 14, 14), (8, 8, 3, 3), {"winograd": 4}, False),
 ])
 def test_which_convolutions_have_a_window_form(x, w, attrs, want):

@@ -606,7 +606,7 @@ def _offered_forms_flags(o) -> None:
                         "Its rounding differs from the direct form's (about 4e-6 of the "
                         "output's scale on 512 channels)")
     o.add_argument("--im2col", action="store_true",
-                   help="also offer each 2-D convolution larger than 1x1 as one matrix "
+                   help="also offer each 2-D or 3-D convolution larger than 1x1 as one matrix "
                         "product over its shifted windows (the same products, summed in "
                         "another order), tuned in the places kept for mutants the untuned "
                         "screen cannot rank and chosen where its tuned kernels measure "

@@ -144,8 +144,8 @@ def _conv_lower(low: _Lowerer, node: Node, args: list) -> list:
                                 low.shape(node.inputs[1]), a, a["winograd"],
                                 products=wino.products(a))]
     if a.get("im2col"):  # the same products, as one matrix product (tvm_pet.relax.im2col)
-        return [im2col.conv2d(low.emit, args[0], args[1], low.shape(node.inputs[0]),
-                              low.shape(node.inputs[1]), a, a["im2col"])]
+        return [im2col.conv(low.emit, args[0], args[1], low.shape(node.inputs[0]),
+                            low.shape(node.inputs[1]), a, a["im2col"])]
     conv = (rnn.conv1d, rnn.conv2d, rnn.conv3d)[nsp - 1]
     return [conv(args[0], args[1], strides=a["strides"], padding=a["pads"],
                  dilation=a["dilations"], groups=a["groups"])]

@@ -29,7 +29,7 @@ class SearchConfig:
             sum of products over pieces of the reduction (:mod:`tvm_pet.ir.splitk`; off by
             default: on BERT it measured no faster end to end than what the search keeps
             without it, and its kernels are more tuning; ``benchmarks/split_k.py``).
-        im2col: also offer each 2-D convolution larger than 1 × 1 as one matrix product over
+        im2col: also offer each 2-D or 3-D convolution larger than 1 × 1 as one product over
             its shifted windows (:mod:`tvm_pet.ir.im2col`): the same products, summed in
             another order, which MetaSchedule tunes as a matrix product.
     """

@@ -53,7 +53,7 @@ class Vocabulary:
     winograd: bool = False
     #: Offer a long reduction's MATMUL in pieces too (:mod:`tvm_pet.ir.splitk`).
     split_k: bool = False
-    #: Offer each 2-D convolution as a product over its windows too (:mod:`tvm_pet.ir.im2col`).
+    #: Offer each 2-D or 3-D convolution as a product over its windows (:mod:`tvm_pet.ir.im2col`).
     im2col: bool = False
 
     @staticmethod
