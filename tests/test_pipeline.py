@@ -73,7 +73,7 @@ class DilationIsSlow:
                       if n.op is Op.CONV and any(d > 1 for d in n.attrs["dilations"]))
         return AnalyticCost().cost(program) + dilated
 
-    def screen(self, before, after):
+    def screen(self, before, after, by_flops=False):
         return RewriteScreen(self.cost(before), self.cost(after) / self.cost(before))
 
 

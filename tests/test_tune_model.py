@@ -32,7 +32,7 @@ class StubCost(PenaliseDilationAndLayouts):
     def __init__(self, target=None, records_dir=None, tuned=True):
         super().__init__()
 
-    def screen(self, before, after):
+    def screen(self, before, after, by_flops=False):
         return RewriteScreen(self.cost(before), 1.0)
 
 
@@ -102,7 +102,7 @@ def test_the_summary_splits_the_stage_s_seconds_between_tuning_and_screening(tmp
         return dataclasses.replace(stats, wall_s=seconds)
 
     class Screening(StubCost):
-        def screen(self, before, after):
+        def screen(self, before, after, by_flops=False):
             clock[0] += 1.0
             return super().screen(before, after)
 
@@ -130,6 +130,28 @@ def test_the_summary_splits_the_stage_s_seconds_between_tuning_and_screening(tmp
     assert _split_seconds(summary) == (
         f"{30 + 5 * mutants + screened} s: 30 s tuning the original, {screened} s screening "
         f"{screened} mutants, {5 * mutants} s tuning mutants")
+
+
+def test_the_screen_costs_window_mutants_by_their_flops_and_times_the_others(tmp_path):
+    """A window mutant's untuned time ranks nothing (its product is a naive loop nest; it has
+    places of its own), so the screen does not time it untuned: it asks for the FLOP ratio."""
+    from tvm_pet.ir import im2col
+    asked = []
+
+    class Noting(StubCost):
+        def screen(self, before, after, by_flops=False):
+            asked.append((im2col.uses(after), by_flops))
+            return super().screen(before, after)
+
+    class Toolchain(StubToolchain):
+        def cost_model(self):
+            return Noting(self.target, self.records_dir)
+
+    options = DriverOptions(trials=4, records_dir=str(tmp_path / "none"), promising=2)
+    tune_model(dilated_chain(), SearchConfig(rounds=1, time_limit=120, im2col=True), options,
+               Toolchain(options.records_dir))
+    assert {windows for windows, _ in asked} == {True, False}  # both kinds were screened
+    assert all(by_flops == windows for windows, by_flops in asked)
 
 
 def test_combination_of_fewer_than_two_improving_subsets_is_none():
@@ -226,7 +248,7 @@ def test_mutants_tuned_before_are_topped_up_to_a_larger_budget(tmp_path):
     program = dilated_chain(layers=1)
 
     class TunedBefore(StubCost):
-        def screen(self, before, after):  # every mutant's kernels have records
+        def screen(self, before, after, by_flops=False):  # every mutant's kernels have records
             return RewriteScreen(self.cost(before), 0.5, tuned_s=0.5 * self.cost(before))
 
     class Toolchain(StubToolchain):
@@ -250,7 +272,7 @@ def test_a_rerun_whose_picks_differ_combines_the_same_mutants(tmp_path):
     from tvm_pet.ir.keys import canonical
 
     class TunedBefore(StubCost):
-        def screen(self, before, after):  # every mutant tuned before; more operators save more
+        def screen(self, before, after, by_flops=False):  # tuned before; more ops save more
             c = self.cost(before)
             return RewriteScreen(c, 1.0, c * (1 - 0.01 * len(after.nodes)),
                                  frozenset({canonical(after)[0]}))
@@ -307,7 +329,7 @@ class ShortTunedToolchain(StubToolchain):
         short_tuned = len(self.trials) > 1  # the original is tuned first
 
         class Cost(StubCost):
-            def screen(self, before, after):
+            def screen(self, before, after, by_flops=False):
                 c = self.cost(before)
                 key = frozenset({canonical(after)[0]})
                 if not short_tuned:

@@ -66,9 +66,11 @@ class RecordsPlan(Protocol):
 class ScreeningCost(CostModel, Protocol):
     """A cost model that can screen a rewrite from its fusion region (the tune stage's screen)."""
 
-    def screen(self, before: Program, after: Program) -> RewriteScreen | None:
+    def screen(self, before: Program, after: Program,
+               by_flops: bool = False) -> RewriteScreen | None:
         """The replaced kernels' time, the untuned ratio of the new kernels to the replaced
-        ones, and whether the new ones have records; None when it cannot tell."""
+        ones (``by_flops``: their floating-point operations' instead, nothing timed untuned),
+        and whether the new ones have records; None when it cannot tell."""
         ...
 
 

@@ -330,7 +330,8 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         reserved = [any(flags) for flags in zip(aligned, winograd, splits, windows)]
         for k in _cheapest(found, options.screen_per_subset, reserved):
             mutant, corrected = found[k]
-            screen = None if region is None else _screen(cost, region, part, corrected)
+            screen = None if region is None else _screen(cost, region, part, corrected,
+                                                         winograd[k] or windows[k])
             if screen is not None:  # a region too large, or not compilable alone: not screened
                 screened.append(Screened(sub.name, mutant.ops, screen, len(candidates),
                                          aligned[k], winograd[k], splits[k], windows[k]))
@@ -433,11 +434,12 @@ def _second_screen(program: Program, screened: list[Screened], candidates: list[
     return again, stats
 
 
-def _screen(cost, region, part, corrected):
-    """The screen of one mutant from its fusion region (``MeasuredCost.screen``), or None
-    where the region cannot take it or is not screened (too large, or not compilable alone)."""
+def _screen(cost, region, part, corrected, by_flops: bool = False):
+    """The screen of one mutant from its fusion region (``MeasuredCost.screen``; ``by_flops``
+    for a mutant with places of its own, whose untuned time ranks nothing), or None where the
+    region cannot take it or is not screened (too large, or not compilable alone)."""
     after = region.after(part, corrected)
-    return None if after is None else cost.screen(region.before, after)
+    return None if after is None else cost.screen(region.before, after, by_flops)
 
 
 def _cheapest(found: list[tuple], keep: int, reserved: list[bool]) -> list[int]:

@@ -180,7 +180,8 @@ class MeasuredCost:
         """A module's fused kernels by structural hash."""
         return {t.shash: t for t in extract_tasks(mod, self.target)}
 
-    def screen(self, before: Program, after: Program) -> RewriteScreen | None:
+    def screen(self, before: Program, after: Program,
+               by_flops: bool = False) -> RewriteScreen | None:
         """The tuning screen of a rewrite, from its fusion region before and after (as
         :meth:`difference` takes them): the replaced kernels' time as this model costs them, the
         untuned ratio of the new kernels to the replaced ones, and the new ones' tuned time
@@ -188,14 +189,16 @@ class MeasuredCost:
         compiled on its own.
 
         The ratio is that of the kernels' times untuned, measured here (cached per kernel),
-        unless a kernel not timed before exceeds ``untuned_flop_limit``: then it is the ratio of
-        their floating-point operations (``basis="flops"``), since a naive loop nest that large
-        takes seconds a call."""
+        unless a kernel not timed before exceeds ``untuned_flop_limit``, or ``by_flops`` asks:
+        then it is the ratio of their floating-point operations (``basis="flops"``), since a
+        naive loop nest that large takes seconds a call. The tune stage asks it for the mutants
+        whose untuned time ranks nothing (Winograd's, the windows': places of their own): timing
+        their naive products untuned took most of an 11-minute screen of Inception-v3."""
         change = self._change(before, after)
         if change is None:
             return None
         lost, gained = change
-        basis = "flops" if self._too_large_untuned(lost + gained) else "untuned"
+        basis = "flops" if by_flops or self._too_large_untuned(lost + gained) else "untuned"
         if basis == "flops":
             replaced, new = _flops(lost), _flops(gained)
         else:
