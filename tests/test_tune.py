@@ -159,6 +159,19 @@ def test_records_dir_may_be_the_root_or_the_target_directory(tmp_path):
     assert db_dir(tmp_path / key, other) == tmp_path / key / "cuda-sm_90"  # never shared
 
 
+def test_a_copy_of_a_target_directory_under_another_name_is_refused_not_read_empty(tmp_path):
+    """Read as a root, a renamed copy of a target's directory holds no records, and a run
+    would tune every kernel again without a word; so it is refused with what to pass."""
+    from tvm_pet.tune.dbfile import WORKLOAD_FILE
+    target = resolve_target("llvm")
+    copy = tmp_path / "my_records"
+    copy.mkdir()
+    (copy / (WORKLOAD_FILE + ".xz")).write_bytes(b"")
+    with pytest.raises(PetError, match=f"name the folder {target_dir(target)}"):
+        db_dir(copy, target)
+    assert db_dir(tmp_path, target) == tmp_path / target_dir(target)  # a root is read as one
+
+
 def test_default_records_dir_finds_the_shipped_records_from_anywhere(tmp_path, monkeypatch):
     target = resolve_target("llvm")
     key = target_dir(target)

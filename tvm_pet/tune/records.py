@@ -76,10 +76,20 @@ def db_dir(records_dir: str | Path, target: tvm.target.Target) -> Path:
 
     ``records_dir`` may be the root (``tuning_logs``) or already the target's own directory
     (``tuning_logs/llvm-skylake-avx512-c2``, as ``default_records_dir`` returns); a directory named
-    after the target is used as it is, so both spellings reach the same database.
+    after the target is used as it is, so both spellings reach the same database. A directory
+    that holds a database itself but is named otherwise (a copy of a target's directory under
+    another name) is an error: read as a root, it would hold no records, and a run would tune
+    every kernel again without a word (a 43-minute benchmark did, 2026-12-01).
     """
     path, key = Path(records_dir), target_dir(target)
-    return path if path.name == key else path / key
+    if path.name == key:
+        return path
+    if any((path / f"{name}{suffix}").is_file() for name in (WORKLOAD_FILE, RECORD_FILE)
+           for suffix in ("", dbfile.PACKED_SUFFIX)):
+        raise PetError(f"records folder {path} holds a tuning database itself, but records "
+                       f"are kept in a folder named for their target: pass its parent folder "
+                       f"with the database in {key}/, or name the folder {key}")
+    return path / key
 
 
 #: The records shipped with a source checkout (or an editable install) of tvm_pet.
