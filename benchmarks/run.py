@@ -341,8 +341,8 @@ def budget_words(run: dict, rows: list[dict]) -> str:
         where += (", PET's search offering 3×3 convolutions by Winograd's F(4×4, 3×3) (TVM's "
                   "side: the direct form, all its CPU lowering has)")
     if run.get("im2col"):
-        where += (", PET's search offering 2-D convolutions as one matrix product over their "
-                  "windows (TVM's side: the direct form)")
+        where += (", PET's search offering 2-D and 3-D convolutions as one matrix product "
+                  "over their windows (TVM's side: the direct form)")
     if run.get("promising", 4) != 4:
         where += f", PET tuning up to {run['promising']} mutants of each kind (--promising)"
     if not run["trials"]:

@@ -105,8 +105,8 @@ class Node:
     def label(self) -> str:
         """The operator as summaries name it: an OPAQUE node's kind, ``WinogradConv`` for a CONV
         lowered by Winograd's algorithm (:mod:`tvm_pet.ir.winograd`; ``WinogradConvKT`` with
-        the filters-by-tiles products), ``Im2colConv`` (``Im2colConvT``) for one computed as a
-        matrix product over its windows (:mod:`tvm_pet.ir.im2col`), ``SplitKMatMul`` for a
+        the filters-by-tiles products), ``Im2colConvT`` for one computed as a matrix product
+        over its windows (:mod:`tvm_pet.ir.im2col`), ``SplitKMatMul`` for a
         MATMUL computed in pieces of its reduction (:mod:`tvm_pet.ir.splitk`), else the kind's
         name."""
         if self.op is Op.OPAQUE:
