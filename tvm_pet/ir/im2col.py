@@ -4,9 +4,10 @@ lowering is :mod:`tvm_pet.relax.im2col`).
 A CONV node whose attributes carry ``im2col=order`` computes the same function as without it:
 the ``kh·kw`` (in 3-D, ``kd·kh·kw``) shifted windows of its padded input, concatenated on
 channels (each output position's receptive field as one row of ``kh·kw·C`` values), times the
-filters laid out as ``[K, kh·kw·C]``: the same products, summed in another order (a fully equivalent rewrite). It is
-lowered to Relax as a data movement (pad, slices, concat: one injective kernel) and one matrix
-product, and the verifier, the interpreters and the exporters read it as the CONV it is.
+filters laid out as ``[K, kh·kw·C]``: the same products, summed in another order (a fully
+equivalent rewrite). It is lowered to Relax as a data movement (pad, slices, concat: one
+injective kernel) and one matrix product, and the verifier, the interpreters and the exporters
+read it as the CONV it is.
 
 Why: TVM 0.27 lowers a CPU ``conv2d`` to its direct loop nest, and MetaSchedule tunes that and
 a matrix product of the same work differently (``benchmarks/im2col_forms.py``). Like a product
