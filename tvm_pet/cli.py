@@ -340,7 +340,7 @@ def _print_trust(report, args: argparse.Namespace) -> None:
         by_flops = tuning.get("screened_by_flops", 0)
         print(f"  screen: {tuning['screened_mutants']} mutants compared from their fusion "
               f"regions ({tuning['screened_mutants'] - by_flops} timed untuned, {by_flops} by "
-              f"FLOPs: kernels too large to time untuned)"
+              f"FLOPs: kernels too large to time untuned, or Winograd and window forms)"
               + (f"; short-tuned {tuning['short_tuned']} more at {tuning['screen_trials']} "
                  f"trials per kernel to rank them tuned" if tuning.get("short_tuned") else "")
               + _picked_line(picked))
