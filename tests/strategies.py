@@ -1039,6 +1039,7 @@ def winograd_programs(draw):
             cur = b.slice(cur, (0, 0, 0, d), s)
     return b.build([cur]), None
 
+
 @st.composite
 def conv3d_programs(draw):
     """``(program, None)``: a 3-D convolution (kernel sides 1 to 3, not 1 × 1 × 1; strides 1
@@ -1048,7 +1049,7 @@ def conv3d_programs(draw):
     b = ProgramBuilder()
     n, c = draw(st.integers(1, 2)), draw(st.integers(1, 4))
     cur = b.input("x", (n, c) + tuple(draw(st.integers(2, 7)) for _ in range(3)))
-    for step in range(draw(st.integers(1, 2))):
+    for _ in range(draw(st.integers(1, 2))):
         sides = tuple(draw(st.integers(1, 3)) for _ in range(3))
         if sides == (1, 1, 1):
             sides = (3, 3, 3)
@@ -1071,4 +1072,3 @@ def window_programs():
     """What ``--im2col`` offers: :func:`winograd_programs` (2-D, 3 × 3) or
     :func:`conv3d_programs`, one as often as the other."""
     return st.one_of(winograd_programs(), conv3d_programs())
-

@@ -84,8 +84,7 @@ def db_dir(records_dir: str | Path, target: tvm.target.Target) -> Path:
     path, key = Path(records_dir), target_dir(target)
     if path.name == key:
         return path
-    if any((path / f"{name}{suffix}").is_file() for name in (WORKLOAD_FILE, RECORD_FILE)
-           for suffix in ("", dbfile.PACKED_SUFFIX)):
+    if dbfile.has_database(path):
         raise PetError(f"records folder {path} holds a tuning database itself, but records "
                        f"are kept in a folder named for their target: pass its parent folder "
                        f"with the database in {key}/, or name the folder {key}")
