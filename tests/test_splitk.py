@@ -104,7 +104,7 @@ def test_split_mutants_take_the_places_kept_for_what_the_untuned_screen_cannot_r
                           splits=True)]
     picks = rank_mutants(screened, promising=4, screen_ratio=2.0)
     assert picks[0].index == 4 and picks[0].splits and not picks[0].aligns
-    assert "pieces of its long reduction" in picks[0].reason
+    assert "pieces (of its long reduction" in picks[0].reason
     assert picks[0].to_json()["splits"] is True
     # one place per subprogram; the others go to the screen's best expected savings
     assert 5 not in [p.index for p in picks] and len(picks) == 4

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tvm_pet.errors import ProgramError
-from tvm_pet.ir import im2col, splitk
+from tvm_pet.ir import columns, im2col, splitk
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.ops import Op
 
@@ -107,7 +107,8 @@ class Node:
         lowered by Winograd's algorithm (:mod:`tvm_pet.ir.winograd`; ``WinogradConvKT`` with
         the filters-by-tiles products), ``Im2colConvT`` for one computed as a matrix product
         over its windows (:mod:`tvm_pet.ir.im2col`), ``SplitKMatMul`` for a
-        MATMUL computed in pieces of its reduction (:mod:`tvm_pet.ir.splitk`), else the kind's
+        MATMUL computed in pieces of its reduction (:mod:`tvm_pet.ir.splitk`), ``ColumnsMatMul``
+        for one computed in pieces of its columns (:mod:`tvm_pet.ir.columns`), else the kind's
         name."""
         if self.op is Op.OPAQUE:
             return self.attrs["kind"]
@@ -117,6 +118,8 @@ class Node:
             return im2col.LABELS[self.attrs["im2col"]]
         if self.op is Op.MATMUL and self.attrs.get("pieces"):
             return splitk.LABEL
+        if self.op is Op.MATMUL and self.attrs.get("columns"):
+            return columns.LABEL
         return self.op.value
 
     def describe(self) -> str:

@@ -16,7 +16,8 @@ toolchain.
   untuned. Before them, up to half the places go to mutants that pad a convolution's awkward
   output side (38 = 2 * 19) to a smooth one (40) and slice it back: untuned they only add
   work, and tuned they ran x1.2 to x2.5 faster on Inception-v3's 38 x 38 convolutions; so do
-  mutants computing a long reduction's matrix product in pieces (:mod:`tvm_pet.ir.splitk`). With
+  mutants computing a matrix product in pieces of its long reduction or of its wide columns
+  (:mod:`tvm_pet.ir.splitk`, :mod:`tvm_pet.ir.columns`). With
   ``--winograd``, as many places again go to mutants computing a 3x3 convolution by
   Winograd's algorithm, whose untuned products are a naive loop nest; with ``--im2col``, as
   many to mutants computing a convolution as one product over its windows
@@ -72,7 +73,8 @@ class Screened:
     #: it computes a 3x3 convolution by Winograd's algorithm (``--winograd``): untuned, its
     #: batched products are a naive loop nest, so its untuned time cannot rank it either
     winograd: bool = False
-    #: it computes a matrix product in pieces of its reduction (:mod:`tvm_pet.ir.splitk`):
+    #: it computes a matrix product in pieces of its reduction or of its columns
+    #: (:mod:`tvm_pet.ir.splitk`, :mod:`tvm_pet.ir.columns`):
     #: untuned, it only adds kernels; tuned, its shorter products can run faster
     splits: bool = False
     #: it computes a convolution as one matrix product over its windows
@@ -104,7 +106,8 @@ class Pick:
         aligns: it took one of the places kept for mutants that align an awkward side
             (:func:`rank_mutants`).
         winograd: it took one of those places as a convolution by Winograd's algorithm.
-        splits: it took one of those places as a matrix product in pieces of its reduction.
+        splits: it took one of those places as a matrix product in pieces (of its reduction
+            or of its columns).
         windows: it took one of those places as a convolution by a product over its windows.
     """
 
@@ -135,9 +138,9 @@ class Pick:
                     f"which its untuned time does not show (its new kernels take "
                     f"x{self.untuned_ratio:.2f} {compared})")
         if self.splits:
-            return (f"a matrix product in pieces of its long reduction, whose shorter products "
-                    f"can tune faster than the untuned time says (its new kernels take "
-                    f"x{self.untuned_ratio:.2f} {compared})")
+            return (f"a matrix product in pieces (of its long reduction or its wide columns), "
+                    f"whose smaller products can tune faster than the untuned time says (its new "
+                    f"kernels take x{self.untuned_ratio:.2f} {compared})")
         if self.windows:
             return (f"a convolution as one matrix product over its shifted windows, which can "
                     f"tune faster than the direct loop nest (its new kernels take "
@@ -185,7 +188,7 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     many of those computing a convolution as a product over its windows, for each order of the
     product (:attr:`Screened.windows`, :data:`tvm_pet.ir.im2col.ORDERS`), then up to half of
     ``promising`` those aligning an awkward side (:attr:`Screened.aligns`) or computing a
-    matrix product in pieces of its reduction (:attr:`Screened.splits`). Of each kind
+    matrix product in pieces of its reduction or columns (:attr:`Screened.splits`). Of each kind
     (and order), one per subprogram, those whose new kernels replace the most time across the
     model first (:func:`reach_s`; then the one with fewer operators: the padding in the
     convolution, not a PAD that fuses into the kernel before it), less one place per subprogram
@@ -303,7 +306,8 @@ def _order(s: Screened) -> str:
 
 def _aligning(s: Screened) -> bool:
     """Whether ``s`` competes for the aligning places: it aligns a side or computes a matrix
-    product in pieces of its reduction, and has no places of its own (:func:`_own_places`)."""
+    product in pieces (of its reduction or its columns), and has no places of its own
+    (:func:`_own_places`)."""
     return (s.aligns or s.splits) and not _own_places(s)
 
 

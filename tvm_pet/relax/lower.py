@@ -184,6 +184,30 @@ def split_k_matmul(low: _Lowerer, node: Node, args: list) -> list:
     return [total]
 
 
+def columns_matmul(low: _Lowerer, node: Node, args: list) -> list:
+    """MATMUL with ``columns=p`` (:mod:`tvm_pet.ir.columns`): the products of ``a`` by ``p``
+    column pieces of ``b``, concatenated on the last axis. Each product is a kernel of its own
+    (one workload for all the pieces, tuned once); what follows fuses into the concatenation's.
+    A weight ``b`` is cut here into constants, a computed one by ``split``."""
+    pieces, out, b = node.attrs["columns"], node.outputs[0], node.inputs[1]
+    if b in low.p.weights:
+        w = np.asarray(low.p.weights[b], np.float32)
+        step = w.shape[-1] // pieces
+        bs = [relax.const(np.ascontiguousarray(w[..., i * step:(i + 1) * step]))
+              for i in range(pieces)]
+    else:
+        cut = low.emit(relax.op.split(args[1], pieces, axis=-1), f"{out}_b")
+        bs = [low.emit(relax.TupleGetItem(cut, i), f"{out}_b{i}") for i in range(pieces)]
+    products = [low.emit(relax.op.matmul(args[0], bs[i]), f"{out}_p{i}") for i in range(pieces)]
+    return [relax.op.concat(products, axis=-1)]
+
+
+def _matmul_lower(low: _Lowerer, node: Node, args: list) -> list:
+    if node.attrs.get("columns"):
+        return columns_matmul(low, node, args)
+    return split_k_matmul(low, node, args)
+
+
 def _avgpool_lower(low: _Lowerer, node: Node, args: list) -> list:
     a = node.attrs
     nsp = len(a["kernel"])
@@ -326,7 +350,7 @@ LOWER_RULES: dict[Op, LowerRule] = {
     Op.ADD: lambda low, n, x: [relax.op.add(x[0], x[1])],
     Op.MUL: lambda low, n, x: [relax.op.multiply(x[0], x[1])],
     Op.CONV: _conv_lower,
-    Op.MATMUL: split_k_matmul,
+    Op.MATMUL: _matmul_lower,
     Op.BATCHNORM: _batchnorm_lower,
     Op.AVGPOOL: _avgpool_lower,
     Op.CONCAT: lambda low, n, x: [relax.op.concat(x, axis=n.attrs["axis"]) if len(x) > 1

@@ -90,7 +90,7 @@ class _MutantEnumerator:
     def __init__(self, sub: Program, config: SearchConfig, deadline: float | None):
         self.sub, self.config, self.deadline = sub, config, deadline
         self.vocab = Vocabulary.of(sub, winograd=config.winograd, split_k=config.split_k,
-                                   im2col=config.im2col)
+                                   im2col=config.im2col, columns=config.columns)
         self.targets = [sub.shapes[o] for o in sub.outputs]
         self.needed = set(sub.input_names) | set(sub.weights)
         self.reducing = sum(n.op in REDUCING for n in sub.nodes)
