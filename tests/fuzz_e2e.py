@@ -55,10 +55,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from tvm import relax
 
-from tests.strategies import mutant_pairs, window_programs, winograd_programs
+from tests.strategies import (mutant_pairs, wide_matmul_programs, window_programs,
+                              winograd_programs)
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import Program, check_program as check_structure, weight_key
-from tvm_pet.ir import im2col, winograd
+from tvm_pet.ir import columns, im2col, winograd
 from tvm_pet.relax import winograd as winograd_lowering
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.search.config import SearchConfig
@@ -548,6 +549,14 @@ def im2col_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
     convolution or a 3-D one) with convolutions offered as a product over their windows
     (``SearchConfig.im2col``), its mutants (:data:`IM2COL_LABELS`) on TVM first."""
     return _convolution_fuzz(count, seed, "im2col", IM2COL_LABELS, window_programs(),
+                             **kwargs)
+
+
+def columns_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
+    """:func:`run_fuzz` over :func:`~tests.strategies.wide_matmul_programs` (random programs
+    seldom hold a product whose width is a multiple of its reduction), the mutants computing it
+    in pieces of its columns (:mod:`tvm_pet.ir.columns`, offered by default) on TVM first."""
+    return _convolution_fuzz(count, seed, "columns", (columns.LABEL,), wide_matmul_programs(),
                              **kwargs)
 
 

@@ -126,3 +126,13 @@ def test_column_mutants_take_the_places_kept_for_what_the_untuned_screen_cannot_
     picks = rank_mutants(screened, promising=4, screen_ratio=2.0)
     assert picks[0].index == 4 and picks[0].splits
     assert "its wide columns" in picks[0].reason
+
+
+@pytest.mark.parametrize("command", ["optimize", "tune"])
+def test_the_cli_offers_column_pieces_unless_told_not_to(command):
+    from tvm_pet.cli import _search_config, build_parser
+    argv = [command, "m.onnx", "--target", "llvm"] + (["--out", "o"] if command == "optimize"
+                                                     else [])
+    parser = build_parser()
+    assert _search_config(parser.parse_args(argv)).columns is True
+    assert _search_config(parser.parse_args(argv + ["--no-columns"])).columns is False

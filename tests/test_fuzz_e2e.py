@@ -94,6 +94,32 @@ def test_split_reduction_end_to_end():
     assert outcome["favoured"].get("SplitKMatMul", 0) >= 2, outcome["favoured"]
 
 
+def test_column_pieces_end_to_end():
+    """Mutants holding a ``ColumnsMatMul`` (``lower.columns_matmul``) run on TVM first."""
+    outcome = fuzz_e2e.columns_fuzz(12, seed=0)
+    assert_all_exact(outcome, 12)
+    assert outcome["favoured"].get("ColumnsMatMul", 0) >= 6, outcome["favoured"]
+
+
+def test_the_fuzzer_catches_column_pieces_in_the_wrong_order(monkeypatch):
+    """The pieces' products concatenated last first: TVM differs on programs that run a
+    ``ColumnsMatMul`` (where no correction overwrites all of its output)."""
+    def swapped(low, node, args):
+        (out,) = lower._matmul_lower(low, node, args)
+        pieces, name = node.attrs.get("columns"), node.outputs[0]
+        if not pieces:
+            return [out]
+        cut = low.emit(relax.op.split(low.emit(out, f"{name}_whole"), pieces, axis=-1),
+                       f"{name}_cut")
+        items = [low.emit(relax.TupleGetItem(cut, i), f"{name}_c{i}") for i in range(pieces)]
+        return [relax.op.concat(items[::-1], axis=-1)]
+    monkeypatch.setitem(lower.LOWER_RULES, Op.MATMUL, swapped)
+    outcome = fuzz_e2e.columns_fuzz(12, seed=0)
+    assert outcome["exact_mismatches"] == 0 and outcome["crashes"] == 0
+    assert 1 <= outcome["float_mismatches"] <= outcome["favoured"]["ColumnsMatMul"], outcome
+    assert all(f["stage"] == "float" and "columns=" in f["listing"] for f in outcome["failures"])
+
+
 def test_window_products_end_to_end():
     """Mutants holding an ``Im2colConvT`` (``tvm_pet.relax.im2col``) run on TVM first."""
     outcome = fuzz_e2e.im2col_fuzz(6, seed=0)

@@ -9,8 +9,8 @@
     verified mutants; ``--emit`` writes each subprogram and each corrected mutant as ONNX.
 
 ``tvm-pet optimize MODEL --target llvm --out DIR [--trials N] [--depth D] [--rounds R]
-[--topk K] [--winograd] [--im2col] [--time-limit S] [--no-tvm-rewrites] [--layout NHWC]
-[--fast-math] [--progress | --quiet]``
+[--topk K] [--winograd] [--im2col] [--no-columns] [--time-limit S] [--no-tvm-rewrites]
+[--layout NHWC] [--fast-math] [--progress | --quiet]``
     Optimizes the model with PET for a TVM target, confirms it end to end against plain TVM with
     the same tuning records and TVM's own graph rewrites on both sides, and writes
     ``report.json``, ``optimized.so``, ``baseline.so``, ``optimized.onnx`` (where tvm_pet can
@@ -161,7 +161,8 @@ def _search_config(args: argparse.Namespace):
     return SearchConfig(depth=args.depth, rounds=args.rounds, topk=args.topk,
                         time_limit=args.time_limit, progress=sys.stderr.isatty(),
                         winograd=getattr(args, "winograd", False),
-                        im2col=getattr(args, "im2col", False))
+                        im2col=getattr(args, "im2col", False),
+                        columns=not getattr(args, "no_columns", False))
 
 
 def _cmd_dry_run(args: argparse.Namespace) -> int:
@@ -611,6 +612,10 @@ def _offered_forms_flags(o) -> None:
                         "another order), tuned in the places kept for mutants the untuned "
                         "screen cannot rank and chosen where its tuned kernels measure "
                         "faster")
+    o.add_argument("--no-columns", action="store_true",
+                   help="do not offer a wide matrix product (its width a multiple of its "
+                        "reduction, such as the Q, K and V products TVM merges) as products "
+                        "over square pieces of its columns, which the search offers by default")
 
 
 def _lowering_flags(o) -> None:
