@@ -84,7 +84,7 @@ def _child(args) -> dict:
         onnx.save(model, path)
         config = SearchConfig(depth=3, rounds=1, time_limit=args.search_limit,
                               winograd=args.winograd, im2col=args.im2col,
-                              columns=not args.no_columns)
+                              columns=args.columns)
         # a close call's second look tunes both sides again at twice the trials per task: on a
         # whole model that is the whole model tuned again (an hour here), and the rows would no
         # longer share one budget; so by default whole models get no second look
@@ -262,7 +262,7 @@ def _run_child(name: str, batch: int, args) -> dict:
     cmd += ["--second-look", args.second_look, "--seed", str(args.seed), "--layout",
             args.layout] + (["--fast-math"] if args.fast_math else []) \
         + (["--winograd"] if args.winograd else []) + (["--im2col"] if args.im2col else []) \
-        + (["--no-columns"] if args.no_columns else []) \
+        + (["--columns"] if args.columns else []) \
         + ["--promising", str(args.promising)]
     start = time.perf_counter()
     row, error = _run_json(cmd)
@@ -287,7 +287,7 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
             + ("-fastmath" if run.get("fast_math") else "")
             + ("-winograd" if run.get("winograd") else "")
             + ("-im2col" if run.get("im2col") else "")
-            + ("-nocolumns" if run.get("no_columns") else ""))
+            + ("-columns" if run.get("columns") else ""))
     table3 = [r for r in ok if r["model"] in TABLE3 and r["batch"] == 1]
     kept = [counted_speedup(r) for r in table3]
     whole = [counted_speedup(r) for r in ok
@@ -346,9 +346,9 @@ def budget_words(run: dict, rows: list[dict]) -> str:
     if run.get("im2col"):
         where += (", PET's search offering 2-D and 3-D convolutions as one matrix product "
                   "over their windows (TVM's side: the direct form)")
-    if run.get("no_columns"):
-        where += (", PET's search not offering wide matrix products in pieces of their columns "
-                  "(--no-columns)")
+    if run.get("columns"):
+        where += (", PET's search offering wide matrix products in pieces of their columns "
+                  "(TVM's side: the product as its rewrites leave it)")
     if run.get("promising", 4) != 4:
         where += f", PET tuning up to {run['promising']} mutants of each kind (--promising)"
     if not run["trials"]:
@@ -511,9 +511,9 @@ def main() -> int:
     parser.add_argument("--im2col", action="store_true",
                         help="PET's search offers convolutions as a product over their windows "
                              "(optimize --im2col)")
-    parser.add_argument("--no-columns", action="store_true",
-                        help="PET's search does not offer wide matrix products in pieces of "
-                             "their columns (optimize --no-columns)")
+    parser.add_argument("--columns", action="store_true",
+                        help="PET's search offers wide matrix products in pieces of their "
+                             "columns (optimize --columns)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the .md and .png of an earlier run's JSON")
@@ -549,7 +549,7 @@ def main() -> int:
            "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes,
            "seed": args.seed, "layout": args.layout, "fast_math": args.fast_math,
            "winograd": args.winograd, "im2col": args.im2col, "promising": args.promising,
-           "no_columns": args.no_columns}
+           "columns": args.columns}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)

@@ -555,7 +555,7 @@ def im2col_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
 def columns_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
     """:func:`run_fuzz` over :func:`~tests.strategies.wide_matmul_programs` (random programs
     seldom hold a product whose width is a multiple of its reduction), the mutants computing it
-    in pieces of its columns (:mod:`tvm_pet.ir.columns`, offered by default) on TVM first."""
+    in pieces of its columns (:mod:`tvm_pet.ir.columns`, ``SearchConfig.columns``) on TVM first."""
     return _convolution_fuzz(count, seed, "columns", (columns.LABEL,), wide_matmul_programs(),
                              **kwargs)
 

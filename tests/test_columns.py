@@ -1,5 +1,5 @@
 """A matrix product in pieces of its columns (tvm_pet.ir.columns): offered by the generator for a
-wide product (on by default, off when not asked), verified as the MATMUL it is, lowered to the
+wide product when asked (``SearchConfig(columns=True)``, ``--columns``), verified as the MATMUL it is, lowered to the
 pieces' products concatenated (checked against NumPy in float64, and equal bit for bit to the
 plain product), and given places of its own by the tuning plan."""
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_which_products_are_offered_in_pieces(a, b, want):
     assert columns.offers(a, b) == want
 
 
-def test_the_generator_offers_a_verified_mutant_for_a_wide_product_unless_told_not_to():
+def test_the_generator_offers_a_verified_mutant_for_a_wide_product_only_when_asked():
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.search.generator import generate
 
@@ -95,7 +95,9 @@ def test_the_generator_offers_a_verified_mutant_for_a_wide_product_unless_told_n
         return sub, inputs, [m for m in mutants if columns.uses(m.corrected)]
 
     assert column_mutants((1, 16, 64), 64)[2] == []  # a square product: none
-    assert column_mutants((1, 16, 64), 192, asked=False)[2] == []  # turned off
+    assert column_mutants((1, 16, 64), 192, asked=False)[2] == []  # off by default
+    sub, _ = _linear((1, 16, 64), 192)
+    assert not any(columns.uses(m.corrected) for m in generate(sub, SearchConfig(depth=3))[0])
     for split in (0, 3):  # as it is, and with its output split as TVM's merged Q, K and V
         sub, inputs, found = column_mutants((1, 16, 64), 192, split=split)
         pieces = {n.attrs["columns"] for m in found for n in m.corrected.nodes
@@ -129,10 +131,10 @@ def test_column_mutants_take_the_places_kept_for_what_the_untuned_screen_cannot_
 
 
 @pytest.mark.parametrize("command", ["optimize", "tune"])
-def test_the_cli_offers_column_pieces_unless_told_not_to(command):
+def test_the_cli_offers_column_pieces_only_when_asked(command):
     from tvm_pet.cli import _search_config, build_parser
     argv = [command, "m.onnx", "--target", "llvm"] + (["--out", "o"] if command == "optimize"
                                                      else [])
     parser = build_parser()
-    assert _search_config(parser.parse_args(argv)).columns is True
-    assert _search_config(parser.parse_args(argv + ["--no-columns"])).columns is False
+    assert _search_config(parser.parse_args(argv)).columns is False
+    assert _search_config(parser.parse_args(argv + ["--columns"])).columns is True

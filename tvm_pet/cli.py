@@ -9,7 +9,7 @@
     verified mutants; ``--emit`` writes each subprogram and each corrected mutant as ONNX.
 
 ``tvm-pet optimize MODEL --target llvm --out DIR [--trials N] [--depth D] [--rounds R]
-[--topk K] [--winograd] [--im2col] [--no-columns] [--time-limit S] [--no-tvm-rewrites]
+[--topk K] [--winograd] [--im2col] [--columns] [--time-limit S] [--no-tvm-rewrites]
 [--layout NHWC] [--fast-math] [--progress | --quiet]``
     Optimizes the model with PET for a TVM target, confirms it end to end against plain TVM with
     the same tuning records and TVM's own graph rewrites on both sides, and writes
@@ -162,7 +162,7 @@ def _search_config(args: argparse.Namespace):
                         time_limit=args.time_limit, progress=sys.stderr.isatty(),
                         winograd=getattr(args, "winograd", False),
                         im2col=getattr(args, "im2col", False),
-                        columns=not getattr(args, "no_columns", False))
+                        columns=getattr(args, "columns", False))
 
 
 def _cmd_dry_run(args: argparse.Namespace) -> int:
@@ -612,10 +612,12 @@ def _offered_forms_flags(o) -> None:
                         "another order), tuned in the places kept for mutants the untuned "
                         "screen cannot rank and chosen where its tuned kernels measure "
                         "faster")
-    o.add_argument("--no-columns", action="store_true",
-                   help="do not offer a wide matrix product (its width a multiple of its "
+    o.add_argument("--columns", action="store_true",
+                   help="also offer a wide matrix product (its width a multiple of its "
                         "reduction, such as the Q, K and V products TVM merges) as products "
-                        "over square pieces of its columns, which the search offers by default")
+                        "over square pieces of its columns, concatenated (the same sums in the "
+                        "same order), tuned in the places kept for mutants the untuned screen "
+                        "cannot rank and chosen where its tuned kernels measure faster")
 
 
 def _lowering_flags(o) -> None:

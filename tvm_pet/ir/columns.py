@@ -7,16 +7,22 @@ A MATMUL node whose attributes carry ``columns=p`` computes the same function as
 the same order). It is lowered to Relax as those ``p`` products and a concatenation, and the
 verifier, the interpreters and the exporters read it as the MATMUL it is.
 
-Why: TVM's ``CombineParallelMatmul`` (on in the baseline, as the issue asks) merges BERT's Q, K
-and V projections into one ``[768, 2304]`` product. Tuned at 32 trials per task, that product
-ran at about half the rate per multiply-add of the layer's ``[768, 768]`` output projection
-(``benchmarks/results/profile-bert_encoder.md``), and the layer with its three projections
-apart ran x1.20 faster than TVM's build (``benchmarks/results/qkv_apart.md``). As pieces of
-its columns, the merged product is again three ``[768, 768]`` products, one workload tuned once
-for all of them (and for BERT's first feed-forward product, in four pieces). Like the product in
-pieces of its reduction (:mod:`tvm_pet.ir.splitk`), its untuned time cannot rank it, so the
-tuning plan gives these mutants places of their own, and the search keeps them only where they
-measure faster.
+Why it was tried: TVM's ``CombineParallelMatmul`` (on in the baseline, as the issue asks)
+merges BERT's Q, K and V projections into one ``[768, 2304]`` product. Tuned at 32 trials per
+task, that product ran at about half the rate per multiply-add of the layer's ``[768, 768]``
+output projection (``benchmarks/results/profile-bert_encoder.md``), and the layer with its three
+projections apart ran x1.20 faster than TVM's build (``benchmarks/results/qkv_apart.md``). As
+pieces of its columns, the merged product is again three ``[768, 768]`` products, one workload
+tuned once for all of them (and for BERT's first feed-forward product, in four pieces).
+
+Why it is off by default (``SearchConfig.columns``, ``--columns``): on the shipped records PET
+kept it on BERT's Q, K and V and first feed-forward products, x1.379 (stop 71, an Intel Xeon);
+but there its pieces were tuned on that CPU, and TVM's merged product came from records another
+CPU tuned. On two fresh tunings of that CPU (both sides alike, seeds 1 and 2), PET kept the
+original (its best candidates measured x1.05 and x1.02). Like the product in pieces of its
+reduction (:mod:`tvm_pet.ir.splitk`), its untuned time cannot rank it, so where it is asked for
+the tuning plan gives these mutants places of their own, and the search keeps them only where
+they measure faster.
 """
 from __future__ import annotations
 

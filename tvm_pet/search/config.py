@@ -34,8 +34,9 @@ class SearchConfig:
             another order, which MetaSchedule tunes as a matrix product.
         columns: also offer a matrix product whose width is a multiple of its reduction as
             products over square pieces of its columns, concatenated (:mod:`tvm_pet.ir.columns`;
-            on by default: the same sums in the same order, and on BERT, whose Q, K and V
-            products TVM's ``CombineParallelMatmul`` merges, the three apart ran x1.20 faster).
+            off by default: on BERT it won only where its pieces were tuned on this CPU and
+            TVM's merged product came from another one's records; on two fresh tunings here,
+            both sides alike, PET kept the original).
     """
 
     depth: int = 3
@@ -51,7 +52,7 @@ class SearchConfig:
     winograd: bool = False
     split_k: bool = False
     im2col: bool = False
-    columns: bool = True
+    columns: bool = False
 
     def __post_init__(self):
         for name in ("depth", "rounds", "topk", "max_subset", "max_candidates", "tests"):

@@ -9,9 +9,9 @@ shape-valid application of one operator kind over the tensors available so far:
   of one axis into several, splitting each axis as (f, n/f) ("blocks") or (n/f, f) ("parity")
   and placing the factor outer or inner. Batch <-> spatial tiling, space-to-batch by parity and
   side-by-side images are all instances;
-- CONV / MATMUL with strides, dilations, pads and groups from the vocabulary (a wide MATMUL
-  also in pieces of its columns, :mod:`tvm_pet.ir.columns`; when asked, a long reduction's
-  MATMUL also in pieces of it, :mod:`tvm_pet.ir.splitk`);
+- CONV / MATMUL with strides, dilations, pads and groups from the vocabulary (when asked, a
+  wide MATMUL also in pieces of its columns, :mod:`tvm_pet.ir.columns`, and a long
+  reduction's in pieces of it, :mod:`tvm_pet.ir.splitk`);
 - PAD of data (to a multiple of a factor, or a kernel halo) and of weights (to the data's channel
   count, or to the largest kernel); CONCAT of data or of weights; FILL constants shaped for a
   depthwise convolution with the subprogram's pooling windows;
@@ -57,11 +57,11 @@ class Vocabulary:
     #: Offer each 2-D or 3-D convolution as a product over its windows (:mod:`tvm_pet.ir.im2col`).
     im2col: bool = False
     #: Offer a wide MATMUL in pieces of its columns (:mod:`tvm_pet.ir.columns`).
-    columns: bool = True
+    columns: bool = False
 
     @staticmethod
     def of(program: Program, winograd: bool = False, split_k: bool = False,
-           im2col: bool = False, columns: bool = True) -> "Vocabulary":
+           im2col: bool = False, columns: bool = False) -> "Vocabulary":
         strides, dilations, pads, kernels, windows = {1}, {1}, set(), set(), set()
         aligns = set()
         for n in program.nodes:
