@@ -985,6 +985,45 @@ def test_a_search_that_runs_out_of_candidates_is_not_searched_again(tmp_path, mo
     assert tune_budget(matmul_module(8, 8, 8), TARGET, 100, tmp_path).new_trials == 0
 
 
+def _transpose_module() -> tvm.IRModule:
+    """A kernel that does not reduce: a transpose of a [16, 24] input."""
+    from tvm import relax
+    bb = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((16, 24), "float32"))
+    with bb.function("main", [a]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.permute_dims(a, (1, 0))))
+        bb.emit_func_output(out)
+    return bb.finalize()
+
+
+def test_a_kernel_that_does_not_reduce_gets_a_few_trials_at_random(tmp_path, monkeypatch):
+    """A layout kernel's space is a schedule or few: MetaSchedule's evolutionary search spent
+    minutes looking for new candidates where there were none. It gets at most
+    ``SPATIAL_TRIALS``, drawn at random, and is not searched again; a product is searched as
+    before."""
+    search, strategies = ShortSearch(found=2), []
+
+    def context(**kwargs):
+        strategies.append(kwargs["search_strategy"])
+        return ShortSearch.context(**kwargs)
+    monkeypatch.setattr(tuner, "TuningSearch", functools.partial(
+        TuningSearch, new_context=context, tune_tasks=search.tune_tasks))
+    stats = tune(_transpose_module(), TARGET, trials=32, records_dir=tmp_path,
+                 builder=object(), runner=object())
+    assert search.asked == [tuner.SPATIAL_TRIALS] and stats.new_trials == 2
+    assert stats.per_task[0].exhausted
+    assert isinstance(strategies[0].inner, ms.search_strategy.ReplayTrace)
+    again = tune(_transpose_module(), TARGET, trials=512, records_dir=tmp_path,
+                 builder=object(), runner=object())
+    assert search.asked == [tuner.SPATIAL_TRIALS] and again.new_trials == 0
+    # a product: the evolutionary search, up to the trials asked
+    tune(matmul_module(8, 8, 8), TARGET, trials=32, records_dir=tmp_path, builder=object(),
+         runner=object())
+    assert search.asked[-1] == 32
+    assert isinstance(strategies[-1].inner, ms.search_strategy.EvolutionarySearch)
+
+
 @pytest.mark.parametrize("search", [ShortSearch(found=8), ShortSearch(found=0,
                                                                      error=RuntimeError("boom"))],
                          ids=["found its budget", "failed"])

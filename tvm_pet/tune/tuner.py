@@ -33,7 +33,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm_pet.errors import PetError
 from tvm_pet.tune import dbfile, records
 from tvm_pet.tune.builder import make_builder
-from tvm_pet.tune.compile import Task, extract_tasks
+from tvm_pet.tune.compile import Task, extract_tasks, reduces
 from tvm_pet.tune.targets import resolve_target, target_dir
 
 #: Trials per task of a :func:`tune_minutes` step; its first round's batches hold half of them.
@@ -670,23 +670,41 @@ class TuningSearch:
     tune_tasks: Callable[..., None] = ms.tune.tune_tasks
 
 
+#: The most trials a kernel that does not reduce gets (:func:`_top_up`).
+SPATIAL_TRIALS = 4
+
+
 def _top_up(task: Task, before: int, trials: int, records_dir, work_dir: Path,
             search: TuningSearch) -> TaskStats:
     """Tune a task with ``before`` trials up to ``trials``.
 
     A search that stops short of that without an error (an interrupt raises instead) found no
     new candidate, and would find none at a larger budget: a layout kernel can have a single
-    one. Its task is marked exhausted (``dbfile.mark_exhausted``), and not searched again."""
-    stats = _tune_task(task, trials - before, records_dir, work_dir, search)
-    if stats.error is None and stats.new_trials < trials - before:
+    one. Its task is marked exhausted (``dbfile.mark_exhausted``), and not searched again.
+
+    A kernel that does not reduce (a pad, a slice, a layout copy: :func:`reduces`) gets at most
+    :data:`SPATIAL_TRIALS` in all, drawn at random (:func:`_run_search`), and is then marked
+    exhausted too: its space is a schedule or few, and MetaSchedule's evolutionary search,
+    looking for new candidates where there are none, spent 6 minutes on a single trial of a
+    mutant's fused layout kernel (20 reshapes, slices and concatenations) on this project's
+    2-core CPU."""
+    spatial = not reduces(task)
+    todo = trials - before if not spatial else min(trials, SPATIAL_TRIALS) - before
+    if todo <= 0:
+        dbfile.mark_exhausted(work_dir, str(task.shash), before)
+        return TaskStats(task.name, task.weight, before, 0, 0, 0.0, None, None,
+                         workload=str(task.shash), exhausted=True)
+    stats = _tune_task(task, todo, records_dir, work_dir, search, at_random=spatial)
+    if stats.error is None and (spatial or stats.new_trials < trials - before):
         dbfile.mark_exhausted(work_dir, str(task.shash), before + stats.new_trials)
         return dataclasses.replace(stats, exhausted=True)
     return stats
 
 
 def _tune_task(task: Task, todo: int, records_dir, work_dir: Path,
-               search: TuningSearch) -> TaskStats:
-    """Run ``todo`` MetaSchedule trials on one task in a private database; return its statistics.
+               search: TuningSearch, at_random: bool = False) -> TaskStats:
+    """Run ``todo`` MetaSchedule trials on one task in a private database (``at_random``: its
+    candidates drawn at random, :func:`_run_search`); return its statistics.
 
     The private database starts with the task's records, so its counts are the task's totals.
     """
@@ -696,7 +714,7 @@ def _tune_task(task: Task, todo: int, records_dir, work_dir: Path,
         before = len(existing)
         failed_before = sum(1 for rec in existing if records.mean_run_secs(rec) is None)
         with _task_logger(work_dir, task.name) as logger:
-            error = _run_search(task, todo, database, work_dir, search, logger)
+            error = _run_search(task, todo, database, work_dir, search, logger, at_random)
         after = records.workload_records(database, task.mod)
         failed = sum(1 for rec in after if records.mean_run_secs(rec) is None) - failed_before
         best = records.best_record(database, task.mod)
@@ -706,8 +724,10 @@ def _tune_task(task: Task, todo: int, records_dir, work_dir: Path,
 
 
 def _run_search(task: Task, todo: int, database, work_dir: Path, search: TuningSearch,
-                logger) -> str | None:
-    """Run MetaSchedule on one task; return the error when the search itself fails.
+                logger, at_random: bool = False) -> str | None:
+    """Run MetaSchedule on one task; return the error when the search itself fails. With
+    ``at_random`` its candidates are drawn at random (MetaSchedule's ``ReplayTrace``) instead
+    of by the evolutionary search.
 
     A ``KeyboardInterrupt`` raised inside MetaSchedule's Python callbacks reaches here as a bare
     ``RuntimeError`` (TVM's FFI converts it); ``search.interrupted`` tells the two apart, and an
@@ -716,7 +736,9 @@ def _run_search(task: Task, todo: int, database, work_dir: Path, search: TuningS
     try:
         context = search.new_context(mod=task.mod, target=search.target,
                                      space_generator="post-order-apply",
-                                     search_strategy=_WholeModelSearch(), task_name=task.name,
+                                     search_strategy=_WholeModelSearch(
+                                         inner=ms.search_strategy.ReplayTrace() if at_random
+                                         else None), task_name=task.name,
                                      logger=logger, rand_state=search.seed,
                                      num_threads=search.num_threads).clone()
         search.tune_tasks(tasks=[context], task_weights=[float(task.weight)],
