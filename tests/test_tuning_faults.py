@@ -590,6 +590,27 @@ def test_writes_into_a_fresh_clones_packed_records_keep_what_they_hold(tmp_path,
     assert len(dbfile.read_tables(tmp_path / "merge" / clone.name).records) == 7
 
 
+def test_a_merge_repacks_when_its_process_exits(tmp_path, shared, mods):
+    """A tuning run merges once per task, and packing a large workload file takes seconds: a
+    merge leaves the packed copies behind, the plain files in use (a rerun, or a process killed
+    before its exit, reads them), and they are repacked once, as the process exits."""
+    import lzma
+    other = db_dir(tmp_path / "other", TARGET)
+    write_records(other, task_mods(3)[2:], per_task=1)  # a third workload
+    dbfile.repack_deferred()  # what earlier tests' merges left, in this process
+    dbfile.pack(shared)
+    before = {name: (shared / name).read_bytes() for name in PACKED}
+    assert dbfile.merge(other, shared) == 1
+    assert {name: (shared / name).read_bytes() for name in PACKED} == before
+    assert not dbfile.unpack(shared)  # the lagging copies do not overwrite the plain files
+    assert len(dbfile.read_tables(shared).records) == 7
+    assert dbfile.repack_deferred() == 1  # what the exit runs
+    for name in (WL, REC):
+        assert lzma.decompress((shared / (name + dbfile.PACKED_SUFFIX)).read_bytes()) == (
+            shared / name).read_bytes()
+    assert dbfile.repack_deferred() == 0
+
+
 def test_a_damaged_packed_copy_leaves_the_plain_files_in_use_with_a_warning(shared, mods):
     dbfile.pack(shared)
     (shared / PACKED[0]).write_bytes(b"not xz")

@@ -22,9 +22,11 @@ shared database, and checks every line before the loader sees it:
 * ``recover`` merges the pending directories whose process died (SIGKILL, power loss) into the
   shared database, so their measured candidates are kept.
 * ``pack`` writes compressed copies of both files (``<file>.xz``, about 40 times smaller: the
-  workload file is mostly base64 of TIR), and from then on every write here rewrites them, so a
-  repository ships only the packed copies. ``unpack`` makes the plain files from them on first
-  use, and again when the copies changed under it (a ``git pull``).
+  workload file is mostly base64 of TIR), and from then on every write here rewrites them (a
+  ``merge``'s when its process exits: a tuning run merges once per task, and packing a 90 MB
+  workload file takes seconds), so a repository ships only the packed copies. ``unpack`` makes
+  the plain files from them on first use, and again when the copies changed under it (a
+  ``git pull``).
 
 Every write is ``tvm_pet.io.atomic_write`` (temporary file, fsync, rename), ordered so that a crash
 between the two files never makes a record point at the wrong workload: a repair writes the
@@ -33,6 +35,7 @@ Readers take the directory's shared lock, so they never see one file old and the
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import functools
@@ -322,8 +325,9 @@ def has_database(directory: str | Path) -> bool:
 
 def pack(directory: str | Path) -> int:
     """Write the packed copies (``<file>.xz``) of a directory's database files, as a repository
-    ships them; from then on every write of the plain files rewrites them too (``merge``,
-    ``repair``, ``prune``, ``drop_records``), so the packed copies stay the database of record.
+    ships them; from then on every write of the plain files rewrites them too (``repair``,
+    ``prune``, ``drop_records``; ``merge`` when its process exits, :func:`repack_deferred`),
+    so the packed copies stay the database of record.
 
     Returns:
         The size of the packed copies, in bytes.
@@ -386,6 +390,36 @@ def _hashes(packed: list[Path]) -> dict[str, str]:
 
 def _write_stamp(directory: Path, packed: list[Path]) -> None:
     atomic_write_json(directory / PACKED_STAMP_FILE, _hashes(packed), indent=0, sort_keys=True)
+
+
+#: Directories whose packed copies a ``merge`` left behind its plain files, repacked when the
+#: process exits (:func:`repack_deferred`).
+_DEFERRED: set[Path] = set()
+
+
+def _repack_at_exit(directory: Path) -> None:
+    """Have :func:`repack_deferred` rewrite the packed copies of ``directory`` (when it has
+    them) when the process exits. Until then they lag behind the plain files, which are the
+    database in use: the stamp still matches them, so :func:`unpack` leaves the plain files
+    alone, and a process killed before its exit leaves them for the next write to repack."""
+    if not (directory / (WORKLOAD_FILE + PACKED_SUFFIX)).exists():
+        return
+    if not _DEFERRED:
+        atexit.register(repack_deferred)
+    _DEFERRED.add(directory)
+
+
+def repack_deferred() -> int:
+    """Rewrite the packed copies that merges left behind (:func:`_repack_at_exit`), each
+    under its directory's exclusive lock; return how many directories were repacked."""
+    done = 0
+    for directory in sorted(_DEFERRED):
+        if (directory / WORKLOAD_FILE).exists():
+            with dir_lock(directory):
+                _repack(directory)
+            done += 1
+    _DEFERRED.clear()
+    return done
 
 
 def _repack(directory: Path, force: bool = False) -> int:
@@ -468,7 +502,7 @@ def merge(source: str | Path, destination: str | Path) -> int:
             tables.records += new_records
             atomic_write(destination / RECORD_FILE, tables.record_text())
         if new_workloads or new_records:
-            _repack(destination)
+            _repack_at_exit(destination)
     return len(new_records)
 
 
