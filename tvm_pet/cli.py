@@ -248,7 +248,8 @@ def _layout_hint(layout: str, target: str, coverage: dict | None) -> str | None:
     if "Conv" not in coverage.get("lifted", {}):
         return None
     return ("layout: NCHW, as imported; --layout NHWC runs TVM's own ConvertLayout on both sides "
-            "(whole convnets ran x1.29-x1.65 faster with it on the CPU of the README's NHWC table)")
+            "(whole convnets ran x1.29-x1.65 faster with it on the CPU of the NHWC table in "
+            "docs/benchmarks.md)")
 
 
 #: The opaque operators (kinds of :mod:`tvm_pet.relax.coverage`) that TVM 0.27 lowers to scalar
@@ -267,8 +268,8 @@ def _fast_math_hint(fast_math: bool, target: str, coverage: dict | None) -> str 
         return None
     return (f"fast math: off; {', '.join(found)} run as TVM lowers them (erf and exp one scalar "
             "libm call per element); --fast-math runs TVM's own FastMathTransform on both sides "
-            "(TVM itself ran x1.09-x1.58 faster with it on the README's BERTs, convnext_tiny and "
-            "efficientnet_b0)")
+            "(TVM itself ran x1.09-x1.58 faster with it on the BERTs, convnext_tiny and "
+            "efficientnet_b0 of docs/optimize.md)")
 
 
 def _onnx_missing(report) -> bool:
