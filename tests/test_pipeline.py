@@ -57,6 +57,8 @@ class FakeTuned:
     tasks: int
     new_trials: int
     wall_s: float
+    per_task: tuple = ()
+    records_per_task: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +89,7 @@ class FakePlan:
     def summary(self, trials=0, budget=None, *, by_default=False, default_cap=None,
                 inside_share=None):
         return (f"records for fake: {self.tasks} kernels, {self.untuned} untuned; trials "
-                f"{trials}, by default {by_default}, cap {default_cap}")
+                f"{trials}, budget {budget}, by default {by_default}, cap {default_cap}")
 
 
 class FakeToolchain:
@@ -121,6 +123,10 @@ class FakeToolchain:
     def tune(self, module, trials, *, seed, progress=None, skip=frozenset()):
         self.tuned.append((trials, seed))
         return FakeTuned(tasks=1, new_trials=trials, wall_s=0.5)
+
+    def tune_whole(self, module, budget, *, seed, progress=None):
+        self.tuned.append((str(budget), seed))
+        return FakeTuned(tasks=1, new_trials=12, wall_s=0.5, records_per_task=12.0)
 
     def time(self, executables, inputs, *, rounds, number, repeat):
         ratio = self.ratios[len(self.timed)]
@@ -237,23 +243,35 @@ def test_a_near_tie_is_timed_and_kept_when_it_runs_faster(tmp_path):
     assert "costed as near ties of the original" in report.found.line()
 
 
-@pytest.mark.parametrize("untuned, asked, tuned, said", [
-    (2, 0, 32, "trials 32, by default True, cap None"),  # a few untuned kernels: tuned
-    (9, 0, None, "trials 0, by default False, cap 8"),   # too many: said, not tuned
-    (0, 0, None, "trials 0, by default False, cap None"),  # all have records: nothing to tune
-    (2, 8, 8, "trials 8, by default False, cap None"),   # --trials asked: that, as asked
+@pytest.mark.parametrize("untuned, asked, minutes, tuned, said", [
+    # a few untuned kernels: tuned at the default trials each
+    (2, 0, 10, 32, "trials 32, budget None, by default True, cap None"),
+    # more than the cap: the whole model within the default minutes
+    (9, 0, 10, "10 minutes", "trials 0, budget 10 minutes, by default True, cap 8"),
+    # more than the cap and no default minutes: said, not tuned
+    (9, 0, 0, None, "trials 0, budget None, by default False, cap 8"),
+    # all have records: nothing to tune
+    (0, 0, 10, None, "trials 0, budget None, by default False, cap None"),
+    # --trials asked: that, as asked
+    (2, 8, 10, 8, "trials 8, budget None, by default False, cap None"),
+    (9, 8, 10, 8, "trials 8, budget None, by default False, cap None"),
 ])
 def test_kernels_without_records_are_tuned_by_default_up_to_a_cap(tmp_path, untuned, asked,
-                                                                   tuned, said):
+                                                                   minutes, tuned, said):
     pytest.importorskip("onnx")
     toolchain = FakeToolchain(ratios=[1.3, 1.3], untuned=untuned)
     options = DriverOptions(cost="analytic", timing_rounds=2, trials=asked, untuned_trials=32,
-                            untuned_cap=8, promising=0, second_look=False)
+                            untuned_cap=8, untuned_minutes=minutes, promising=0,
+                            second_look=False)
     report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out", SearchConfig(rounds=1),
                       options, toolchain=toolchain, cost=DilationIsSlow())
     assert said in report.records_plan
     assert [t for t, _ in toolchain.tuned] == ([] if tuned is None else [tuned])
-    assert report.to_json()["tuning"].get("trials_per_task") == tuned
+    tuning = report.to_json()["tuning"]
+    if isinstance(tuned, str):
+        assert tuning["budget"] == tuned and tuning["new_trials"] == 12
+    else:
+        assert tuning.get("trials_per_task") == tuned
 
 
 def test_a_candidate_that_computes_something_else_is_refused_and_the_next_one_timed():

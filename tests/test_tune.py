@@ -24,6 +24,7 @@ from tvm.relax.op import nn as rnn
 from tvm_pet.errors import PetError
 from tvm_pet.models import build_model
 from tvm_pet.onnx import import_model
+from tvm_pet.pipeline.options import WholeBudget
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.tune import (
     UntunedTimes,
@@ -497,3 +498,7 @@ def test_records_plan_counts_own_borrowed_and_untuned_kernels(tmp_path):
     assert f"by default since {bare.tasks} have no record anywhere" in bare.summary(
         32, by_default=True)
     assert "more than the 8 tuned by default" in bare.summary(default_cap=8)
+    whole = bare.summary(budget=WholeBudget(minutes=10), by_default=True, default_cap=8)
+    assert (f"within 10 minutes for this target first, by default since {bare.tasks} have no "
+            "record anywhere (more than the 8 tuned at 32 trials each") in whole
+    assert "by default" not in bare.summary(budget=WholeBudget(minutes=10))

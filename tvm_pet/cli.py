@@ -17,7 +17,7 @@
     write it) and ``optimized.py`` into DIR. ``--time-limit`` covers the search and the timing.
     It states its records plan first; kernels with no record anywhere (own or borrowed) are
     tuned at 32 trials each unless ``--trials`` or ``--budget`` says otherwise (up to 8 of
-    them; with more, it says how to tune them).
+    them; with more, the whole model within 10 minutes).
 
 ``tvm-pet tune MODEL --target T --trials N``
     Tunes the model's kernels and those of its most promising mutants into ``tuning_logs/``.
@@ -49,6 +49,8 @@ EXAMPLES = ("figure1", "figure3", "figure3-partial", "weight-changed", "off-by-o
             "wrong-padding", "equivalent")
 #: ``optimize``'s trials per kernel where kernels have no record anywhere and none was asked.
 DEFAULT_UNTUNED_TRIALS = 32
+#: ``optimize``'s whole-model budget where more than 8 kernels have no record anywhere (minutes).
+DEFAULT_UNTUNED_MINUTES = 10
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -127,6 +129,7 @@ def _driver_options(args: argparse.Namespace):
     trials = getattr(args, "trials", 0)
     return DriverOptions(target=getattr(args, "target", "llvm"), trials=trials or 0,
                          untuned_trials=DEFAULT_UNTUNED_TRIALS if trials is None else 0,
+                         untuned_minutes=DEFAULT_UNTUNED_MINUTES if trials is None else 0,
                          budget=None if budget is None else WholeBudget.parse(budget),
                          charge=getattr(args, "charge", "beside"),
                          mutant_share=getattr(args, "mutant_share", 0.25),
@@ -549,7 +552,8 @@ def _add_optimize_and_tune(sub) -> None:
         o.add_argument("--trials", type=int, default=None if name == "optimize" else 64,
                        help="MetaSchedule trials per task (optimize: 0 = use the records only; "
                             f"by default, {DEFAULT_UNTUNED_TRIALS} where kernels have no record "
-                            "anywhere, own or borrowed, if there are at most 8 of them)")
+                            "anywhere, own or borrowed, if there are at most 8 of them; with "
+                            f"more, the whole model within {DEFAULT_UNTUNED_MINUTES} minutes)")
         _add_budget_options(o)
         o.add_argument("--promising", type=int, default=4, metavar="N",
                        help="mutants of the whole model tuned besides the original (default 4; "

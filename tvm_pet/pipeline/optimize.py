@@ -141,12 +141,14 @@ def records_plan(toolchain: Toolchain, program: Program,
                  options: DriverOptions) -> tuple[DriverOptions, str]:
     """The records plan, stated before anything slow, and the options it leads to: where no
     tuning was asked and some kernels have no record anywhere, they are tuned for this target
-    at ``options.untuned_trials`` per kernel, up to ``options.untuned_cap`` kernels
-    (:meth:`~tvm_pet.pipeline.options.DriverOptions.tuning_for`); with more, the line says how
-    to tune them."""
+    at ``options.untuned_trials`` per kernel, up to ``options.untuned_cap`` kernels; with
+    more, the whole model within ``options.untuned_minutes``
+    (:meth:`~tvm_pet.pipeline.options.DriverOptions.tuning_for`); with neither, the line says
+    how to tune them."""
     found = toolchain.records_plan(toolchain.lower(program))
     chosen = options.tuning_for(found.untuned)
-    too_many = not chosen.tunes and options.untuned_trials > 0 and found.untuned > 0
+    too_many = (not options.tunes and options.untuned_trials > 0
+                and found.untuned > options.untuned_cap)
     inside = chosen.budget is not None and chosen.charge == "inside"
     return chosen, found.summary(chosen.trials, chosen.budget,
                                  by_default=chosen.tunes and not options.tunes,

@@ -76,8 +76,12 @@ class DriverOptions:
             and the records plan finds kernels with no record anywhere, own or borrowed (the
             ``optimize`` command's default is 32; 0 leaves them untuned);
             :meth:`tuning_for`.
-        untuned_cap: the most such kernels tuned by default (about a minute each at 32 trials
-            on 2 cores); with more, the run says so and leaves the budget to the user.
+        untuned_cap: the most such kernels tuned at ``untuned_trials`` each (about a minute
+            each at 32 trials on 2 cores).
+        untuned_minutes: with more than ``untuned_cap`` such kernels, the whole model is tuned
+            within this many minutes instead (a whole-model ``budget``, shared by MetaSchedule's
+            task scheduler; the ``optimize`` command's default is 10); 0 leaves them untuned, and
+            the run says how to tune them.
         records_dir: the tuning records folder (default ``tuning_logs/<target>``).
         rpc: ``"host:port:key"`` of an RPC tracker to measure on.
         cost: ``"measured"`` (TVM kernel times) or ``"analytic"``: the search's cost model.
@@ -138,6 +142,7 @@ class DriverOptions:
     mutant_share: float = 0.25
     untuned_trials: int = 0
     untuned_cap: int = 8
+    untuned_minutes: float = 0.0
     records_dir: str | None = None
     rpc: str | None = None
     cost: str = "measured"
@@ -203,18 +208,27 @@ class DriverOptions:
         return self.trials > 0 or self.budget is not None
 
     def tuning_for(self, untuned: int) -> "DriverOptions":
-        """These options for a model with ``untuned`` kernels that have no record anywhere:
-        ``untuned_trials`` per task when nothing was asked and there are at most
-        ``untuned_cap`` of them, else as they are.
+        """These options for a model with ``untuned`` kernels that have no record anywhere,
+        when nothing was asked: ``untuned_trials`` per task where there are at most
+        ``untuned_cap`` of them; with more, the whole model within ``untuned_minutes``; else
+        (something was asked, every kernel has a record, or the defaults are 0) as they are.
 
         >>> DriverOptions(untuned_trials=32).tuning_for(untuned=2).trials
         32
         >>> DriverOptions(untuned_trials=32).tuning_for(untuned=0).trials
         0
+        >>> str(DriverOptions(untuned_trials=32, untuned_minutes=10).tuning_for(untuned=9).budget)
+        '10 minutes'
+        >>> DriverOptions(untuned_trials=32).tuning_for(untuned=9).tunes
+        False
         """
-        if self.tunes or not self.untuned_trials or not 0 < untuned <= self.untuned_cap:
+        if self.tunes or not self.untuned_trials or untuned <= 0:
             return self
-        return dataclasses.replace(self, trials=self.untuned_trials)
+        if untuned <= self.untuned_cap:
+            return dataclasses.replace(self, trials=self.untuned_trials)
+        if self.untuned_minutes > 0:
+            return dataclasses.replace(self, budget=WholeBudget(minutes=self.untuned_minutes))
+        return self
 
     @property
     def second_screen_trials(self) -> int:

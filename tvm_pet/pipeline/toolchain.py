@@ -58,8 +58,9 @@ class RecordsPlan(Protocol):
     def summary(self, trials: int = 0, budget: Any = None, *, by_default: bool = False,
                 default_cap: int | None = None) -> str:
         """The plan in one line, with what the run does: tune ``trials`` per kernel (chosen
-        ``by_default`` for untuned kernels), or within a whole-model ``budget``, or nothing
-        (more untuned kernels than the ``default_cap`` tuned by default)."""
+        ``by_default`` for untuned kernels), or within a whole-model ``budget`` (chosen
+        ``by_default`` where more than ``default_cap`` kernels are untuned), or nothing (more
+        untuned kernels than the ``default_cap`` tuned by default, and no default budget)."""
         ...
 
 

@@ -62,9 +62,12 @@ class RecordsPlan:
             trials: trials per kernel tuned for this target first (0: none).
             budget: a whole-model budget (``WholeBudget``), tuned instead of ``trials`` per
                 kernel; what earlier runs on these records spent of one is said.
-            by_default: ``trials`` were chosen by default, because kernels have no record.
-            default_cap: the most untuned kernels tuned by default, when there were more (the
-                run keeps them untuned and says how to tune them).
+            by_default: ``trials`` (or, where more kernels than ``default_cap`` have no
+                record, the whole-model ``budget``) were chosen by default, because kernels
+                have no record.
+            default_cap: the most untuned kernels tuned by default at ``trials`` each, when
+                there were more (with a ``budget`` chosen by default, the line says why; with
+                none, the run keeps them untuned and says how to tune them).
             inside_share: with ``budget``, the part of it kept for PET's mutants when they are
                 charged inside it (``--charge inside``).
         """
@@ -83,7 +86,11 @@ class RecordsPlan:
                                "tuned again")
             first = ("one batch per kernel" if inside_share is not None else
                      self._first_round(budget))
-            return line + (f"; tuning the whole model within {words} for this target first "
+            why = ("" if not by_default else
+                   f", by default since {self.untuned} have no record anywhere (more than the "
+                   f"{default_cap} tuned at 32 trials each; --budget sets another, --trials 0 "
+                   "keeps the records only)")
+            return line + (f"; tuning the whole model within {words} for this target first{why} "
                            + (f"({spent} of it spent by earlier runs on these records, {left} "
                               "left) " if spent else "")
                            + "(MetaSchedule's task scheduler shares it across the kernels, "
