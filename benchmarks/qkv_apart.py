@@ -30,29 +30,12 @@ FORMS = {"tvm": (True, False), "tvm_manual": (False, True), "apart": (False, Fal
 
 def build(args, work: pathlib.Path) -> tuple[dict, dict, list]:
     """Tune, build and export every form: the libraries, the new trials per form, the inputs."""
-    import onnx
-
     from tvm_pet.models import build_model
-    from tvm_pet.pipeline.optimize import load_model, random_inputs
-    from tvm_pet.pipeline.options import DriverOptions
-    from tvm_pet.pipeline.toolchain import tvm_toolchain
-    libraries, trials, inputs = {}, {}, None
+    models = {}
     for name, (rewrites, merge) in FORMS.items():
         model = build_model("bert_encoder")
-        if merge:
-            model = ffn_pieces.merge_qkv(model)
-        path = work / f"{name}.onnx"
-        onnx.save(model, str(path))
-        loaded = load_model(str(path), DriverOptions(target=args.target, tvm_rewrites=rewrites))
-        toolchain = tvm_toolchain(args.target, args.records, None).with_lowering(loaded.lower)
-        module = toolchain.lower(loaded.program)
-        stats = toolchain.tune(module, args.trials, seed=args.seed,
-                               progress=lambda line: print(line, file=sys.stderr, flush=True))
-        trials[name] = stats.new_trials
-        libraries[name] = work / f"build_{name}.so"  # not tvm.so: TVM's workers would import it
-        toolchain.export(toolchain.build(module), str(libraries[name]))
-        inputs = inputs or list(random_inputs(loaded.program, args.seed).values())
-    return libraries, trials, inputs
+        models[name] = (ffn_pieces.merge_qkv(model) if merge else model, rewrites)
+    return side_by_side.build_models(args, work, models)
 
 
 def render(result: dict) -> str:

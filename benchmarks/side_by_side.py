@@ -1,5 +1,5 @@
 """Whole builds of one model in forms that compute the same, timed side by side: the shared steps
-of ``split_k.py`` and ``ffn_pieces.py``.
+of ``split_k.py``, ``ffn_pieces.py`` and ``qkv_apart.py``.
 
 Each script builds its forms (a ``build(args, work)`` returning the exported libraries by form,
 the new trials per form and the inputs; TVM's build is ``"tvm"``); :func:`measure` checks them
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import sys
 import tempfile
 from collections.abc import Callable
 
@@ -30,6 +31,34 @@ def add_arguments(parser: argparse.ArgumentParser, *, processes: int, rounds: in
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--number", type=int, default=5)
     parser.add_argument("--no-write", action="store_true")
+
+
+def build_models(args: argparse.Namespace, work: pathlib.Path,
+                 models: dict) -> tuple[dict, dict, list]:
+    """A ``build`` of ONNX models, one a form: ``models`` maps a form's name to ``(model, TVM's
+    rewrites on)``. Each is imported as ``optimize`` imports it, its kernels tuned at
+    ``args.trials`` per task into ``args.records`` (nothing new where they have records), built
+    and exported into ``work``; returns the libraries and new trials by form, and the first
+    form's random inputs."""
+    import onnx
+
+    from tvm_pet.pipeline.optimize import load_model, random_inputs
+    from tvm_pet.pipeline.options import DriverOptions
+    from tvm_pet.pipeline.toolchain import tvm_toolchain
+    libraries, trials, inputs = {}, {}, None
+    for name, (model, rewrites) in models.items():
+        path = work / f"{name}.onnx"
+        onnx.save(model, str(path))
+        loaded = load_model(str(path), DriverOptions(target=args.target, tvm_rewrites=rewrites))
+        toolchain = tvm_toolchain(args.target, args.records, None).with_lowering(loaded.lower)
+        module = toolchain.lower(loaded.program)
+        stats = toolchain.tune(module, args.trials, seed=args.seed,
+                               progress=lambda line: print(line, file=sys.stderr, flush=True))
+        trials[name] = stats.new_trials
+        libraries[name] = work / f"build_{name}.so"  # not tvm.so: TVM's workers would import it
+        toolchain.export(toolchain.build(module), str(libraries[name]))
+        inputs = inputs or list(random_inputs(loaded.program, args.seed).values())
+    return libraries, trials, inputs
 
 
 def measure(args: argparse.Namespace, build: Callable) -> dict:

@@ -1,14 +1,14 @@
 """A matrix product in pieces of its columns (tvm_pet.ir.columns): offered by the generator for a
-wide product when asked (``SearchConfig(columns=True)``, ``--columns``), verified as the MATMUL it is, lowered to the
-pieces' products concatenated (checked against NumPy in float64, and equal bit for bit to the
-plain product), and given places of its own by the tuning plan."""
+wide product when asked (``SearchConfig(columns=True)``, ``--columns``), verified as the MATMUL
+it is, lowered to the pieces' products concatenated (checked against NumPy in float64, and equal
+bit for bit to the plain product), and given places of its own by the tuning plan."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.first_node import lowers_to_the_same, run_module as _run, with_inputs
-from tvm_pet.ir import ProgramBuilder, columns
+from tests.first_node import linear, lowers_to_the_same, run_module as _run
+from tvm_pet.ir import columns
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.verify.interpreter import evaluate
 
@@ -27,17 +27,8 @@ def _linear(x_shape, n, *, weight_input=False, pieces=0, split=0, seed=0):
     ``pieces`` of its columns (0: as it is), its output split in ``split`` equal parts (0: not
     split, as Q, K and V are split after TVM merges their products); the program and its
     inputs."""
-    rng = np.random.default_rng(seed)
-    k = x_shape[-1]
-    w_value = (rng.standard_normal((k, n)) / np.sqrt(k)).astype("float32")
-    b = ProgramBuilder()
-    x = b.input("x", x_shape)
-    w = b.input("w", w_value.shape) if weight_input else b.weight("w", w_value)
-    bias = b.weight("b", rng.standard_normal((n,)).astype("float32"))
-    y = b.add(b.matmul(x, w), bias)
-    outs = list(b.split(y, len(x_shape) - 1, (n // split,) * split)) if split else [y]
-    return with_inputs(b.build(outs), rng, x_shape, w_value, weight_input,
-                       **({"columns": pieces} if pieces else {}))
+    return linear(x_shape, n, weight_input=weight_input, split=split, seed=seed,
+                  **({"columns": pieces} if pieces else {}))
 
 
 @pytest.mark.parametrize("weight_input", [False, True])

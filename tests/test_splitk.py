@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.first_node import lowers_to_the_same, run_module as _run, with_inputs
-from tvm_pet.ir import ProgramBuilder, splitk
+from tests.first_node import linear, lowers_to_the_same, run_module as _run
+from tvm_pet.ir import splitk
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.verify.interpreter import evaluate
 
@@ -16,15 +16,8 @@ from tvm_pet.verify.interpreter import evaluate
 def _linear(x_shape, n, *, weight_input=False, pieces=0, seed=0):
     """``x @ w + b`` with ``w`` of [k, n] (a weight, or a runtime input), the MATMUL in
     ``pieces`` (0: as it is); the program and its inputs."""
-    rng = np.random.default_rng(seed)
-    k = x_shape[-1]
-    w_value = (rng.standard_normal((k, n)) / np.sqrt(k)).astype("float32")
-    b = ProgramBuilder()
-    x = b.input("x", x_shape)
-    w = b.input("w", w_value.shape) if weight_input else b.weight("w", w_value)
-    bias = b.weight("b", rng.standard_normal((n,)).astype("float32"))
-    return with_inputs(b.build([b.add(b.matmul(x, w), bias)]), rng, x_shape, w_value,
-                       weight_input, **({"pieces": pieces} if pieces else {}))
+    return linear(x_shape, n, weight_input=weight_input, seed=seed,
+                  **({"pieces": pieces} if pieces else {}))
 
 
 @pytest.mark.parametrize("weight_input", [False, True])
