@@ -38,6 +38,7 @@ from tvm_pet.errors import PetError
 from tvm_pet.io import atomic_write
 from tvm_pet.tune import records
 from tvm_pet.tune.compile import Task
+from tvm_pet.tune.intrinsics import tune_context
 from tvm_pet.tune.targets import resolve_target
 
 #: The folder of the staging database inside a batch folder.
@@ -71,9 +72,9 @@ def sample_candidates(task: Task, target, trials: int, seed: int = 0) -> list:
     ``VerifyGPUCode``, and its argument shapes).
     """
     target = resolve_target(target)
-    context = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",
-                             search_strategy=ms.search_strategy.ReplayTrace(),
-                             task_name=task.name, rand_state=seed, num_threads=1).clone()
+    context = tune_context(mod=task.mod, target=target, space_generator="post-order-apply",
+                           search_strategy=ms.search_strategy.ReplayTrace(),
+                           task_name=task.name, rand_state=seed, num_threads=1).clone()
     spaces = context.generate_design_space()
     context.pre_tuning(max_trials=trials, num_trials_per_iter=trials, design_spaces=spaces,
                        database=ms.database.MemoryDatabase(), cost_model=None)

@@ -31,7 +31,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.errors import PetError
-from tvm_pet.tune import dbfile, records
+from tvm_pet.tune import dbfile, intrinsics, records
 from tvm_pet.tune.builder import make_builder
 from tvm_pet.tune.compile import Task, extract_tasks, reduces
 from tvm_pet.tune.targets import resolve_target, target_dir
@@ -655,8 +655,9 @@ class TuningSearch:
         num_threads: threads of the search (one per popen worker).
         trials_per_iter: candidates per search round.
         interrupted: filled by :func:`_watch_interrupts` when SIGINT arrives.
-        new_context: makes a ``TuneContext`` (MetaSchedule's by default; a test passes a light
-            stand-in, since a real one loads MetaSchedule's tensor intrinsics).
+        new_context: makes a ``TuneContext`` (MetaSchedule's by default, its tensor
+            intrinsics loaded first by :func:`~tvm_pet.tune.intrinsics.tune_context`; a test
+            passes a light stand-in).
         tune_tasks: runs the search (``ms.tune.tune_tasks`` by default).
     """
     target: tvm.target.Target
@@ -666,7 +667,7 @@ class TuningSearch:
     num_threads: int
     trials_per_iter: int
     interrupted: list
-    new_context: Callable[..., ms.TuneContext] = ms.TuneContext
+    new_context: Callable[..., ms.TuneContext] = intrinsics.tune_context
     tune_tasks: Callable[..., None] = ms.tune.tune_tasks
 
 
