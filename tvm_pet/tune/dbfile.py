@@ -402,11 +402,8 @@ def _repack_at_exit(directory: Path) -> None:
     them) when the process exits. Until then they lag behind the plain files, which are the
     database in use: the stamp still matches them, so :func:`unpack` leaves the plain files
     alone, and a process killed before its exit leaves them for the next write to repack."""
-    if not (directory / (WORKLOAD_FILE + PACKED_SUFFIX)).exists():
-        return
-    if not _DEFERRED:
-        atexit.register(repack_deferred)
-    _DEFERRED.add(directory)
+    if (directory / (WORKLOAD_FILE + PACKED_SUFFIX)).exists():
+        _DEFERRED.add(directory)
 
 
 def repack_deferred() -> int:
@@ -420,6 +417,9 @@ def repack_deferred() -> int:
             done += 1
     _DEFERRED.clear()
     return done
+
+
+atexit.register(repack_deferred)
 
 
 def _repack(directory: Path, force: bool = False) -> int:
