@@ -500,5 +500,5 @@ def test_records_plan_counts_own_borrowed_and_untuned_kernels(tmp_path):
     assert "more than the 8 tuned by default" in bare.summary(default_cap=8)
     whole = bare.summary(budget=WholeBudget(minutes=10), by_default=True, default_cap=8)
     assert (f"within 10 minutes for this target first, by default since {bare.tasks} have no "
-            "record anywhere (more than the 8 tuned at 32 trials each") in whole
+            "record anywhere (more than the 8 tuned kernel by kernel by default") in whole
     assert "by default" not in bare.summary(budget=WholeBudget(minutes=10))

@@ -88,8 +88,8 @@ class RecordsPlan:
                      self._first_round(budget))
             why = ("" if not by_default else
                    f", by default since {self.untuned} have no record anywhere (more than the "
-                   f"{default_cap} tuned at 32 trials each; --budget sets another, --trials 0 "
-                   "keeps the records only)")
+                   f"{default_cap} tuned kernel by kernel by default; --budget sets another, "
+                   "--trials 0 keeps the records only)")
             return line + (f"; tuning the whole model within {words} for this target first{why} "
                            + (f"({spent} of it spent by earlier runs on these records, {left} "
                               "left) " if spent else "")
