@@ -7,6 +7,7 @@ build of a batch needs nvcc and skips without it; nothing here needs a GPU.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import pathlib
@@ -39,7 +40,10 @@ GPU_SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "gpu"
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
 
 
+@functools.cache
 def _script(name: str):
+    """A script of ``scripts/gpu`` as a module, loaded once a process (``prepare_cuda``
+    keeps what it listed of a model file, which the tests here share)."""
     spec = importlib.util.spec_from_file_location(name, GPU_SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -340,14 +344,21 @@ def test_shipped_cuda_records_schedule_every_tuned_kernel_of_the_originals(name)
     assert tuned and applied == len(tuned)
 
 
-def _backend_and_times(tmp_path, prepare, target, rewrites=True):
-    """A small CSRNet back end, kernel times as the GPU's batch gives them (each task of the
-    original 1 ms, each kernel that reduces of every mutant in place 0.5 ms; with TVM's
-    rewrites or not, as they will be costed), and every task."""
+@pytest.fixture(scope="module")
+def backend_file(tmp_path_factory):
+    """A small CSRNet back end's ONNX file, one for the tests of a module (prepare_cuda.py
+    lists its mutants' kernels once for them)."""
     from tvm_pet.models import build_model
-    from tvm_pet.onnx import import_model
-    model = tmp_path / "backend.onnx"
+    model = tmp_path_factory.mktemp("backend") / "backend.onnx"
     onnx.save(build_model("csrnet_backend", h=6, w=6, seed=1), model)
+    return model
+
+
+def _backend_and_times(model, prepare, target, rewrites=True):
+    """A small CSRNet back end (``backend_file``), kernel times as the GPU's batch gives them
+    (each task of the original 1 ms, each kernel that reduces of every mutant in place 0.5 ms;
+    with TVM's rewrites or not, as they will be costed), and every task."""
+    from tvm_pet.onnx import import_model
     original = extract_tasks(program_to_module(import_model(model)), target)
     times = {str(t.shash): 1e-3 for t in original}
     every = prepare.tasks_of(model, target, lambda line: None, rewrites)
@@ -357,7 +368,8 @@ def _backend_and_times(tmp_path, prepare, target, rewrites=True):
     return model, times, every
 
 
-def test_kernel_times_propose_singles_and_a_combination_that_compute_the_original(tmp_path):
+def test_kernel_times_propose_singles_and_a_combination_that_compute_the_original(
+        backend_file):
     """prepare_cuda.py's proposals for a whole model after the GPU's batch: per subprogram the
     mutant whose kernels cost least by the measured times (here the mutants' convs are timed
     faster), the largest gain first; each alone in place, and all of them together, compute
@@ -368,7 +380,7 @@ def test_kernel_times_propose_singles_and_a_combination_that_compute_the_origina
     from tvm_pet.verify.interpreter import evaluate
     prepare = _script("prepare_cuda")
     target = cuda_target()
-    model, times, _ = _backend_and_times(tmp_path, prepare, target)
+    model, times, _ = _backend_and_times(backend_file, prepare, target)
     original = import_model(model)
     program, base, picks = prepare.gains_by_subprogram(model, target, times)
     gains = [p[0] for p in picks]
@@ -393,7 +405,8 @@ def test_kernel_times_propose_singles_and_a_combination_that_compute_the_origina
     def shashes(prog):
         return {str(t.shash) for t in extract_tasks(cuda_module(prog), target)}
     first = replace_subprogram(program, picks[0][1], picks[0][3])
-    fewer = {k: v for k, v in times.items() if k not in shashes(first) - shashes(program)}
+    brought = shashes(first) - shashes(program)
+    fewer = {k: v for k, v in times.items() if k not in brought}
     said = []
     whole, ops = prepare.combined("backend", program, base, picks, said.append, lambda w: (
         prepare.estimated_cost(w, target, fewer)[1] <= prepare.estimated_cost(
@@ -405,13 +418,30 @@ def test_kernel_times_propose_singles_and_a_combination_that_compute_the_origina
 @pytest.mark.parametrize("name,rewrites", [("csrnet_backend", True), ("three_matmuls", True),
                                            ("two_1x1_convs", False)])
 def test_a_mutants_kernels_from_its_fusion_region_are_those_of_the_whole_model_in_place(
-        name, rewrites):
+        name, rewrites, request):
     """prepare_cuda.py lists what each mutant changes from its fusion region lowered alone
     (Inception-v3's hundreds of whole-model compiles took more than 25 minutes): the kernels it
     takes out and brings, with their calls, are those of the whole model with the mutant in
     place against the original, with TVM's rewrites (CombineParallelMatmul included) or
     without; and regions did the listing (the whole model only where a matmul outside a region
-    reads what it reads, which TVM's CombineParallelMatmul may join with it)."""
+    reads what it reads, which TVM's CombineParallelMatmul may join with it). The first mutant
+    of each subprogram and sequence of rewrites is compared with the whole model (the back
+    end's 95 mutants are 20 such; the slow test compares all of them). The back end's are
+    those the other tests here share (``backend_file``)."""
+    model = request.getfixturevalue("backend_file") if name == "csrnet_backend" else name
+    _check_region_listing(model, rewrites, every=False)
+
+
+@pytest.mark.slow
+def test_every_mutants_kernels_from_its_fusion_region_are_those_of_the_whole_model_in_place(
+        backend_file):
+    """As above, every mutant of the back end compared with the whole model (about a minute)."""
+    _check_region_listing(backend_file, True, every=True)
+
+
+def _check_region_listing(model, rewrites: bool, every: bool) -> None:
+    """The check above for a Table-3 graph by name, or a model file (its mutants listed by
+    ``prepare_cuda.model_changes``, once a process)."""
     from tvm_pet.models import build_model
     from tvm_pet.onnx import import_model
     from tvm_pet.relax.adapter import region_to_module
@@ -419,14 +449,21 @@ def test_a_mutants_kernels_from_its_fusion_region_are_those_of_the_whole_model_i
     from tvm_pet.search.region import fusion_region
     from tvm_pet.tune.measured_cost import kernel_change
     prepare = _script("prepare_cuda")
-    kwargs = {"h": 6, "w": 6, "seed": 1} if name == "csrnet_backend" else {}
-    program = import_model(build_model(name, **kwargs))
     target = cuda_target()
-    changes = prepare.mutant_changes(program, target, rewrites)
+    if isinstance(model, str):
+        program = import_model(build_model(model))
+        changes = prepare.mutant_changes(program, target, rewrites)
+    else:
+        program, changes = prepare.model_changes(model, target, rewrites)
     whole = prepare._RegionTasks(target, rewrites)
     listed = lambda kernels: sorted((str(t.shash), n) for t, n in kernels)  # noqa: E731
     assert changes and any(lost or gained for *_, lost, gained in changes)
+    compared = set()
     for _, part, mutant, corrected, lost, gained in changes:
+        kind = (part.nodes, tuple(mutant.ops))
+        if not every and kind in compared:
+            continue
+        compared.add(kind)
         want = kernel_change(whole(program, whole=True), whole(
             replace_subprogram(program, part, corrected), whole=True))
         assert (listed(lost), listed(gained)) == tuple(map(listed, want)), mutant.ops
@@ -435,15 +472,14 @@ def test_a_mutants_kernels_from_its_fusion_region_are_those_of_the_whole_model_i
     assert any(not (rewrites and prepare._matmul_beside(program, r)) for r in regions)
 
 
-def test_a_mutant_with_a_kernel_that_reduces_and_was_not_timed_is_never_proposed(tmp_path):
+def test_a_mutant_with_a_kernel_that_reduces_and_was_not_timed_is_never_proposed(
+        backend_file):
     """With only the original's kernels timed, every mutant of the back end brings a conv of
     another shape that would run on a schedule the GPU never measured: none is proposed
     (counting it as 0 ms chose, on the H200, a CSRNet build that did not compile)."""
-    from tvm_pet.models import build_model
     from tvm_pet.onnx import import_model
     prepare = _script("prepare_cuda")
-    model = tmp_path / "backend.onnx"
-    onnx.save(build_model("csrnet_backend", h=6, w=6, seed=1), model)
+    model = backend_file
     target = cuda_target()
     times = {str(t.shash): 1e-3 for t in extract_tasks(
         program_to_module(import_model(model)), target)}
@@ -451,7 +487,8 @@ def test_a_mutant_with_a_kernel_that_reduces_and_was_not_timed_is_never_proposed
     assert base > 0 and picks == []
 
 
-def test_a_longer_tuning_takes_the_kernels_of_the_originals_and_of_the_choices(tmp_path):
+def test_a_longer_tuning_takes_the_kernels_of_the_originals_and_of_the_choices(
+        backend_file, tmp_path):
     """prepare_cuda.py --batch-trials with --combine (a longer tuning of what an earlier round
     chose): the tasks of the original and of the builds the earlier times propose, which are
     fewer than those of every verified mutant and hold every task of the original."""
@@ -461,7 +498,7 @@ def test_a_longer_tuning_takes_the_kernels_of_the_originals_and_of_the_choices(t
     from tvm_pet.onnx import import_model
     prepare = _script("prepare_cuda")
     target = cuda_target()
-    model, times, every = _backend_and_times(tmp_path, prepare, target, rewrites=False)
+    model, times, every = _backend_and_times(backend_file, prepare, target, rewrites=False)
     original = extract_tasks(program_to_module(import_model(model)), target)
     path = tmp_path / "times.json"
     path.write_text(json.dumps({"tasks": {k: {"default": v} for k, v in times.items()}}))

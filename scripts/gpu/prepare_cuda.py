@@ -32,14 +32,12 @@ def tasks_of(model: pathlib.Path, target, say, rewrites: bool = True,
     listing, as the dry run builds them: after TVM's graph rewrites unless ``rewrites`` is off;
     each mutant's from its fusion region, :func:`mutant_changes`), or of the given ``programs``
     only (each compiled whole)."""
-    from tvm_pet.onnx import import_model
     from tvm_pet.relax.cuda_dry_run import cuda_module
     from tvm_pet.tune.compile import extract_tasks
     if programs is None:
-        program = import_model(model)
+        program, changes = model_changes(model, target, rewrites, say)
         tasks = {t.shash: t for t in extract_tasks(cuda_module(program, rewrites=rewrites),
                                                    target)}
-        changes = mutant_changes(program, target, rewrites, say=say, stem=model.stem)
         for change in changes:
             for task, _ in change[-1]:
                 tasks.setdefault(task.shash, task)
@@ -56,6 +54,24 @@ def tasks_of(model: pathlib.Path, target, say, rewrites: bool = True,
                 f"{spent:.0f} s, ETA {spent / done * (len(programs) - done):.0f} s")
     say(f"{model.stem}: {len(programs)} programs, {len(tasks)} distinct tasks")
     return list(tasks.values())
+
+
+_CHANGES: dict = {}
+
+
+def model_changes(model: pathlib.Path, target, rewrites: bool = True, say=None) -> tuple:
+    """``(program, changes)``: a model file imported and its :func:`mutant_changes`, listed
+    once a process for the same file (its path, size and modification time), target and
+    rewrites: listing the tasks (:func:`tasks_of`) and then the gains by the times
+    (:func:`gains_by_subprogram`) lowers every mutant's region once, not twice."""
+    from tvm_pet.onnx import import_model
+    stat = model.stat()
+    key = (str(model.resolve()), stat.st_size, stat.st_mtime_ns, str(target), rewrites)
+    if key not in _CHANGES:
+        program = import_model(model)
+        _CHANGES[key] = (program, mutant_changes(program, target, rewrites, say=say,
+                                                 stem=model.stem))
+    return _CHANGES[key]
 
 
 def mutant_changes(program, target, rewrites: bool = True, *, say=None, stem: str = "") -> list:
@@ -165,16 +181,14 @@ def gains_by_subprogram(model: pathlib.Path, target, times: dict[str, float],
     have untimed too, is never proposed: it would run on TVM's default schedule, which the
     batch never measured (one such fused conv + pad does not even build on sm_90).
     """
-    from tvm_pet.onnx import import_model
     from tvm_pet.tune.compile import reduces
 
-    program = import_model(model)
+    program, changes = model_changes(model, target, rewrites)
     base, untimed = estimated_cost(program, target, times, rewrites)
     best = {}  # subprogram name -> (gain, part, mutant, corrected)
     seconds = lambda kernels: sum(n * times.get(str(t.shash), 0.0)  # noqa: E731
                                   for t, n in kernels)
-    for name, part, mutant, corrected, lost, gained in mutant_changes(program, target,
-                                                                      rewrites):
+    for name, part, mutant, corrected, lost, gained in changes:
         brings_untimed = any(str(t.shash) not in times and str(t.shash) not in untimed
                              and reduces(t) for t, _ in gained)
         gain = seconds(lost) - seconds(gained)
