@@ -103,10 +103,11 @@ def test_fast_math_lowers_torch_exports_gelu_and_softmax_and_matches_torch(name)
     assert max_relative_error(got, torch_outputs(model, inputs)) < TOLERANCE
 
 
-@pytest.mark.parametrize("name", ["resnet18", "vgg16"])
+@pytest.mark.parametrize("name", ["resnet18", pytest.param("vgg16", marks=pytest.mark.slow)])
 def test_winograd_on_torch_exports_matches_torch(name):
     """With Winograd's F(4x4, 3x3) offered (``--winograd``), the analytic search rewrites the
-    3x3 convolutions of a torchvision CNN by it, and the compiled model still matches torch."""
+    3x3 convolutions of a torchvision CNN by it, and the compiled model still matches torch.
+    vgg16's thirteen (about 35 s here) run under ``slow``."""
     import dataclasses
     pet, err = optimized(name, config=dataclasses.replace(FAST, winograd=True))
     assert err < TOLERANCE, pet.report["main"]
