@@ -479,11 +479,10 @@ def test_a_mutant_with_a_kernel_that_reduces_and_was_not_timed_is_never_proposed
     (counting it as 0 ms chose, on the H200, a CSRNet build that did not compile)."""
     from tvm_pet.onnx import import_model
     prepare = _script("prepare_cuda")
-    model = backend_file
     target = cuda_target()
     times = {str(t.shash): 1e-3 for t in extract_tasks(
-        program_to_module(import_model(model)), target)}
-    program, base, picks = prepare.gains_by_subprogram(model, target, times)
+        program_to_module(import_model(backend_file)), target)}
+    program, base, picks = prepare.gains_by_subprogram(backend_file, target, times)
     assert base > 0 and picks == []
 
 

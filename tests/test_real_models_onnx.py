@@ -18,7 +18,6 @@ cost under ``slow``. Skipped without torch and torchvision
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import warnings
 

@@ -62,8 +62,9 @@ _CHANGES: dict = {}
 def model_changes(model: pathlib.Path, target, rewrites: bool = True, say=None) -> tuple:
     """``(program, changes)``: a model file imported and its :func:`mutant_changes`, listed
     once a process for the same file (its path, size and modification time), target and
-    rewrites: listing the tasks (:func:`tasks_of`) and then the gains by the times
-    (:func:`gains_by_subprogram`) lowers every mutant's region once, not twice."""
+    rewrites. A run with ``--combine`` and ``--batch-trials`` asks for a model's gains
+    (:func:`gains_by_subprogram`) for its e2e folder and again for its batch, and
+    :func:`tasks_of` lists the same changes: each mutant's region is lowered once."""
     from tvm_pet.onnx import import_model
     stat = model.stat()
     key = (str(model.resolve()), stat.st_size, stat.st_mtime_ns, str(target), rewrites)
