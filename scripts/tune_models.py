@@ -6,9 +6,12 @@ Each model is built from code (seeded), imported with TVM's ONNX frontend and re
 own graph rewrites (:func:`tvm_pet.relax.rewrites.tvm_rewrites`), the form that ``tvm-pet
 optimize`` builds as its baseline, then every task is tuned to ``--trials`` records into the
 host target's directory under ``tuning_logs/``. Records are merged into the shared database as
-each task ends (an interrupted run keeps them), and after each model the database is pruned to
-the ``--keep`` fastest records per workload (``tvm_pet.tune.dbfile.prune``), so what is committed
-stays small. A second run measures nothing for tasks already tuned.
+each task ends (an interrupted run keeps them), and after each model its records are checked
+against their kernels and the wrong ones dropped (``scripts/check_records.py``), then the database
+is pruned to the ``--keep`` fastest records per workload (``tvm_pet.tune.dbfile.prune``), so what
+is committed stays small. Checked first: pruned first, a workload whose fastest records leave
+elements unwritten kept only those, and its right record was gone (a Haswell-target conv with a
+pad epilogue, 2026-12-02). A second run measures nothing for tasks already tuned.
 """
 from __future__ import annotations
 
@@ -41,6 +44,9 @@ def main() -> int:
     from tvm_pet.tune import dbfile, resolve_target, tune
     from tvm_pet.tune.records import db_dir
 
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from check_records import check
+
     target = resolve_target(args.target)
     for name in args.models.split(","):
         start = time.perf_counter()
@@ -49,9 +55,11 @@ def main() -> int:
             mod = tvm_rewrites(from_onnx(build_model(name), keep_params_in_input=False))
         stats = tune(mod, target, args.trials, args.records,
                      progress=lambda line: print(f"  {name}: {line}", flush=True))
+        wrong = check(db_dir(args.records, target), target, drop=True)
         dropped = dbfile.prune(db_dir(args.records, target), keep=args.keep)
         print(f"== {name}: {stats.tasks} tasks, {stats.new_trials} new trials, "
-              f"{time.perf_counter() - start:.0f} s; pruned {dropped} records", flush=True)
+              f"{time.perf_counter() - start:.0f} s; {len(wrong)} wrong records dropped, "
+              f"pruned {dropped}", flush=True)
     return 0
 
 
