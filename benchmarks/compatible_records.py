@@ -1,6 +1,6 @@
 """Do one CPU's tuning records serve another? Untuned vs borrowed vs own records, side by side.
 
-    python benchmarks/compatible_records.py --target "llvm -mcpu=haswell" [--own DIR]
+    python benchmarks/compatible_records.py --target "llvm -mcpu=haswell" [--own DIR] [--name NAME]
 
 For each graph (built from code, seeded), three builds for ``--target`` are timed interleaved:
 
@@ -10,7 +10,8 @@ For each graph (built from code, seeded), three builds for ``--target`` are time
 - ``own`` (with ``--own DIR``): records tuned for ``--target`` itself, for comparison.
 
 The outputs of ``borrowed`` and ``own`` are checked against ``untuned`` first. Results go to
-``benchmarks/results/compatible_records.json`` and ``.md``; nothing here fails on timing.
+``benchmarks/results/<NAME>.json`` and ``.md`` (``compatible_records`` by default); nothing here
+fails on timing.
 """
 from __future__ import annotations
 
@@ -91,6 +92,7 @@ def main() -> int:
     parser.add_argument("--graphs", default=",".join(GRAPHS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--name", default="compatible_records", help="the results' file name")
     args = parser.parse_args()
     from tvm_pet.tune import resolve_target
     target = resolve_target(args.target)
@@ -99,9 +101,9 @@ def main() -> int:
         rows.append(measure(name, target, args.own, args.rounds))
         print(json.dumps(rows[-1]), flush=True)
     out = pathlib.Path(args.out)
-    (out / "compatible_records.json").write_text(json.dumps(
+    (out / f"{args.name}.json").write_text(json.dumps(
         {"target": str(target), "rows": rows}, indent=1) + "\n")
-    (out / "compatible_records.md").write_text(markdown(rows, args.target))
+    (out / f"{args.name}.md").write_text(markdown(rows, args.target))
     print(markdown(rows, args.target))
     return 0
 
