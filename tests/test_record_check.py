@@ -212,6 +212,9 @@ def test_a_borrowing_target_reads_the_lenders_verdicts_and_keeps_its_own_first(t
     checks = RecordChecks(own, also=[lender, tmp_path / "missing.json"])
     assert checks.wrong() == ["1:aa", "2:bb"]  # the lender's verdict on 1, its own on 2
     assert json.loads(lender.read_text()) == {"1:aa": False, "2:bb": True}  # only read
+    checks._store("3:cc", True)  # a record checked here: the own file gets it, and only it
+    assert json.loads(own.read_text()) == {"2:bb": False, "3:cc": True}
+    assert RecordChecks(own, also=[lender]).wrong() == ["1:aa", "2:bb"]
 
 
 @pytest.mark.parametrize("mcpu", ["skylake-avx512", "haswell"])

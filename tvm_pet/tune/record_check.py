@@ -118,16 +118,23 @@ class RecordChecks(dbfile.SidecarCache):
     _value = staticmethod(bool)
 
     def __init__(self, path: str | Path | None = None, also: Sequence[str | Path] = ()) -> None:
-        """``also``: other verdict files read first (a borrowed directory's: a schedule that
-        computes the right values does so whatever CPU level LLVM compiles it for)."""
+        """``also``: other verdict files, read only (a borrowed directory's: a schedule that
+        computes the right values does so whatever CPU level LLVM compiles it for). The own
+        verdicts win, then the first file of ``also`` that has one; only the own verdicts are
+        written to ``path`` (a borrowing target's file had grown to hold all of its lender's)."""
         super().__init__(path)
+        self._lent: dict = {}
         for other in also:
             if Path(other).exists():
-                self._entries = {**RecordChecks(other)._entries, **self._entries}
+                self._lent = {**RecordChecks(other)._entries, **self._lent}
+
+    def _known(self, key: str) -> bool | None:
+        """The verdict on one record key: the own one, else a lender's, else None."""
+        return self._entries.get(key, self._lent.get(key))
 
     def verdict(self, shash: int | str, record: ms.database.TuningRecord) -> bool | None:
         """Whether the record computes what its kernel does; None when it was never checked."""
-        return self._entries.get(record_key(shash, record))
+        return self._known(record_key(shash, record))
 
     def known_wrong(self, shash: int | str, record: ms.database.TuningRecord) -> bool:
         """True when the record was checked and computes something else than its kernel."""
@@ -138,8 +145,8 @@ class RecordChecks(dbfile.SidecarCache):
         """The record's verdict: from the cache, else checked now (:func:`schedule_agrees`) and
         cached. Only llvm kernels run here; on another target a record is taken unchecked."""
         key = record_key(shash, record)
-        if key in self._entries:
-            return self._entries[key]
+        if self._known(key) is not None:
+            return self._known(key)
         if target.kind.name != "llvm":
             return True
         try:
@@ -153,4 +160,4 @@ class RecordChecks(dbfile.SidecarCache):
 
     def wrong(self) -> list[str]:
         """The keys of the records found wrong."""
-        return sorted(k for k, v in self._entries.items() if not v)
+        return sorted(k for k, v in {**self._lent, **self._entries}.items() if not v)
