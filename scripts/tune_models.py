@@ -55,8 +55,9 @@ def main() -> int:
             mod = tvm_rewrites(from_onnx(build_model(name), keep_params_in_input=False))
         stats = tune(mod, target, args.trials, args.records,
                      progress=lambda line: print(f"  {name}: {line}", flush=True))
-        wrong = check(db_dir(args.records, target), target, drop=True)
-        dropped = dbfile.prune(db_dir(args.records, target), keep=args.keep)
+        work_dir = db_dir(args.records, target)
+        wrong = check(work_dir, target, drop=True)
+        dropped = dbfile.prune(work_dir, keep=args.keep)
         print(f"== {name}: {stats.tasks} tasks, {stats.new_trials} new trials, "
               f"{time.perf_counter() - start:.0f} s; {len(wrong)} wrong records dropped, "
               f"pruned {dropped}", flush=True)

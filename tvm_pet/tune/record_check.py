@@ -145,8 +145,9 @@ class RecordChecks(dbfile.SidecarCache):
         """The record's verdict: from the cache, else checked now (:func:`schedule_agrees`) and
         cached. Only llvm kernels run here; on another target a record is taken unchecked."""
         key = record_key(shash, record)
-        if self._known(key) is not None:
-            return self._known(key)
+        known = self._known(key)
+        if known is not None:
+            return known
         if target.kind.name != "llvm":
             return True
         try:
