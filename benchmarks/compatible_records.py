@@ -2,20 +2,24 @@
 
     python benchmarks/compatible_records.py --target "llvm -mcpu=haswell" [--own DIR] [--name NAME]
 
-For each graph (built from code, seeded), three builds for ``--target`` are timed interleaved:
+For each graph (built from code, seeded), these builds for ``--target`` are timed interleaved:
 
 - ``untuned``: no records, TVM's naive loop nests (what a CPU without records got before);
 - ``borrowed``: the shipped records of a compatible target (``tvm_pet.tune.records.record_sources``,
   e.g. Skylake-AVX512 records on an AVX2 target), compiled for ``--target``;
-- ``own`` (with ``--own DIR``): records tuned for ``--target`` itself, for comparison.
+- ``own`` (with ``--own DIR``, a records root; the shipped one is ``tuning_logs``): the records
+  tuned for ``--target`` itself alone, for comparison;
+- ``chosen`` (with ``--own``): both, as tvm_pet builds with them: a kernel with records of
+  both takes whichever runs faster here (``tvm_pet.tune.kernels.chosen_record``).
 
-The outputs of ``borrowed`` and ``own`` are checked against ``untuned`` first. Results go to
+The outputs are checked against ``untuned`` first. Results go to
 ``benchmarks/results/<NAME>.json`` and ``.md`` (``compatible_records`` by default); nothing here
 fails on timing.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import statistics
@@ -38,19 +42,21 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
     from tvm_pet.onnx import import_model
     from tvm_pet.relax.adapter import program_to_module
     from tvm_pet.tune import apply_records, build_with_records, time_interleaved
-    from tvm_pet.tune.records import SHIPPED_RECORDS_DIR, record_sources
+    from tvm_pet.tune.records import SHIPPED_RECORDS_DIR, costing_sources, record_sources
 
     program = import_model(build_model(name))
     mod = program_to_module(program)
     empty = ROOT / "build" / "no_records"  # a records root with nothing in it
-    sources = {"untuned": None, "borrowed": str(empty)}
+    sources = {"untuned": None, "borrowed": costing_sources(empty, target)}
     if own:
-        sources["own"] = own
+        opened, cache = costing_sources(own, target)
+        sources["own"] = (dataclasses.replace(opened, borrowed=None, borrowed_key=None), cache)
+        sources["chosen"] = (opened, cache)
     borrowed_from = record_sources(empty, target).borrowed
     builds, applied = {}, {}
-    for label, records_dir in sources.items():
-        builds[label] = build_with_records(mod, target, records_dir)
-        applied[label] = apply_records(mod, target, records_dir)[1] if records_dir else 0
+    for label, opened in sources.items():
+        builds[label] = build_with_records(mod, target, sources=opened)
+        applied[label] = apply_records(mod, target, sources=opened)[1] if opened else 0
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal(t.shape).astype("float32") for t in program.inputs]
     outs = {}
@@ -68,20 +74,29 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
 
 
 def markdown(rows: list[dict], target: str) -> str:
-    labels = [k for k in ("untuned", "borrowed", "own") if k in rows[0]["median_ms"]]
+    labels = [k for k in ("untuned", "borrowed", "own", "chosen") if k in rows[0]["median_ms"]]
+    has_own = "own" in labels
     lines = [f"Target `{target}`; medians in ms (min-max), timed interleaved on one machine.", "",
              "| graph | " + " | ".join(labels) + " | untuned / borrowed |" +
-             (" borrowed / own |" if "own" in labels else ""),
-             "|---" * (len(labels) + 2 + ("own" in labels)) + "|"]
+             (" borrowed / own | own / chosen | borrowed / chosen |" if has_own else ""),
+             "|---" * (len(labels) + 2 + 3 * has_own) + "|"]
     for r in rows:
         med, spread = r["median_ms"], r["spread_ms"]
         cells = [f"{med[k]:.2f} ({spread[k][0]:.1f}-{spread[k][1]:.1f})" for k in labels]
         ratio = f"x{med['untuned'] / med['borrowed']:.1f}"
-        own = f" x{med['borrowed'] / med['own']:.2f} |" if "own" in labels else ""
+        own = (f" x{med['borrowed'] / med['own']:.2f} | x{med['own'] / med['chosen']:.2f} |"
+               f" x{med['borrowed'] / med['chosen']:.2f} |" if has_own else "")
         lines.append(f"| {r['graph']} | " + " | ".join(cells) + f" | {ratio} |" + own)
     geo = statistics.geometric_mean([r["median_ms"]["untuned"] / r["median_ms"]["borrowed"]
                                      for r in rows])
     lines += ["", f"Borrowed records against untuned kernels: geo-mean x{geo:.1f}."]
+    if "chosen" in rows[0]["median_ms"]:
+        ratios = {pair: statistics.geometric_mean([r["median_ms"][pair[0]] / r["median_ms"][pair[1]]
+                                                   for r in rows])
+                  for pair in (("own", "chosen"), ("borrowed", "chosen"))}
+        lines.append("Each kernel with both records built with the faster here (chosen) against "
+                     f"the own records alone: geo-mean x{ratios['own', 'chosen']:.3f}; against "
+                     f"the borrowed alone: x{ratios['borrowed', 'chosen']:.3f}.")
     return "\n".join(lines) + "\n"
 
 

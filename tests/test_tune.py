@@ -488,6 +488,10 @@ def test_records_plan_counts_own_borrowed_and_untuned_kernels(tmp_path):
     mod = program_to_module(import_model(build_model("conv5x5")))
     own = records_plan(mod, "llvm -mcpu=skylake-avx512 -num-cores=2", shipped)
     assert own.tasks >= 1 and (own.own, own.borrowed, own.untuned) == (own.tasks, 0, 0)
+    # the shipped Haswell records hold conv5x5's kernels too: each is built with the faster
+    assert own.borrowed_from == "llvm-haswell-c2" and own.both == own.tasks
+    assert f"({own.tasks} of them with a borrowed record too: built with the faster here)" in (
+        own.summary())
     lent = records_plan(mod, "llvm -mcpu=haswell -num-cores=2", tmp_path)  # none of its own
     assert (lent.own, lent.borrowed, lent.untuned) == (0, lent.tasks, 0)
     assert lent.borrowed_from == "llvm-skylake-avx512-c2"

@@ -116,11 +116,11 @@ def apply_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None
                   sources: tuple | None = None) -> tuple[tvm.IRModule, int]:
     """Return the prepared module with the records' schedules applied, and how many applied.
 
-    The target's own records come first; a kernel they lack takes a compatible target's schedule
-    where one exists (``records.record_sources``), compiled for this target. Each kernel takes
-    its fastest record that computes what the kernel does (:mod:`tvm_pet.tune.record_check`:
-    checked once per record on an llvm target, the verdict cached); a kernel none of whose
-    records agree is built untuned.
+    A kernel takes the target's own record, or a compatible target's where it has none
+    (``records.record_sources``), compiled for this target; where it has both, whichever runs
+    faster here (``kernels.chosen_record``: timed once, cached). It is its fastest record that
+    computes what the kernel does (:mod:`tvm_pet.tune.record_check`: checked once per record on
+    an llvm target, the verdict cached); a kernel none of whose records agree is built untuned.
 
     Args:
         mod: a Relax module.
@@ -134,27 +134,31 @@ def apply_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None
     """
     target = resolve_target(target)
     prepared = prepare(mod, target)
-    opened, _ = sources or records.costing_sources(records_dir, target)
+    opened, cache = sources or records.costing_sources(records_dir, target)
     if opened is None:
         return prepared, 0
     before = _scheduled_count(prepared)
-    database = checked_database(prepared, target, opened)
+    database = checked_database(prepared, target, opened, cache)
     with target, database, tvm.transform.PassContext(opt_level=3):
         applied = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(prepared)
     return applied, _scheduled_count(applied) - before
 
 
-def checked_database(mod: tvm.IRModule, target, opened: records.OpenRecords
-                     ) -> ms.database.Database:
-    """A database holding, for each task of ``mod``, its fastest record (own, then borrowed) that
-    computes what the task's kernel does; tasks with no such record are left out (untuned).
+def checked_database(mod: tvm.IRModule, target, opened: records.OpenRecords,
+                     cache: records.UntunedTimes | None = None) -> ms.database.Database:
+    """A database holding, for each task of ``mod``, its fastest record that computes what the
+    task's kernel does, own or borrowed (where it has both, the faster here:
+    ``kernels.chosen_record``, its times cached in ``cache``, in memory when ``None``); tasks
+    with no such record are left out (untuned).
 
     Each record is committed with its own workload module: structurally equal to the task's, so
     the build finds it, and named as the record's trace names its blocks (another model's kernel
     can be the same one under other block names: ``record_check.scheduled``)."""
+    from tvm_pet.tune.kernels import chosen_record  # kernels builds on this module
+    cache = records.UntunedTimes(None) if cache is None else cache
     database = ms.database.MemoryDatabase(module_equality=records.MODULE_EQUALITY)
     for task in extract_tasks(mod, target):
-        record, _ = opened.checked_best(task.mod, task.shash, target)
+        record, _ = chosen_record(opened, task, target, cache)
         if record is not None:
             workload = database.commit_workload(record.workload.mod)
             database.commit_tuning_record(ms.database.TuningRecord(

@@ -411,29 +411,31 @@ class OpenRecords:
         """True when at least one database is open."""
         return self.own is not None or self.borrowed is not None
 
-    def for_apply(self) -> ms.database.Database | None:
-        """The database to apply schedules from: the own records win, the borrowed fill in."""
-        if self.own is not None and self.borrowed is not None:
-            return ms.database.OrderedUnionDatabase(self.own, self.borrowed)
-        return self.own if self.own is not None else self.borrowed
-
     def best(self, task_mod: tvm.IRModule) -> tuple[ms.database.TuningRecord | None, bool]:
-        """Return the task's fastest valid record not known to be wrong, and whether it is
-        borrowed."""
+        """Return the task's fastest valid record not known to be wrong, own before borrowed,
+        and whether it is borrowed: what records a kernel has (the plan, the screen). The one it
+        is built with is :func:`tvm_pet.tune.kernels.chosen_record`'s."""
         shash = tvm_ffi.structural_hash(task_mod)
         for record, borrowed in self.ranked(task_mod):
             if not self.checks.known_wrong(shash, record):
                 return record, borrowed
         return None, False
 
-    def checked_best(self, task_mod: tvm.IRModule, shash: int, target: tvm.target.Target
-                     ) -> tuple[ms.database.TuningRecord | None, bool]:
-        """Return the task's fastest record that computes what its kernel does (records not yet
-        checked are checked now: :meth:`RecordChecks.agrees`), and whether it is borrowed."""
+    def checked_pair(self, task_mod: tvm.IRModule, shash: int, target: tvm.target.Target
+                     ) -> tuple[ms.database.TuningRecord | None, ms.database.TuningRecord | None]:
+        """Return the task's fastest own record and its fastest borrowed one that compute what
+        its kernel does (``None`` where there is none; records not yet checked are checked now:
+        :meth:`RecordChecks.agrees`). Which of the two a kernel is built with where it has both
+        is :func:`tvm_pet.tune.kernels.chosen_record`'s choice, by measuring."""
+        own = lent = None
         for record, borrowed in self.ranked(task_mod):
-            if self.checks.agrees(task_mod, shash, record, target):
-                return record, borrowed
-        return None, False
+            if (lent if borrowed else own) is None and self.checks.agrees(
+                    task_mod, shash, record, target):
+                if borrowed:
+                    lent = record
+                else:
+                    own = record
+        return own, lent
 
     def ranked(self, task_mod: tvm.IRModule
                ) -> Iterator[tuple[ms.database.TuningRecord, bool]]:

@@ -2,10 +2,12 @@
 
 ``tvm-pet optimize`` states this first, so that nobody waits on untuned kernels without being
 told. Each task of the module is looked up in the target's own records, then in a compatible
-target's (:func:`tvm_pet.tune.records.record_sources`): an own record wins, a borrowed one is
-applied under this target (measured: 15-37x faster than untuned kernels, and 6-24 % slower than
-records tuned for the target itself, benchmarks/results/compatible_records*.md), and the rest
-stay TVM's untuned loop nests unless a tuning budget is given.
+target's (:func:`tvm_pet.tune.records.record_sources`). A borrowed record is applied under this
+target (measured: 15-37x faster than untuned kernels, and 6-24 % slower than records tuned for
+the target itself, benchmarks/results/compatible_records*.md); a kernel with both is built with
+whichever runs faster here (:func:`tvm_pet.tune.kernels.chosen_record`: Haswell records at 32
+trials ran x0.75-x3.78 of the borrowed ones), and the rest stay TVM's untuned loop nests unless a
+tuning budget is given.
 """
 from __future__ import annotations
 
@@ -37,6 +39,9 @@ class RecordsPlan:
             whole-model budget in trials counts them).
         tuned_s: seconds earlier whole-model runs tuned this module on these records for (a
             budget in minutes counts them: :class:`~tvm_pet.tune.tuner.MinutesSpent`).
+        both: of the ``own`` kernels, those with a borrowed record too: each is built with
+            whichever of the two runs faster here (timed once, when the kernel is first built
+            or costed).
     """
 
     target: str
@@ -48,6 +53,7 @@ class RecordsPlan:
     unowned_spatial: int = 0
     own_trials: int = 0
     tuned_s: float = 0.0
+    both: int = 0
 
     @property
     def untuned(self) -> int:
@@ -71,7 +77,9 @@ class RecordsPlan:
             inside_share: with ``budget``, the part of it kept for PET's mutants when they are
                 charged inside it (``--charge inside``).
         """
-        parts = [f"{self.own} from its own records"]
+        parts = [f"{self.own} from its own records"
+                 + (f" ({self.both} of them with a borrowed record too: built with the faster "
+                    "here)" if self.both else "")]
         if self.borrowed_from is not None:
             parts.append(f"{self.borrowed} borrowed from {self.borrowed_from}")
         parts.append(f"{self.untuned} untuned")
@@ -197,6 +205,8 @@ def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
                   if record is None or lent)
     from tvm_pet.tune.tuner import earlier_tuning
     own_trials, tuned_s = earlier_tuning(tasks, opened.own, sources.own)
+    both = sum(1 for t, (record, lent) in zip(tasks, best) if record is not None and not lent
+               and any(borrowed for _, borrowed in opened.ranked(t.mod)))
     return RecordsPlan(target_dir(target), str(sources.own),
                        sources.borrowed.name if sources.borrowed else None, len(tasks),
-                       found.count(False), found.count(True), spatial, own_trials, tuned_s)
+                       found.count(False), found.count(True), spatial, own_trials, tuned_s, both)
