@@ -21,7 +21,7 @@ from tvm_pet.tune import build_with_records, extract_tasks
 from tvm_pet.tune.compile import checked_database
 from tvm_pet.tune.kernels import chosen_record, task_times
 from tvm_pet.tune.record_check import scheduled
-from tvm_pet.tune.records import UntunedTimes, db_dir, record_sources
+from tvm_pet.tune.records import RecordSources, UntunedTimes, db_dir
 from tvm_pet.tune.targets import target_dir
 
 
@@ -49,9 +49,7 @@ def both(tmp_path):
     (task,) = extract_tasks(mod, TARGET)
     write_records(db_dir(tmp_path, TARGET), [task.mod], per_task=1, valid=True)
     _split_record_dir(tmp_path / _lender_key(), task.mod, 2e-3)
-    sources = record_sources(tmp_path, TARGET)
-    assert sources.borrowed is not None and sources.borrowed.name == _lender_key()
-    opened = sources.open()
+    opened = RecordSources(db_dir(tmp_path, TARGET), tmp_path / _lender_key()).open()
     own, lent = opened.checked_pair(task.mod, task.shash, TARGET)
     assert own is not None and lent is not None
     return mod, task, opened, own, lent, tmp_path
@@ -119,7 +117,7 @@ def test_a_kernel_built_with_the_borrowed_record_computes_the_same(both):
 def test_without_an_own_record_the_borrowed_one_is_taken_unmeasured(tmp_path):
     (task,) = extract_tasks(matmul_module(8, 8, 8), TARGET)
     _split_record_dir(tmp_path / _lender_key(), task.mod, 2e-3)
-    opened = record_sources(tmp_path, TARGET).open()
+    opened = RecordSources(db_dir(tmp_path, TARGET), tmp_path / _lender_key()).open()
     calls = []
     record, borrowed = chosen_record(opened, task, TARGET, UntunedTimes(),
                                      measure_untuned=lambda *a, **k: calls.append(1) or 1.0)

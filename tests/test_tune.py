@@ -496,6 +496,10 @@ def test_records_plan_counts_own_borrowed_and_untuned_kernels(tmp_path):
     assert (lent.own, lent.borrowed, lent.untuned) == (0, lent.tasks, 0)
     assert lent.borrowed_from == "llvm-skylake-avx512-c2"
     assert f"{lent.tasks} borrowed from llvm-skylake-avx512-c2, 0 untuned" in lent.summary()
+    # a target with no folder of its own borrows the compatible one with the most records: the
+    # Skylake ones, not the few Haswell kernels that rank first for a 4-core Haswell target
+    four = records_plan(mod, "llvm -mcpu=haswell -num-cores=4", tmp_path)
+    assert four.borrowed_from == "llvm-skylake-avx512-c2"
     bare = records_plan(mod, "llvm -mcpu=haswell -num-cores=2", None)
     assert bare.untuned == bare.tasks and "--trials N" in bare.summary()
     assert "tuning 8 trials" in bare.summary(8)

@@ -452,7 +452,8 @@ def record_sources(records_dir: str | Path, target: tvm.target.Target) -> Record
     """Return where the target's schedules come from (see ``RecordSources``).
 
     The compatible directory is looked for beside the target's own (under the same records root)
-    and in the shipped records, best match first.
+    and in the shipped records: of the compatible ones, the one with the most records (the best
+    match, ``targets.compatible_dirs``, among equals).
 
     Args:
         records_dir: the records root or the target's directory.
@@ -464,7 +465,15 @@ def record_sources(records_dir: str | Path, target: tvm.target.Target) -> Record
         if root.is_dir():
             found.update({p.name: p for p in root.iterdir() if dbfile.has_database(p)})
     ranked = compatible_dirs(target, found)
-    return RecordSources(own, found[ranked[0]] if ranked else None)
+    if not ranked:
+        return RecordSources(own, None)
+    # One folder is borrowed from: the one with the most records, best match first among equals.
+    # A folder of few kernels ranked first (the shipped Haswell records, 69 workloads, for a
+    # 4-core AVX2 or a generic x86 target) would leave every other kernel untuned, where the
+    # Skylake ones (the paper's whole models) serve them: an untuned kernel ran x5-x49 slower
+    # than a borrowed one (benchmarks/results/compatible_records*.md).
+    sizes = {key: _count_lines(_unpacked(found[key]) / RECORD_FILE) for key in ranked}
+    return RecordSources(own, found[max(ranked, key=lambda k: (sizes[k], -ranked.index(k)))])
 
 
 def workload_records(db: ms.database.Database, task_mod: tvm.IRModule) -> list[ms.database.TuningRecord]:
