@@ -41,7 +41,8 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
     from tvm_pet.models import build_model
     from tvm_pet.onnx import import_model
     from tvm_pet.relax.adapter import program_to_module
-    from tvm_pet.tune import apply_records, build_with_records, time_interleaved
+    from tvm_pet.tune import apply_records, time_interleaved
+    from tvm_pet.tune.compile import build_applied
     from tvm_pet.tune.records import SHIPPED_RECORDS_DIR, costing_sources, record_sources
 
     program = import_model(build_model(name))
@@ -54,9 +55,9 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
         sources["chosen"] = (opened, cache)
     borrowed_from = record_sources(empty, target).borrowed
     builds, applied = {}, {}
-    for label, opened in sources.items():
-        builds[label] = build_with_records(mod, target, sources=opened)
-        applied[label] = apply_records(mod, target, sources=opened)[1] if opened else 0
+    for label, opened in sources.items():  # None: no records (the module untuned)
+        scheduled, applied[label] = apply_records(mod, target, sources=opened)
+        builds[label] = build_applied(scheduled, target)
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal(t.shape).astype("float32") for t in program.inputs]
     outs = {}

@@ -427,15 +427,11 @@ class OpenRecords:
         its kernel does (``None`` where there is none; records not yet checked are checked now:
         :meth:`RecordChecks.agrees`). Which of the two a kernel is built with where it has both
         is :func:`tvm_pet.tune.kernels.chosen_record`'s choice, by measuring."""
-        own = lent = None
-        for record, borrowed in self.ranked(task_mod):
-            if (lent if borrowed else own) is None and self.checks.agrees(
-                    task_mod, shash, record, target):
-                if borrowed:
-                    lent = record
-                else:
-                    own = record
-        return own, lent
+        first: dict[bool, ms.database.TuningRecord | None] = {False: None, True: None}
+        for record, borrowed in self.ranked(task_mod):  # by borrowed: own, then borrowed
+            if first[borrowed] is None and self.checks.agrees(task_mod, shash, record, target):
+                first[borrowed] = record
+        return first[False], first[True]
 
     def ranked(self, task_mod: tvm.IRModule
                ) -> Iterator[tuple[ms.database.TuningRecord, bool]]:
