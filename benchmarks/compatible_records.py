@@ -5,8 +5,12 @@
 For each graph (built from code, seeded), these builds for ``--target`` are timed interleaved:
 
 - ``untuned``: no records, TVM's naive loop nests (what a CPU without records got before);
-- ``borrowed``: the shipped records of a compatible target (``tvm_pet.tune.records.record_sources``,
-  e.g. Skylake-AVX512 records on an AVX2 target), compiled for ``--target``;
+- ``borrowed``: the shipped records of compatible targets (``tvm_pet.tune.records.record_sources``,
+  e.g. Skylake-AVX512 records on an AVX2 target; a kernel two of them hold takes the one that
+  runs faster here), compiled for ``--target``;
+- ``first lender`` (where there are two or more): the first compatible folder's records alone
+  (the one with the most records), what a target without records of its own borrowed until
+  stop 76;
 - ``own`` (with ``--own DIR``, a records root; the shipped one is ``tuning_logs``): the records
   tuned for ``--target`` itself alone, for comparison;
 - ``chosen`` (with ``--own``): both, as tvm_pet builds with them: a kernel with records of
@@ -49,11 +53,14 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
     mod = program_to_module(program)
     empty = ROOT / "build" / "no_records"  # a records root with nothing in it
     sources = {"untuned": None, "borrowed": costing_sources(empty, target)}
+    lent, lent_cache = sources["borrowed"]
+    if lent is not None and len(lent.lent) > 1:  # the first lender alone, as before stop 76
+        sources["first lender"] = (dataclasses.replace(lent, lent=lent.lent[:1]), lent_cache)
     if own:
         opened, cache = costing_sources(own, target)
-        sources["own"] = (dataclasses.replace(opened, borrowed=None, borrowed_key=None), cache)
+        sources["own"] = (opened.without_lenders(), cache)
         sources["chosen"] = (opened, cache)
-    borrowed_from = record_sources(empty, target).borrowed
+    lenders = record_sources(empty, target).lenders
     builds, applied = {}, {}
     for label, opened in sources.items():  # None: no records (the module untuned)
         scheduled, applied[label] = apply_records(mod, target, sources=opened)
@@ -66,7 +73,7 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
         outs[label] = res.numpy() if hasattr(res, "numpy") else res[0].numpy()
     err = {label: float(np.abs(out - outs["untuned"]).max()) for label, out in outs.items()}
     timings = time_interleaved(builds, inputs, rounds=rounds, number=1, repeat=3)
-    return {"graph": name, "borrowed_from": borrowed_from.name if borrowed_from else None,
+    return {"graph": name, "borrowed_from": " and ".join(p.name for p in lenders) or None,
             "shipped": str(SHIPPED_RECORDS_DIR), "kernels_scheduled": applied,
             "max_abs_err_vs_untuned": err,
             "median_ms": {k: t.median * 1e3 for k, t in timings.items()},
@@ -75,22 +82,32 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
 
 
 def markdown(rows: list[dict], target: str) -> str:
-    labels = [k for k in ("untuned", "borrowed", "own", "chosen") if k in rows[0]["median_ms"]]
-    has_own = "own" in labels
+    labels = [k for k in ("untuned", "first lender", "borrowed", "own", "chosen")
+              if k in rows[0]["median_ms"]]
+    has_own, has_first = "own" in labels, "first lender" in labels
     lines = [f"Target `{target}`; medians in ms (min-max), timed interleaved on one machine.", "",
              "| graph | " + " | ".join(labels) + " | untuned / borrowed |" +
+             (" first lender / borrowed |" if has_first else "") +
              (" borrowed / own | own / chosen | borrowed / chosen |" if has_own else ""),
-             "|---" * (len(labels) + 2 + 3 * has_own) + "|"]
+             "|---" * (len(labels) + 2 + has_first + 3 * has_own) + "|"]
     for r in rows:
         med, spread = r["median_ms"], r["spread_ms"]
         cells = [f"{med[k]:.2f} ({spread[k][0]:.1f}-{spread[k][1]:.1f})" for k in labels]
         ratio = f"x{med['untuned'] / med['borrowed']:.1f}"
+        if has_first:
+            ratio += f" | x{med['first lender'] / med['borrowed']:.3f}"
         own = (f" x{med['borrowed'] / med['own']:.2f} | x{med['own'] / med['chosen']:.2f} |"
                f" x{med['borrowed'] / med['chosen']:.2f} |" if has_own else "")
         lines.append(f"| {r['graph']} | " + " | ".join(cells) + f" | {ratio} |" + own)
     geo = statistics.geometric_mean([r["median_ms"]["untuned"] / r["median_ms"]["borrowed"]
                                      for r in rows])
     lines += ["", f"Borrowed records against untuned kernels: geo-mean x{geo:.1f}."]
+    if has_first:
+        first = statistics.geometric_mean([r["median_ms"]["first lender"]
+                                           / r["median_ms"]["borrowed"] for r in rows])
+        lines.append(f"Every compatible folder borrowed from ({rows[0]['borrowed_from']}), each "
+                     "kernel built with the record that runs fastest here, against the first "
+                     f"folder's records alone: geo-mean x{first:.3f}.")
     if "chosen" in rows[0]["median_ms"]:
         ratios = {pair: statistics.geometric_mean([r["median_ms"][pair[0]] / r["median_ms"][pair[1]]
                                                    for r in rows])

@@ -49,7 +49,7 @@ def both(tmp_path):
     (task,) = extract_tasks(mod, TARGET)
     write_records(db_dir(tmp_path, TARGET), [task.mod], per_task=1, valid=True)
     _split_record_dir(tmp_path / _lender_key(), task.mod, 2e-3)
-    opened = RecordSources(db_dir(tmp_path, TARGET), tmp_path / _lender_key()).open()
+    opened = RecordSources(db_dir(tmp_path, TARGET), (tmp_path / _lender_key(),)).open()
     own, lent = opened.checked_pair(task.mod, task.shash, TARGET)
     assert own is not None and lent is not None
     return mod, task, opened, own, lent, tmp_path
@@ -77,8 +77,8 @@ def test_the_faster_record_here_is_costed_and_a_tie_keeps_the_own(both, own_s, l
     _, task, opened, own, lent, _ = both
     calls, cache = [], UntunedTimes()
     measure = _measure(lent, own_s, lent_s, calls)
-    record, borrowed = chosen_record(opened, task, TARGET, cache, measure_untuned=measure)
-    assert borrowed is takes_lent
+    record, lender = chosen_record(opened, task, TARGET, cache, measure_untuned=measure)
+    assert lender == (_lender_key() if takes_lent else None)
     assert float(record.run_secs[0]) == (2e-3 if takes_lent else 1e-3)  # the record it names
     assert sorted(calls) == ["lent", "own"]  # each timed once
     (time,) = task_times([task], TARGET, cache=cache, database=opened, measure_untuned=measure)
@@ -117,8 +117,68 @@ def test_a_kernel_built_with_the_borrowed_record_computes_the_same(both):
 def test_without_an_own_record_the_borrowed_one_is_taken_unmeasured(tmp_path):
     (task,) = extract_tasks(matmul_module(8, 8, 8), TARGET)
     _split_record_dir(tmp_path / _lender_key(), task.mod, 2e-3)
-    opened = RecordSources(db_dir(tmp_path, TARGET), tmp_path / _lender_key()).open()
+    opened = RecordSources(db_dir(tmp_path, TARGET), (tmp_path / _lender_key(),)).open()
     calls = []
-    record, borrowed = chosen_record(opened, task, TARGET, UntunedTimes(),
-                                     measure_untuned=lambda *a, **k: calls.append(1) or 1.0)
-    assert borrowed and record is not None and calls == []
+    record, lender = chosen_record(opened, task, TARGET, UntunedTimes(),
+                                   measure_untuned=lambda *a, **k: calls.append(1) or 1.0)
+    assert lender == _lender_key() and record is not None and calls == []
+
+
+def _second_lender_key() -> str:
+    """Another records folder compatible with this host's target: four more cores."""
+    return re.sub(r"-c(\d+)$", lambda m: f"-c{int(m[1]) + 4}", target_dir(TARGET))
+
+
+@pytest.mark.parametrize("first_s, second_s, takes_second", [(2e-3, 1e-3, True),
+                                                             (1e-3, 2e-3, False),
+                                                             (1e-3, 1e-3, False)])
+def test_of_two_lenders_the_faster_here_is_taken_and_a_tie_keeps_the_first(
+        tmp_path, first_s, second_s, takes_second):
+    """A target without records of its own that borrows from two folders (a 4-core AVX2 CPU
+    reads the Skylake and the Haswell records) builds each kernel they both hold with the
+    record that runs faster here, not always the first folder's."""
+    mod = matmul_module(8, 8, 8)
+    (task,) = extract_tasks(mod, TARGET)
+    _split_record_dir(tmp_path / _lender_key(), task.mod, 2e-3)
+    write_records(tmp_path / _second_lender_key(), [task.mod], per_task=1, valid=True)
+    opened = RecordSources(db_dir(tmp_path, TARGET), (tmp_path / _lender_key(),
+                                                      tmp_path / _second_lender_key())).open()
+    assert opened.sources_of(task.mod) == [_lender_key(), _second_lender_key()]
+    found = opened.checked_by_source(task.mod, task.shash, TARGET)
+    assert list(found) == [_lender_key(), _second_lender_key()]
+    first_mod = scheduled(found[_lender_key()])
+    calls = []
+
+    def measure(task_mod, _target, repeat):
+        is_first = tvm_ffi.structural_equal(task_mod, first_mod)
+        calls.append("first" if is_first else "second")
+        return first_s if is_first else second_s
+
+    cache = UntunedTimes()
+    record, lender = chosen_record(opened, task, TARGET, cache, measure_untuned=measure)
+    assert lender == (_second_lender_key() if takes_second else _lender_key())
+    assert str(record.trace) == str(found[lender].trace)
+    assert sorted(calls) == ["first", "second"]  # each timed once, under its own key
+    (time,) = task_times([task], TARGET, cache=cache, database=opened, measure_untuned=measure)
+    assert (time.source, time.seconds, len(calls)) == ("borrowed", min(first_s, second_s), 2)
+    (applied,) = checked_database(mod, TARGET, opened, cache).get_all_tuning_records()
+    assert str(applied.trace) == str(record.trace)  # the build takes what the costing chose
+
+
+def test_a_record_known_to_be_wrong_is_not_a_source_of_the_kernel(tmp_path):
+    """The plan counts a kernel as held by two targets only where neither record is known to
+    compute something else (a lender's shipped verdicts say so)."""
+    import json
+
+    from tvm_pet.tune.record_check import CHECKS_FILE, record_key
+    (task,) = extract_tasks(matmul_module(8, 8, 8), TARGET)
+    write_records(db_dir(tmp_path, TARGET), [task.mod], per_task=1, valid=True)
+    _split_record_dir(tmp_path / _lender_key(), task.mod, 2e-3)
+    sources = RecordSources(db_dir(tmp_path, TARGET), (tmp_path / _lender_key(),))
+    assert sources.open().sources_of(task.mod) == [None, _lender_key()]
+    (lent,) = [record for record, source in sources.open().ranked(task.mod) if source]
+    (tmp_path / _lender_key() / CHECKS_FILE).write_text(
+        json.dumps({record_key(task.shash, lent): False}))
+    opened = sources.open()
+    assert opened.sources_of(task.mod) == [None]
+    assert opened.checked_by_source(task.mod, task.shash, TARGET).keys() == {None}

@@ -115,10 +115,10 @@ def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = N
     opened = records.OpenRecords.of(database)
     times = []
     for task in tasks:
-        record, borrowed = chosen_record(opened, task, target, cache, repeat=repeat,
-                                         measure_untuned=measure)
-        source = "untuned" if record is None else "borrowed" if borrowed else "tuned"
-        seconds = _time(task, record, borrowed, opened, target, cache, measure, repeat)
+        record, lender = chosen_record(opened, task, target, cache, repeat=repeat,
+                                       measure_untuned=measure)
+        source = "untuned" if record is None else "borrowed" if lender else "tuned"
+        seconds = _time(task, record, lender, target, cache, measure, repeat)
         times.append(KernelTime(task.name, task.weight, seconds, source, task.shash))
     return times
 
@@ -126,36 +126,42 @@ def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = N
 def chosen_record(opened: records.OpenRecords, task: Task, target,
                   cache: records.UntunedTimes, *, repeat: int = 3,
                   measure_untuned: Callable[..., float] | None = None
-                  ) -> tuple[ms.database.TuningRecord | None, bool]:
-    """Return the record a task's kernel is built with, and whether it is borrowed: its fastest
-    record that computes what the kernel does (:meth:`records.OpenRecords.checked_pair`), and
-    where it has one of its own target and one borrowed, whichever of the two runs faster
-    here, each timed once and cached as :func:`kernel_times` caches it (a tie keeps the own).
+                  ) -> tuple[ms.database.TuningRecord | None, str | None]:
+    """Return the record a task's kernel is built with, and the key of the target it is
+    borrowed from (``None`` where it is the target's own, or where there is none): of the
+    task's records that compute what the kernel does, the fastest of each source
+    (:meth:`records.OpenRecords.checked_by_source`: the target's own, each lender's); where
+    there are two or more, whichever runs fastest here, each timed once and cached as
+    :func:`kernel_times` caches it (a tie keeps the first read: the own, then the lenders in
+    order).
 
     The build (``compile.checked_database``) and the costing (:func:`task_times`) both ask
     this, so a kernel is costed with the schedule it is built with. An own record is not always
     the faster: Haswell records tuned at 32 trials per kernel ran ×0.75 of the Skylake-AVX512
     ones tuned at 192, under the Haswell target, on conv5x5, and ×3.78 on the CSRNet back end
-    (benchmarks/results/compatible_records_haswell_own32*.md)."""
-    own, lent = opened.checked_pair(task.mod, task.shash, target)
-    if own is None or lent is None:
-        return (own, False) if own is not None else (lent, lent is not None)
+    (benchmarks/results/compatible_records_haswell_own32*.md); nor is one lender's for a target
+    that borrows from two (a 4-core AVX2 target reads the Skylake and the Haswell records)."""
+    found = opened.checked_by_source(task.mod, task.shash, target)
+    if len(found) < 2:
+        return next(iter(found.values()), None), next(iter(found), None)
     measure = measure_untuned or measure_primfunc
-    own_s = _time(task, own, False, opened, target, cache, measure, repeat)
-    lent_s = _time(task, lent, True, opened, target, cache, measure, repeat)
-    return (lent, True) if lent_s < own_s else (own, False)
+    seconds = {source: _time(task, record, source, target, cache, measure, repeat)
+               for source, record in found.items()}
+    fastest = min(seconds, key=seconds.get)  # the first of equals: dicts keep their order
+    return found[fastest], fastest
 
 
-def _time(task: Task, record: ms.database.TuningRecord | None, borrowed: bool,
-          opened: records.OpenRecords, target, cache: records.UntunedTimes,
-          measure: Callable[..., float], repeat: int) -> float:
+def _time(task: Task, record: ms.database.TuningRecord | None, lender: str | None,
+          target, cache: records.UntunedTimes, measure: Callable[..., float],
+          repeat: int) -> float:
     """The time of a task's kernel built with ``record``'s schedule (untuned where it is
-    ``None``), measured here once and cached."""
+    ``None``; borrowed from the target ``lender`` where that is not ``None``), measured here
+    once and cached."""
     tuned_s = records.mean_run_secs(record) if record is not None else None
     # the record's own time names its schedule: a better record found later is timed anew
     key = (task.shash if tuned_s is None else
-           f"{task.shash}@{opened.borrowed_key if borrowed else 'tuned'}:{tuned_s:.9g}")
-    own_s = None if borrowed else tuned_s  # a borrowed time is another CPU's
+           f"{task.shash}@{lender or 'tuned'}:{tuned_s:.9g}")
+    own_s = None if lender else tuned_s  # a borrowed time is another CPU's
     seconds = _cached(cache, target, key, own_s)
     if seconds is None:
         task_mod = task.mod if tuned_s is None else scheduled(record)

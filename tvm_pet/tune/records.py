@@ -362,43 +362,49 @@ def costing_sources(records_dir: str | Path | None, target: tvm.target.Target):
 
 @dataclasses.dataclass(frozen=True)
 class RecordSources:
-    """Where a target's schedules come from: its own records, then a compatible target's.
+    """Where a target's schedules come from: its own records, then compatible targets'.
 
-    When the target's own directory lacks a task, the records of a compatible target
+    When the target's own directory lacks a task, the records of compatible targets
     (``targets.compatible_dirs``: another x86 level or core count) are *borrowed* for it: the
     schedule is applied under this target, so LLVM compiles it for this CPU's instructions. Their
-    recorded times were measured on the other CPU, so costing re-measures borrowed schedules
-    here (``borrowed=True`` in ``best``). Tuning writes only to ``own``.
+    recorded times were measured on other CPUs, so costing re-measures borrowed schedules here
+    (``borrowed=True`` in ``best``), and a kernel with records of two or more sources is built
+    with the one that runs fastest here (``kernels.chosen_record``). Tuning writes only to
+    ``own``.
 
     Attributes:
         own: the target's own directory (it may not exist yet).
-        borrowed: the compatible directory read after it, or ``None``.
+        lenders: the compatible directories read after it, the first the one with the most
+            records (``record_sources``); empty when there is none.
     """
 
     own: Path
-    borrowed: Path | None = None
+    lenders: tuple[Path, ...] = ()
+
+    @property
+    def borrowed(self) -> Path | None:
+        """The first lender (the one with the most records), or ``None``."""
+        return self.lenders[0] if self.lenders else None
 
     def open(self) -> "OpenRecords":
         """Open the databases that exist, each a :class:`LazyDatabase`."""
         own = (_open_dir(self.own, lazy=True) if _count_lines(_unpacked(self.own) / RECORD_FILE)
                else None)
         checks = RecordChecks(self.own / CHECKS_FILE,
-                              also=() if self.borrowed is None else [self.borrowed / CHECKS_FILE])
-        if self.borrowed is None:
-            return OpenRecords(own, checks=checks)
-        return OpenRecords(own, _open_dir(self.borrowed, lazy=True), self.borrowed.name, checks)
+                              also=[lender / CHECKS_FILE for lender in self.lenders])
+        return OpenRecords(own, tuple((lender.name, _open_dir(lender, lazy=True))
+                                      for lender in self.lenders), checks)
 
 
 @dataclasses.dataclass(frozen=True)
 class OpenRecords:
-    """The opened databases of ``RecordSources``: the target's own, then the borrowed one (and
-    the target key of the borrowed directory), and the verdicts of the records checked against
-    their kernels (:mod:`tvm_pet.tune.record_check`): a record known to compute something else is
-    never a task's best."""
+    """The opened databases of ``RecordSources``: the target's own, then the lenders' (each with
+    its directory's target key), and the verdicts of the records checked against their kernels
+    (:mod:`tvm_pet.tune.record_check`): a record known to compute something else is never a
+    task's best."""
 
     own: ms.database.Database | None
-    borrowed: ms.database.Database | None = None
-    borrowed_key: str | None = None  # the borrowed directory's target key
+    lent: tuple[tuple[str, ms.database.Database], ...] = ()  # (target key, database), in order
     checks: RecordChecks = dataclasses.field(default_factory=RecordChecks)
 
     @classmethod
@@ -409,47 +415,79 @@ class OpenRecords:
     @property
     def any(self) -> bool:
         """True when at least one database is open."""
-        return self.own is not None or self.borrowed is not None
+        return self.own is not None or bool(self.lent)
+
+    @property
+    def lender_keys(self) -> tuple[str, ...]:
+        """The lenders' target keys, in the order they are read."""
+        return tuple(key for key, _ in self.lent)
+
+    def without_lenders(self) -> "OpenRecords":
+        """The same own records and verdicts, with nothing borrowed."""
+        return dataclasses.replace(self, lent=())
 
     def best(self, task_mod: tvm.IRModule) -> tuple[ms.database.TuningRecord | None, bool]:
         """Return the task's fastest valid record not known to be wrong, own before borrowed,
         and whether it is borrowed: what records a kernel has (the plan, the screen). The one it
         is built with is :func:`tvm_pet.tune.kernels.chosen_record`'s."""
         shash = tvm_ffi.structural_hash(task_mod)
-        for record, borrowed in self.ranked(task_mod):
+        for record, source in self.ranked(task_mod):
             if not self.checks.known_wrong(shash, record):
-                return record, borrowed
+                return record, source is not None
         return None, False
+
+    def sources_of(self, task_mod: tvm.IRModule) -> list[str | None]:
+        """The sources with a record of the task not known to be wrong, in the order they are
+        read (``None`` for the target's own, else a lender's key); read off the records and
+        their verdicts, nothing checked."""
+        shash = tvm_ffi.structural_hash(task_mod)
+        found: list[str | None] = []
+        for record, source in self.ranked(task_mod):
+            if source not in found and not self.checks.known_wrong(shash, record):
+                found.append(source)
+        return found
+
+    def checked_by_source(self, task_mod: tvm.IRModule, shash: int, target: tvm.target.Target
+                          ) -> dict[str | None, ms.database.TuningRecord]:
+        """Return, per source (``None`` for the target's own, else a lender's key, in the order
+        they are read), the task's fastest record there that computes what its kernel does
+        (records not yet checked are checked now: :meth:`RecordChecks.agrees`); sources with
+        none are left out. Which one a kernel is built with where there are several is
+        :func:`tvm_pet.tune.kernels.chosen_record`'s choice, by measuring."""
+        first: dict[str | None, ms.database.TuningRecord] = {}
+        for record, source in self.ranked(task_mod):
+            if source not in first and self.checks.agrees(task_mod, shash, record, target):
+                first[source] = record
+        return first
 
     def checked_pair(self, task_mod: tvm.IRModule, shash: int, target: tvm.target.Target
                      ) -> tuple[ms.database.TuningRecord | None, ms.database.TuningRecord | None]:
-        """Return the task's fastest own record and its fastest borrowed one that compute what
-        its kernel does (``None`` where there is none; records not yet checked are checked now:
-        :meth:`RecordChecks.agrees`). Which of the two a kernel is built with where it has both
-        is :func:`tvm_pet.tune.kernels.chosen_record`'s choice, by measuring."""
-        first: dict[bool, ms.database.TuningRecord | None] = {False: None, True: None}
-        for record, borrowed in self.ranked(task_mod):  # by borrowed: own, then borrowed
-            if first[borrowed] is None and self.checks.agrees(task_mod, shash, record, target):
-                first[borrowed] = record
-        return first[False], first[True]
+        """Return the task's fastest own record that computes what its kernel does, and the
+        first lender's such record (``None`` where there is none): :meth:`checked_by_source`
+        cut to two."""
+        first = self.checked_by_source(task_mod, shash, target)
+        lent = [record for source, record in first.items() if source is not None]
+        return first.get(None), (lent[0] if lent else None)
 
     def ranked(self, task_mod: tvm.IRModule
-               ) -> Iterator[tuple[ms.database.TuningRecord, bool]]:
-        """The task's valid records, fastest first: the target's own, then the borrowed ones
-        (each with whether it is borrowed)."""
-        for database, borrowed in ((self.own, False), (self.borrowed, True)):
+               ) -> Iterator[tuple[ms.database.TuningRecord, str | None]]:
+        """The task's valid records, fastest first: the target's own, then each lender's (each
+        with its source: ``None`` for the own, else the lender's key)."""
+        for source, database in ((None, self.own), *self.lent):
             if database is not None and database.has_workload(task_mod):
                 workload = database.commit_workload(task_mod)  # the existing one; writes nothing
                 for record in database.get_top_k(workload, RANKED_RECORDS):
-                    yield record, borrowed
+                    yield record, source
 
 
 def record_sources(records_dir: str | Path, target: tvm.target.Target) -> RecordSources:
     """Return where the target's schedules come from (see ``RecordSources``).
 
-    The compatible directory is looked for beside the target's own (under the same records root)
-    and in the shipped records: of the compatible ones, the one with the most records (the best
-    match, ``targets.compatible_dirs``, among equals).
+    The compatible directories are looked for beside the target's own (under the same records
+    root) and in the shipped records. All of them are lenders, the one with the most records
+    first, then by match (``targets.compatible_dirs``): a kernel that several of them hold is
+    built with the record that runs fastest here, so the order settles only ties and what the
+    plan names first.
 
     Args:
         records_dir: the records root or the target's directory.
@@ -461,15 +499,13 @@ def record_sources(records_dir: str | Path, target: tvm.target.Target) -> Record
         if root.is_dir():
             found.update({p.name: p for p in root.iterdir() if dbfile.has_database(p)})
     ranked = compatible_dirs(target, found)
-    if not ranked:
-        return RecordSources(own, None)
-    # One folder is borrowed from: the one with the most records, best match first among equals.
-    # A folder of few kernels ranked first (the shipped Haswell records, 69 workloads, for a
-    # 4-core AVX2 or a generic x86 target) would leave every other kernel untuned, where the
-    # Skylake ones (the paper's whole models) serve them: an untuned kernel ran x5-x49 slower
-    # than a borrowed one (benchmarks/results/compatible_records*.md).
+    # The folder with the most records first: the shipped Haswell records (69 workloads) rank
+    # first by match for a 4-core AVX2 or a generic x86 target, where the Skylake ones hold the
+    # paper's whole models (an untuned kernel ran x5-x49 slower than a borrowed one,
+    # benchmarks/results/compatible_records*.md); the Haswell ones are still read after them.
     sizes = {key: _count_lines(_unpacked(found[key]) / RECORD_FILE) for key in ranked}
-    return RecordSources(own, found[max(ranked, key=lambda k: (sizes[k], -ranked.index(k)))])
+    order = sorted(ranked, key=lambda k: (-sizes[k], ranked.index(k)))
+    return RecordSources(own, tuple(found[key] for key in order))
 
 
 def workload_records(db: ms.database.Database, task_mod: tvm.IRModule) -> list[ms.database.TuningRecord]:

@@ -1,13 +1,14 @@
 """The records plan: before anything slow, which of a module's kernels have schedules, and whose.
 
 ``tvm-pet optimize`` states this first, so that nobody waits on untuned kernels without being
-told. Each task of the module is looked up in the target's own records, then in a compatible
-target's (:func:`tvm_pet.tune.records.record_sources`). A borrowed record is applied under this
+told. Each task of the module is looked up in the target's own records, then in compatible
+targets' (:func:`tvm_pet.tune.records.record_sources`). A borrowed record is applied under this
 target (measured: 15-37x faster than untuned kernels, and 6-24 % slower than records tuned for
-the target itself, benchmarks/results/compatible_records*.md); a kernel with both is built with
-whichever runs faster here (:func:`tvm_pet.tune.kernels.chosen_record`: Haswell records at 32
-trials ran x0.75-x3.78 of the borrowed ones), and the rest stay TVM's untuned loop nests unless a
-tuning budget is given.
+the target itself, benchmarks/results/compatible_records*.md); a kernel with records of two or
+more targets is built with whichever runs fastest here
+(:func:`tvm_pet.tune.kernels.chosen_record`: Haswell records at 32 trials ran x0.75-x3.78 of
+the borrowed ones), and the rest stay TVM's untuned loop nests unless a tuning budget is
+given.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ class RecordsPlan:
     Attributes:
         target: the target's key (``target_dir``).
         records_dir: the target's own records directory.
-        borrowed_from: the compatible target's key whose records fill in, or ``None``.
+        borrowed_from: the compatible targets' keys whose records fill in (``" and "``
+            between them, the one with the most records first), or ``None``.
         tasks: distinct kernels (tuning tasks) of the module.
         own: kernels scheduled by the target's own records.
         borrowed: kernels scheduled by the borrowed records.
@@ -39,9 +41,9 @@ class RecordsPlan:
             whole-model budget in trials counts them).
         tuned_s: seconds earlier whole-model runs tuned this module on these records for (a
             budget in minutes counts them: :class:`~tvm_pet.tune.tuner.MinutesSpent`).
-        both: of the ``own`` kernels, those with a borrowed record too: each is built with
-            whichever of the two runs faster here (timed once, when the kernel is first built
-            or costed).
+        both: kernels with records of two or more targets (the own and a lender's, or two
+            lenders'), none known to be wrong: each is built with whichever runs fastest here
+            (timed once, when the kernel is first built or costed).
     """
 
     target: str
@@ -77,13 +79,13 @@ class RecordsPlan:
             inside_share: with ``budget``, the part of it kept for PET's mutants when they are
                 charged inside it (``--charge inside``).
         """
-        parts = [f"{self.own} from its own records"
-                 + (f" ({self.both} of them with a borrowed record too: built with the faster "
-                    "here)" if self.both else "")]
+        parts = [f"{self.own} from its own records"]
         if self.borrowed_from is not None:
             parts.append(f"{self.borrowed} borrowed from {self.borrowed_from}")
         parts.append(f"{self.untuned} untuned")
-        line = f"records for {self.target}: {self.tasks} kernels, " + ", ".join(parts)
+        line = (f"records for {self.target}: {self.tasks} kernels, " + ", ".join(parts)
+                + (f" ({self.both} with records of more than one target: each built with "
+                   "the one that runs fastest here)" if self.both else ""))
         if budget is not None:
             spent, left = self._spent(budget)
             words = str(budget) + ("" if inside_share is None else
@@ -205,8 +207,7 @@ def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
                   if record is None or lent)
     from tvm_pet.tune.tuner import earlier_tuning
     own_trials, tuned_s = earlier_tuning(tasks, opened.own, sources.own)
-    both = sum(1 for t, (record, lent) in zip(tasks, best) if record is not None and not lent
-               and any(borrowed for _, borrowed in opened.ranked(t.mod)))
-    return RecordsPlan(target_dir(target), str(sources.own),
-                       sources.borrowed.name if sources.borrowed else None, len(tasks),
+    both = sum(len(opened.sources_of(t.mod)) > 1 for t in tasks)
+    lenders = " and ".join(lender.name for lender in sources.lenders)
+    return RecordsPlan(target_dir(target), str(sources.own), lenders or None, len(tasks),
                        found.count(False), found.count(True), spatial, own_trials, tuned_s, both)
