@@ -47,7 +47,7 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
     from tvm_pet.relax.adapter import program_to_module
     from tvm_pet.tune import apply_records, time_interleaved
     from tvm_pet.tune.compile import build_applied
-    from tvm_pet.tune.records import SHIPPED_RECORDS_DIR, costing_sources, record_sources
+    from tvm_pet.tune.records import SHIPPED_RECORDS_DIR, costing_sources
 
     program = import_model(build_model(name))
     mod = program_to_module(program)
@@ -60,7 +60,6 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
         opened, cache = costing_sources(own, target)
         sources["own"] = (opened.without_lenders(), cache)
         sources["chosen"] = (opened, cache)
-    lenders = record_sources(empty, target).lenders
     builds, applied = {}, {}
     for label, opened in sources.items():  # None: no records (the module untuned)
         scheduled, applied[label] = apply_records(mod, target, sources=opened)
@@ -73,7 +72,7 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
         outs[label] = res.numpy() if hasattr(res, "numpy") else res[0].numpy()
     err = {label: float(np.abs(out - outs["untuned"]).max()) for label, out in outs.items()}
     timings = time_interleaved(builds, inputs, rounds=rounds, number=1, repeat=3)
-    return {"graph": name, "borrowed_from": " and ".join(p.name for p in lenders) or None,
+    return {"graph": name, "borrowed_from": " and ".join(lent.lender_keys if lent else ()) or None,
             "shipped": str(SHIPPED_RECORDS_DIR), "kernels_scheduled": applied,
             "max_abs_err_vs_untuned": err,
             "median_ms": {k: t.median * 1e3 for k, t in timings.items()},

@@ -50,7 +50,8 @@ def both(tmp_path):
     write_records(db_dir(tmp_path, TARGET), [task.mod], per_task=1, valid=True)
     _split_record_dir(tmp_path / _lender_key(), task.mod, 2e-3)
     opened = RecordSources(db_dir(tmp_path, TARGET), (tmp_path / _lender_key(),)).open()
-    own, lent = opened.checked_pair(task.mod, task.shash, TARGET)
+    found = opened.checked_by_source(task.mod, task.shash, TARGET)
+    own, lent = found.get(None), found.get(_lender_key())
     assert own is not None and lent is not None
     return mod, task, opened, own, lent, tmp_path
 

@@ -42,7 +42,7 @@ def test_measured_cost_reads_the_records(name):
     module = program_to_module(import_model(build_model(name)))
     opened = record_sources(ROOT, TARGET).open()
     tasks = extract_tasks(module, TARGET)
-    own = [opened.checked_pair(t.mod, t.shash, TARGET)[0] for t in tasks]
+    own = [opened.checked_by_source(t.mod, t.shash, TARGET).get(None) for t in tasks]
     assert tasks and all(r is not None for r in own), [t.name for t, r in zip(tasks, own) if not r]
     times = kernel_times(module, TARGET, ROOT)
     assert {t.shash for t in times} == {t.shash for t in tasks}

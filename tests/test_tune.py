@@ -446,7 +446,8 @@ def test_record_sources_borrow_a_compatible_directory_beside_the_own(tmp_path):
         (tmp_path / key / "database_workload.json").write_text("")
     sources = record_sources(tmp_path, haswell)
     assert sources.own == tmp_path / "llvm-haswell-c2"
-    assert sources.borrowed == tmp_path / "llvm-skylake-avx512-c2"  # beside the own one first
+    # beside the own one first (its entry wins over the shipped folder of that name)
+    assert sources.lenders == (tmp_path / "llvm-skylake-avx512-c2",)
 
 
 def test_target_specs_as_on_tvms_command_line_or_json():

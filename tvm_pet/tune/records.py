@@ -381,11 +381,6 @@ class RecordSources:
     own: Path
     lenders: tuple[Path, ...] = ()
 
-    @property
-    def borrowed(self) -> Path | None:
-        """The first lender (the one with the most records), or ``None``."""
-        return self.lenders[0] if self.lenders else None
-
     def open(self) -> "OpenRecords":
         """Open the databases that exist, each a :class:`LazyDatabase`."""
         own = (_open_dir(self.own, lazy=True) if _count_lines(_unpacked(self.own) / RECORD_FILE)
@@ -459,15 +454,6 @@ class OpenRecords:
             if source not in first and self.checks.agrees(task_mod, shash, record, target):
                 first[source] = record
         return first
-
-    def checked_pair(self, task_mod: tvm.IRModule, shash: int, target: tvm.target.Target
-                     ) -> tuple[ms.database.TuningRecord | None, ms.database.TuningRecord | None]:
-        """Return the task's fastest own record that computes what its kernel does, and the
-        first lender's such record (``None`` where there is none): :meth:`checked_by_source`
-        cut to two."""
-        first = self.checked_by_source(task_mod, shash, target)
-        lent = [record for source, record in first.items() if source is not None]
-        return first.get(None), (lent[0] if lent else None)
 
     def ranked(self, task_mod: tvm.IRModule
                ) -> Iterator[tuple[ms.database.TuningRecord, str | None]]:

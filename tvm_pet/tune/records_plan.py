@@ -201,13 +201,14 @@ def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
                            sum(not reduces(t) for t in tasks))
     sources = records.record_sources(records_dir, target)
     opened = sources.open() if opened is None else opened
-    best = [opened.best(t.mod) for t in tasks]  # per task: (record or None, borrowed)
-    found = [lent for record, lent in best if record is not None]
-    spatial = sum(not reduces(t) for t, (record, lent) in zip(tasks, best)
-                  if record is None or lent)
+    # per task, the sources holding a record not known to be wrong; the first is its best's
+    # (``OpenRecords.best``): None for the own, else a lender's key
+    held = [opened.sources_of(t.mod) for t in tasks]
+    found = [srcs[0] is not None for srcs in held if srcs]
+    spatial = sum(not reduces(t) for t, srcs in zip(tasks, held) if not srcs or srcs[0])
     from tvm_pet.tune.tuner import earlier_tuning
     own_trials, tuned_s = earlier_tuning(tasks, opened.own, sources.own)
-    both = sum(len(opened.sources_of(t.mod)) > 1 for t in tasks)
+    both = sum(len(srcs) > 1 for srcs in held)
     lenders = " and ".join(lender.name for lender in sources.lenders)
     return RecordsPlan(target_dir(target), str(sources.own), lenders or None, len(tasks),
                        found.count(False), found.count(True), spatial, own_trials, tuned_s, both)
