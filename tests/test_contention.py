@@ -24,10 +24,15 @@ from tvm_pet.tune.records import UNTUNED_FILE, UntunedTimes
 
 @pytest.mark.skipif(contention.read_cpu() is None, reason="no /proc/stat: nothing to watch")
 def test_a_process_running_flat_out_beside_a_measurement_makes_it_shared():
+    # It says when it spins: a Python that starts slowly (a loaded machine, a sitecustomize that
+    # imports tvm) must not leave the watch over a process still starting.
     busy = subprocess.Popen([sys.executable, "-c",
-                             "import time\nend = time.time() + 3\nwhile time.time() < end: pass"])
+                             "import time\nprint('spinning', flush=True)\n"
+                             "end = time.time() + 3\nwhile time.time() < end: pass"],
+                            stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)  # started and spinning
+        assert busy.stdout.readline().strip() == "spinning"
+        time.sleep(0.1)
         with contention.CpuWatch() as watch:
             end = time.perf_counter() + 0.5
             while time.perf_counter() < end:  # this process's own work is not the others'

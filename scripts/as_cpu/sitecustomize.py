@@ -6,19 +6,52 @@
 ``tvm_pet.tune.targets.detect_mcpu`` then returns ``FAKE_MCPU`` (when asked about this machine,
 not about a given ``/proc/cpuinfo`` text), so ``resolve_target("llvm")`` names that level and the
 records are looked up for it: the CI of an AVX2 host, on an AVX-512 one (whose CPU runs the AVX2
-code). Python imports this file at start-up from ``PYTHONPATH``, subprocesses included. It
-imports tvm (and tvm_pet's own imports) first, so the two tests of what ``import tvm_pet`` loads
-(``test_names_a_tvm_user_reaches_for``, ``test_a_pt2_file_without_torch_names_the_extra``) fail
-under it and pass without it. Found with it (2026-12-02): two tests that failed on AVX2 hosts.
+code). Python imports this file at start-up from ``PYTHONPATH``, subprocesses included. It imports
+nothing of tvm_pet's: an import hook replaces ``detect_mcpu`` as soon as
+``tvm_pet.tune.targets`` has run, before any other module can take it by name, so what
+``import tvm_pet`` loads is what it loads without the patch (until 2026-12-02 this file imported
+tvm_pet, and with it tvm, at start-up, and the two tests of what ``import tvm_pet`` loads failed
+under it). Found with it (2026-12-02): two tests that failed on AVX2 hosts.
 """
+import importlib.abc
+import importlib.machinery
 import os
+import sys
 
 _FAKE = os.environ.get("FAKE_MCPU")
+_MODULE = "tvm_pet.tune.targets"
+
+
+def _patch(targets) -> None:
+    real = targets.detect_mcpu
+    targets.detect_mcpu = lambda cpuinfo=None: real(cpuinfo) if cpuinfo is not None else _FAKE
+
+
+class _Loader(importlib.abc.Loader):
+    """The module's own loader, with ``detect_mcpu`` replaced once the module has run."""
+
+    def __init__(self, loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        _patch(module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds ``tvm_pet.tune.targets`` as Python would, and hands it out with ``_Loader``."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader)
+        return spec
+
+
 if _FAKE:
-    try:
-        import tvm_pet.tune.targets as _targets
-    except ImportError:  # an interpreter without tvm_pet: nothing to fake
-        _targets = None
-    if _targets is not None:
-        _real = _targets.detect_mcpu
-        _targets.detect_mcpu = lambda cpuinfo=None: _real(cpuinfo) if cpuinfo is not None else _FAKE
+    sys.meta_path.insert(0, _Finder())
