@@ -111,6 +111,32 @@ def test_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
     assert "GPU" in err and "Traceback" not in err
 
 
+#: /proc/cpuinfo's flags of an AVX2 CPU without AVX-512 (a 2-core AMD EPYC, Zen 3).
+AVX2_CPUINFO = ("flags\t\t: fpu sse sse2 pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt "
+                "aes xsave avx f16c rdrand bmi1 avx2 bmi2 adx\n")
+
+
+@pytest.mark.parametrize("command", ["optimize", "tune"])
+def test_a_target_with_instructions_this_cpu_lacks_is_a_clear_error(tmp_path, capsys,
+                                                                     monkeypatch, command):
+    """An AVX-512 target on an AVX2 CPU: its first kernel run would kill the process with
+    'Illegal instruction' (seen on a Zen 3 EPYC, 2026-12-03); it stops first, with a reason."""
+    from tvm_pet.tune import targets
+    avx2 = targets._cpu_flags(AVX2_CPUINFO)
+    monkeypatch.setattr(targets, "_cpu_flags", lambda _cpuinfo: avx2)
+    monkeypatch.setattr(targets, "detect_mcpu", lambda _cpuinfo=None: "haswell")
+    model = tmp_path / "m.onnx"
+    onnx.save(dilated_model(), model)
+    argv = [command, str(model), "--target", "llvm -mcpu=skylake-avx512", "--records",
+            str(tmp_path / "records")] + (["--out", str(tmp_path / "o")] if command == "optimize"
+                                           else ["--trials", "2"])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "avx512f" in err and "Illegal instruction" in err and "Traceback" not in err
+    assert "llvm-haswell-c" in err  # the target that runs here
+    assert not (tmp_path / "records").exists()  # nothing tuned or written
+
+
 @pytest.mark.tuning
 def test_tune_then_reuse_with_zero_new_trials(tmp_path, capsys):
     """`tvm-pet tune` tunes the original and its promising mutants; a second run adds nothing."""

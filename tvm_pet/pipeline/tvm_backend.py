@@ -41,7 +41,7 @@ from tvm_pet.tune.measured_cost import MeasuredCost, kernel_change
 from tvm_pet.tune.process_timing import time_in_processes
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.records_plan import RecordsPlan, records_plan
-from tvm_pet.tune.targets import resolve_target
+from tvm_pet.tune.targets import require_runs_here, resolve_target
 from tvm_pet.tune.threads import size_thread_pool
 from tvm_pet.tune.timing import Timing, time_interleaved
 from tvm_pet.tune.tuner import TuneStats, tune, tune_budget, tune_minutes
@@ -57,6 +57,7 @@ def device_for(target: tvm.target.Target) -> tvm.runtime.Device:
     """The device that runs ``target``'s code, or a clear error when this machine has none."""
     kind = target.kind.name
     if kind == "llvm":
+        require_runs_here(target)
         return tvm.cpu()
     if kind == "cuda":
         if not tvm.runtime.enabled("cuda") or not tvm.cuda(0).exist:
@@ -75,13 +76,16 @@ class TVMToolchain:
             :func:`~tvm_pet.tune.records.default_records_dir`).
         rpc: ``"host:port:key"`` of an RPC tracker to tune on.
         run_here: check now that this machine can run the target's code (``optimize`` runs
-            and times it; ``tune`` over ``rpc`` needs no local device, and checks on first use).
+            and times it; ``tune`` over ``rpc`` needs no local device, and checks on first use;
+            a CPU target without ``rpc`` is tuned here, and checked now whatever this says).
         timing_processes: fresh processes a CPU timing of two or more executables is spread
             over (:mod:`tvm_pet.tune.process_timing`: each is one draw of the address layout,
             which sets some binaries' speed for a whole process); 1 times in this process.
 
     Raises:
-        PetError: for an unknown target, or (``run_here``) one this machine cannot run.
+        PetError: for an unknown target, or (``run_here``) one this machine cannot run: a
+            CUDA target without a GPU, or a CPU target with vector instructions this CPU lacks
+            (:func:`~tvm_pet.tune.targets.missing_cpu_features`).
     """
 
     def __init__(self, target="llvm", records_dir: str | None = None, rpc: str | None = None,
@@ -91,7 +95,9 @@ class TVMToolchain:
             size_thread_pool()  # every physical core, before the first kernel runs or is tuned
         self.records_dir = str(records_dir or default_records_dir(self.target))
         self.rpc = rpc
-        self._device = device_for(self.target) if run_here else None
+        # a local runner runs the code here too: a CPU target checked now, not its first kernel
+        here = run_here or (rpc is None and self.target.kind.name == "llvm")
+        self._device = device_for(self.target) if here else None
         self._lower: Callable[[Program], tvm.IRModule] = program_to_module
         self._sources: tuple | None = None  # the records, opened on first use (_records)
         # (module, the records it was built with, its kernel counts) of the latest builds, so

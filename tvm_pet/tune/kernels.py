@@ -33,7 +33,7 @@ from tvm_pet.tune.builder import fast_build
 from tvm_pet.tune.compile import Task, extract_tasks
 from tvm_pet.tune.contention import CpuWatch
 from tvm_pet.tune.record_check import random_args, scheduled
-from tvm_pet.tune.targets import resolve_target
+from tvm_pet.tune.targets import require_runs_here, resolve_target
 
 
 #: The shortest sample of a kernel measurement, in milliseconds.
@@ -245,6 +245,7 @@ def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
         rt_mod = fast_build(task_mod, target, None)
     except Exception as e:  # TVM raises its own error types (InternalError, TVMError, ...)
         raise KernelBuildError.compiling(target.kind.name, e) from None
+    require_runs_here(target)
     device = tvm.cpu()
     args = random_args(task_mod, device, seed)
     # one untimed call first; each sample lasts at least MIN_SAMPLE_MS (a fast kernel is averaged

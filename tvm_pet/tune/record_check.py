@@ -31,6 +31,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.tune import dbfile
+from tvm_pet.tune.targets import require_runs_here
 from tvm_pet.verify.agree import outputs_agree
 
 #: The file of record verdicts inside a target's records directory.
@@ -62,6 +63,7 @@ def schedule_agrees(task_mod: tvm.IRModule, scheduled: tvm.IRModule, target, *,
     Raises:
         RuntimeError, ValueError, TypeError: TVM's errors, when the kernel as it is does not
             build or run (then nothing can be checked).
+        PetError: when this CPU cannot run the target's code (``require_runs_here``).
     """
     reference = _run(task_mod, task_mod, target, seed)
     try:
@@ -73,6 +75,7 @@ def schedule_agrees(task_mod: tvm.IRModule, scheduled: tvm.IRModule, target, *,
 
 def _run(mod: tvm.IRModule, task_mod: tvm.IRModule, target, seed: int) -> list[np.ndarray]:
     """Every argument of ``mod``'s ``main`` after one call on the task's random arguments."""
+    require_runs_here(target)
     built = tvm.tirx.build(mod, target=target)  # layout-rewrite blocks kept: same arguments
     args = random_args(task_mod, tvm.cpu(), seed)
     built["main"](*args)

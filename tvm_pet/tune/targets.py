@@ -12,6 +12,7 @@ target (TVM_NOTES section 5), so records of one target would silently be applied
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -138,6 +139,83 @@ def detect_mcpu(cpuinfo: str | None = None) -> str | None:
         if flag in flags:
             return mcpu
     return None
+
+
+#: LLVM's x86 vector-ISA features, the ones whose instructions stop a CPU without them with
+#: "Illegal instruction" (checked against ``/proc/cpuinfo`` by ``missing_cpu_features``).
+_X86_VECTOR_FEATURE = re.compile(r"(sse|ssse|avx|fma|f16c|amx)")
+#: LLVM feature names that ``/proc/cpuinfo`` spells otherwise (after both drop ``.``, ``-``, ``_``).
+_CPUINFO_NAME = {"sse3": "pni"}
+
+
+def missing_cpu_features(target: tvm.target.Target, cpuinfo: str | None = None) -> list[str]:
+    """Return the x86 vector features an llvm target's code may use that this CPU lacks.
+
+    Code built for ``-mcpu=skylake-avx512`` stops an AVX2 CPU with "Illegal instruction", which
+    kills the process (no Python error to catch), so whatever runs a target's code here asks
+    this first. The target's features are LLVM's for its ``mcpu`` and ``mattr``; this CPU's are
+    the ``flags`` of ``/proc/cpuinfo``.
+
+    Args:
+        target: a target; only llvm targets for x86 are checked.
+        cpuinfo: the text of ``/proc/cpuinfo`` (read from the file when omitted).
+
+    Returns:
+        LLVM's names of the missing features, sorted; empty for another kind or architecture,
+        or where ``/proc/cpuinfo`` has no ``flags`` line to tell (then nothing is known).
+
+    Example:
+        >>> avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+        >>> avx2_cpu = "flags : fpu sse sse2 pni ssse3 fma sse4_1 sse4_2 avx f16c avx2"
+        >>> missing_cpu_features(avx512, avx2_cpu)
+        ['avx512bw', 'avx512cd', 'avx512dq', 'avx512f', 'avx512vl']
+    """
+    if target.kind.name != "llvm":
+        return []
+    triple = str(target.attrs.get("mtriple", "") or tvm.target.codegen.llvm_get_system_triple())
+    if not re.match(r"(x86_64|i[3-6]86)", triple):
+        return []
+    have = _cpu_flags(cpuinfo)
+    if have is None:
+        return []
+    wanted = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)}
+    return sorted(f for f in wanted if _X86_VECTOR_FEATURE.match(f)
+                  and _plain(_CPUINFO_NAME.get(f, f)) not in have)
+
+
+def _plain(name: str) -> str:
+    """A feature name without ``.``, ``-`` and ``_`` (LLVM's ``sse4.1`` is cpuinfo's ``sse4_1``)."""
+    return re.sub(r"[._-]", "", name)
+
+
+@functools.lru_cache(maxsize=8)
+def _cpu_flags(cpuinfo: str | None) -> frozenset[str] | None:
+    """The ``flags`` of ``/proc/cpuinfo`` (or of ``cpuinfo``), plain; None where there are none."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    line = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), None)
+    if line is None:
+        return None
+    return frozenset(_plain(flag) for flag in line.split(":", 1)[-1].split())
+
+
+def require_runs_here(target: tvm.target.Target) -> None:
+    """Raise a clear error before code of ``target`` that this CPU cannot run is run here.
+
+    Raises:
+        PetError: when :func:`missing_cpu_features` names any (the process would otherwise
+            die of "Illegal instruction", with nothing to catch).
+    """
+    missing = missing_cpu_features(target)
+    if missing:
+        raise PetError(
+            f"target {target_dir(target)} builds code with {', '.join(missing)} instructions, "
+            "which this CPU does not have: running it here would stop the process with "
+            f"'Illegal instruction'. Use --target llvm (this CPU: "
+            f"{target_dir(resolve_target('llvm'))}), or tune over --rpc on a machine that has them")
 
 
 def available_cores() -> int:
