@@ -241,11 +241,11 @@ def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
     if target.kind.name != "llvm":
         raise PetError(f"measuring untuned kernels needs a local device; target {target} is not "
                        "llvm (tune the task, or measure it on the GPU machine)")
+    require_runs_here(target)
     try:  # scheduled ones may hold layout-rewrite blocks, which fast_build takes out
         rt_mod = fast_build(task_mod, target, None)
     except Exception as e:  # TVM raises its own error types (InternalError, TVMError, ...)
         raise KernelBuildError.compiling(target.kind.name, e) from None
-    require_runs_here(target)
     device = tvm.cpu()
     args = random_args(task_mod, device, seed)
     # one untimed call first; each sample lasts at least MIN_SAMPLE_MS (a fast kernel is averaged

@@ -65,6 +65,7 @@ def schedule_agrees(task_mod: tvm.IRModule, scheduled: tvm.IRModule, target, *,
             build or run (then nothing can be checked).
         PetError: when this CPU cannot run the target's code (``require_runs_here``).
     """
+    require_runs_here(target)
     reference = _run(task_mod, task_mod, target, seed)
     try:
         outputs = _run(scheduled, task_mod, target, seed)
@@ -75,7 +76,6 @@ def schedule_agrees(task_mod: tvm.IRModule, scheduled: tvm.IRModule, target, *,
 
 def _run(mod: tvm.IRModule, task_mod: tvm.IRModule, target, seed: int) -> list[np.ndarray]:
     """Every argument of ``mod``'s ``main`` after one call on the task's random arguments."""
-    require_runs_here(target)
     built = tvm.tirx.build(mod, target=target)  # layout-rewrite blocks kept: same arguments
     args = random_args(task_mod, tvm.cpu(), seed)
     built["main"](*args)

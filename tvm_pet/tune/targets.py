@@ -27,7 +27,8 @@ import tvm
 
 from tvm_pet.errors import PetError
 
-#: The mcpu chosen for each x86 feature level, best first: (a /proc/cpuinfo flag, the LLVM CPU).
+#: The mcpu chosen for each x86 feature level, best first: (a /proc/cpuinfo flag, the LLVM CPU;
+#: the flag without ``_``, as ``_cpu_flags`` gives it).
 #: ``skylake-avx512`` is the oldest LLVM CPU with AVX-512 F/BW/DQ/VL, the part fp32 schedules use;
 #: it keeps the key (and the tuning records) the same across AVX-512 hosts whose exact model LLVM
 #: names differently (this KVM guest reports ``rocketlake`` for an Emerald Rapids host).
@@ -125,16 +126,7 @@ def detect_mcpu(cpuinfo: str | None = None) -> str | None:
         ``"skylake-avx512"`` with AVX-512, ``"haswell"`` with AVX2, ``None`` (LLVM's generic
         x86-64) otherwise or when ``/proc/cpuinfo`` cannot be read.
     """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return None
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.split(":", 1)[-1].split())
-            break
+    flags = _cpu_flags(cpuinfo) or frozenset()
     for flag, mcpu in X86_MCPU_BY_FLAG:
         if flag in flags:
             return mcpu
