@@ -2,16 +2,17 @@
 
     nohup python scripts/tune_models.py --models resnet18,csrnet --trials 32 > tune.log 2>&1 &
 
-Each model is built from code (seeded), imported with TVM's ONNX frontend and rewritten by TVM's
-own graph rewrites (:func:`tvm_pet.relax.rewrites.tvm_rewrites`), the form that ``tvm-pet
-optimize`` builds as its baseline, then every task is tuned to ``--trials`` records into the
-host target's directory under ``tuning_logs/``. Records are merged into the shared database as
-each task ends (an interrupted run keeps them), and after each model its records are checked
+Each model is built from code (seeded) and loaded as ``tvm-pet optimize`` loads it: TVM's ONNX
+frontend and TVM's own graph rewrites (:func:`tvm_pet.relax.rewrites.tvm_rewrites`), lowered as
+optimize's baseline is (tvm_pet's lowering of the unchanged model where that gives other kernels
+than the import, :mod:`tvm_pet.pipeline.baseline`), then every task is tuned to ``--trials`` records
+into the host target's directory under ``tuning_logs/``. Records are merged into the shared database
+as each task ends (an interrupted run keeps them), and after each model its records are checked
 against their kernels and the wrong ones dropped (``scripts/check_records.py``), then the database
-is pruned to the ``--keep`` fastest records per workload (``tvm_pet.tune.dbfile.prune``), so what
-is committed stays small. Checked first: pruned first, a workload whose fastest records leave
-elements unwritten kept only those, and its right record was gone (a Haswell-target conv with a
-pad epilogue, 2026-12-02). A second run measures nothing for tasks already tuned.
+is pruned to the ``--keep`` fastest records per workload (``tvm_pet.tune.dbfile.prune``), so what is
+committed stays small. Checked first: pruned first, a workload whose fastest records leave elements
+unwritten kept only those, and its right record was gone (a Haswell-target conv with a pad epilogue,
+2026-12-02). A second run measures nothing for tasks already tuned.
 """
 from __future__ import annotations
 
@@ -36,11 +37,10 @@ def main() -> int:
     parser.add_argument("--keep", type=int, default=4, help="records kept per workload")
     args = parser.parse_args()
 
-    import tvm
-    from tvm.relax.frontend.onnx import from_onnx
-
     from tvm_pet.models import build_model
-    from tvm_pet.relax.rewrites import tvm_rewrites
+    from tvm_pet.pipeline.baseline import align_baseline
+    from tvm_pet.pipeline.load import load
+    from tvm_pet.pipeline.toolchain import tvm_toolchain
     from tvm_pet.tune import dbfile, resolve_target, tune
     from tvm_pet.tune.records import db_dir
 
@@ -51,8 +51,16 @@ def main() -> int:
     for name in args.models.split(","):
         start = time.perf_counter()
         print(f"== {name}: importing", flush=True)
-        with tvm.transform.PassContext(opt_level=3):
-            mod = tvm_rewrites(from_onnx(build_model(name), keep_params_in_input=False))
+        # the original's module as optimize builds it: TVM's import with its rewrites, or, where
+        # tvm_pet's lowering of the unchanged model gives other kernels, that lowering
+        # (tvm_pet.pipeline.baseline; ResNet3D-18's, whose import-form records matched 3 of the
+        # 18 kernels optimize builds, 2026-12-03)
+        loaded = load(build_model(name))
+        toolchain = tvm_toolchain(args.target, None).with_lowering(loaded.lower)
+        aligned = align_baseline(loaded, toolchain)
+        if aligned is not None:
+            print(f"  {name}: {aligned.line()}", flush=True)
+        mod = toolchain.lower(loaded.program)
         stats = tune(mod, target, args.trials, args.records,
                      progress=lambda line: print(f"  {name}: {line}", flush=True))
         work_dir = db_dir(args.records, target)
