@@ -38,8 +38,8 @@ def main() -> int:
     args = parser.parse_args()
 
     from tvm_pet.models import build_model
-    from tvm_pet.pipeline.baseline import align_baseline
-    from tvm_pet.pipeline.load import load
+    from tvm_pet.pipeline.optimize import load_model, toolchain_for
+    from tvm_pet.pipeline.options import DriverOptions
     from tvm_pet.pipeline.toolchain import tvm_toolchain
     from tvm_pet.tune import dbfile, resolve_target, tune
     from tvm_pet.tune.records import db_dir
@@ -48,6 +48,7 @@ def main() -> int:
     from check_records import check
 
     target = resolve_target(args.target)
+    options = DriverOptions(target=args.target)
     for name in args.models.split(","):
         start = time.perf_counter()
         print(f"== {name}: importing", flush=True)
@@ -55,9 +56,8 @@ def main() -> int:
         # tvm_pet's lowering of the unchanged model gives other kernels, that lowering
         # (tvm_pet.pipeline.baseline; ResNet3D-18's, whose import-form records matched 3 of the
         # 18 kernels optimize builds, 2026-12-03)
-        loaded = load(build_model(name))
-        toolchain = tvm_toolchain(args.target, None).with_lowering(loaded.lower)
-        aligned = align_baseline(loaded, toolchain)
+        loaded = load_model(build_model(name), options)
+        toolchain, aligned = toolchain_for(loaded, options, tvm_toolchain(args.target, None))
         if aligned is not None:
             print(f"  {name}: {aligned.line()}", flush=True)
         mod = toolchain.lower(loaded.program)

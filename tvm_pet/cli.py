@@ -400,14 +400,15 @@ def _picked_line(picked: list[dict]) -> str:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from tvm_pet.pipeline.optimize import load_model
+    from tvm_pet.pipeline.optimize import load_model, toolchain_for
     from tvm_pet.pipeline.toolchain import tvm_toolchain
     from tvm_pet.pipeline.tune import tune_model
     from tvm_pet.pipeline.progress import Progress
     options = _driver_options(args)
     loaded = load_model(args.model, options)
-    toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
-                              run_here=False).with_lowering(loaded.lower)
+    # the original's kernels as optimize builds them (its baseline may be tvm_pet's lowering)
+    toolchain, _ = toolchain_for(loaded, options, tvm_toolchain(
+        options.target, options.records_dir, options.rpc, run_here=False))
     summary = tune_model(loaded.program, _search_config(args), options, toolchain,
                          progress=Progress(options.progress).note)
     print(json.dumps(summary.to_json(), indent=2))

@@ -74,7 +74,7 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     loaded = load_model(model, options, progress)
     program = loaded.program
     check_tensor_sizes(program)
-    toolchain, baseline = _toolchain_for(loaded, options, toolchain, progress)
+    toolchain, baseline = toolchain_for(loaded, options, toolchain, progress)
     options, plan = records_plan(toolchain, program, options)
     progress.note(plan)  # before anything slow: which kernels are tuned, and what happens
     mutants = MutantCache()  # one generator cache for the run: tune and search share it
@@ -173,9 +173,9 @@ def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
     return LoadedModel.from_program(program).random_inputs(seed)
 
 
-def _toolchain_for(loaded: LoadedModel, options: DriverOptions, toolchain: Toolchain | None,
-                   progress: Progress = Progress()
-                   ) -> tuple[Toolchain, BaselineLowering | None]:
+def toolchain_for(loaded: LoadedModel, options: DriverOptions, toolchain: Toolchain | None,
+                  progress: Progress = Progress()
+                  ) -> tuple[Toolchain, BaselineLowering | None]:
     """The toolchain (TVM's by default) lowering into the loaded model's module, checked on the
     original before any tuning or search; and, where the original is lowered as its candidates
     are (:func:`~tvm_pet.pipeline.baseline.align_baseline`), how."""
