@@ -389,6 +389,9 @@ def markdown(rows: list[dict], result: dict) -> str:
     lines += ["", f"Target {result['target']}; budget held equal: {result['budget_held_equal']}; "
               f"{result['timing']}. Times are median [min–max]."]
     lines += [f"Kept or not: {result['decision']}."] if result.get("decision") else []
+    # where rows were rerun into this run (--update), the budget line above is the first run's
+    # (its records folder, say); what each later run changed is its note
+    lines += [f"Run notes: {result['run']['note']}"] if result.get("run", {}).get("note") else []
     spread = [r for r in rows if r.get("speedup_pet_vs_tvm_by_process")]
     lines += ["", "PET / TVM in each timing process:"] if spread else []
     lines += [f"- {r['model']} (batch {r['batch']}): "

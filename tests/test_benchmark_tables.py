@@ -50,6 +50,7 @@ def test_a_rerun_replaces_its_rows_in_the_run_of_record_and_counts_kept_original
     result = json.loads(path.read_text())
     assert [r["model"] for r in result["rows"]] == run.WHOLE + ["conv5x5"]
     assert result["run"]["note"] == "first run. second run."
+    assert "Run notes: first run. second run." in path.with_suffix(".md").read_text()
     # the kept originals count x1 (not their measured x0.9); the new row its measured x1.6
     assert result["models_geomean_pet_vs_tvm"] == pytest.approx(1.6 ** (1 / len(run.WHOLE)))
     assert "second look" not in result["budget_held_equal"]
