@@ -455,7 +455,7 @@ def test_tune_tunes_the_kernels_of_the_baseline_optimize_builds(tmp_path, capsys
     model = tmp_path / "m.onnx"
     onnx.save(_do_nothing_model(), model)
     argv = ["tune", str(model), "--target", "llvm", "--trials", "2", "--records",
-            str(tmp_path / "records")]
+            str(tmp_path / "records"), "--progress"]
     tuned = {}
 
     class Summary:
@@ -471,11 +471,13 @@ def test_tune_tunes_the_kernels_of_the_baseline_optimize_builds(tmp_path, capsys
 
     monkeypatch.setattr(tune_stage, "tune_model", capture)
     assert main(argv) == 0
-    assert json.loads(capsys.readouterr().out) == {"tasks": len(tuned["kernels"])}
+    printed = capsys.readouterr()
+    assert json.loads(printed.out) == {"tasks": len(tuned["kernels"])}
     options = _driver_options(build_parser().parse_args(argv))
     loaded = load_model(str(model), options)
     imported = kernels(loaded.lower(loaded.program), options.target)  # before any alignment
     toolchain, baseline = toolchain_for(loaded, options, None)
     assert baseline is not None  # the model is one optimize aligns
+    assert f"tvm-pet: {baseline.line()}" in printed.err  # and says so, as optimize does
     assert tuned["kernels"] == kernels(toolchain.lower(loaded.program), options.target)
     assert tuned["kernels"] != imported

@@ -406,11 +406,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from tvm_pet.pipeline.progress import Progress
     options = _driver_options(args)
     loaded = load_model(args.model, options)
-    # the original's kernels as optimize builds them (its baseline may be tvm_pet's lowering)
+    progress = Progress(options.progress)
+    # the original's kernels as optimize builds them (its baseline may be tvm_pet's lowering),
+    # with optimize's line saying so
     toolchain, _ = toolchain_for(loaded, options, tvm_toolchain(
-        options.target, options.records_dir, options.rpc, run_here=False))
+        options.target, options.records_dir, options.rpc, run_here=False), progress)
     summary = tune_model(loaded.program, _search_config(args), options, toolchain,
-                         progress=Progress(options.progress).note)
+                         progress=progress.note)
     print(json.dumps(summary.to_json(), indent=2))
     return 0
 
