@@ -270,3 +270,63 @@ def test_fast_math_writes_out_what_torch_export_imports_and_keeps_its_value(op):
     assert not np.array_equal(got, want)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(got64, want64)
+
+
+def _by_fold_constant_alone(mod: tvm.IRModule, monkeypatch) -> tvm.IRModule:
+    """``mod`` through :func:`tvm_rewrites` with every fold left to TVM's ``FoldConstant``."""
+    from tvm_pet.relax import rewrites
+
+    monkeypatch.setattr(rewrites, "_sequence", lambda names: tvm.transform.Sequential(
+        [getattr(relax.transform, name)() for name in names]))
+    with tvm.transform.PassContext(opt_level=3):
+        return tvm_rewrites(mod)
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("resnet18", {}), ("csrnet_backend", {}), ("bert_encoder", {}),
+    # FoldConstant alone takes about a minute on Inception-v3's 94 folded batch norms
+    pytest.param("inception_v3", {"image": 75}, marks=pytest.mark.slow)])
+def test_constants_folded_with_numpy_are_what_fold_constant_gives(name, kwargs, monkeypatch):
+    """TVM's rewrites fold what numpy folds bit for bit before ``FoldConstant``: the module,
+    constants included, is the one ``FoldConstant`` alone gives (the batch norms folded into
+    the convolutions, BERT's combined projections)."""
+    mod = from_onnx(build_model(name, **kwargs), keep_params_in_input=False)
+    with tvm.transform.PassContext(opt_level=3):
+        with_numpy = tvm_rewrites(mod)
+    tvm.ir.assert_structural_equal(with_numpy, _by_fold_constant_alone(mod, monkeypatch))
+
+
+def _constant_calls() -> tvm.IRModule:
+    """Integer and float arithmetic, moves and a ``take`` on constants, negatives included
+    (``mod`` truncates, ``floor_mod`` floors), and a cast numpy leaves to ``FoldConstant``."""
+    bb = relax.BlockBuilder()
+    ints = relax.const(np.array([[-7, 7], [5, -5]], "int64"))
+    divisors = relax.const(np.array([[2, -3], [-2, 3]], "int64"))
+    floats = relax.const(np.array([[1.5, -2.25], [3.0, 1e-30]], "float32"))
+    x = relax.Var("x", relax.TensorType((2, 2), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            outs = [bb.emit(relax.op.mod(ints, divisors)),
+                    bb.emit(relax.op.floor_mod(ints, divisors)),
+                    bb.emit(relax.op.multiply(ints, ints)),
+                    bb.emit(relax.op.divide(floats, relax.const(np.float32(3.0)))),
+                    bb.emit(relax.op.sqrt(relax.op.multiply(floats, floats))),
+                    bb.emit(relax.op.permute_dims(floats, [1, 0])),
+                    bb.emit(relax.op.take(floats, relax.const(np.array([1, 0], "int64")),
+                                          axis=1)),
+                    bb.emit(relax.op.astype(ints, "float32")),
+                    bb.emit(relax.op.add(x, floats))]
+            gv = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def test_numpy_folds_integer_and_float_arithmetic_as_fold_constant_does(monkeypatch):
+    from tvm_pet.relax import rewrites
+
+    mod = _constant_calls()
+    folded = rewrites.fold_with_numpy(mod)
+    assert _ops(folded) == collections.Counter({"relax.astype": 1, "relax.add": 1})
+    tvm.ir.assert_structural_equal(
+        rewrites._sequence(("FoldConstant",))(mod),
+        tvm.transform.Sequential([relax.transform.FoldConstant()])(mod))

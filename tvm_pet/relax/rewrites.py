@@ -31,7 +31,7 @@ tuned and costed in the same layout.
 ``ConvertLayout`` knows no layout for ``nn.pad`` (TVM 0.27 registers none), so a ``Pad -> Conv``
 mutant's pad stays in the imported layout between two transposes, and the three fuse into one
 copy kernel of their own. Padding the channels-last tensor in place instead (a pattern rewrite
-after ``ConvertLayout``, tried on 2026-11-26) measured no better on the CSRNet back end's three
+after ``ConvertLayout``) measured no better on the CSRNet back end's three
 tuning draws (PET / TVM x1.12, x1 and x1.08, against x1.51, x1 and x1.07 with the transposes),
 and the shipped NHWC records hold the transposed form's kernels, so the pass stays as TVM has it.
 The weights' transposes are folded with numpy (:func:`weights_in_place`): ``FoldConstant`` would
@@ -41,9 +41,9 @@ search lowers.
 One more is TVM's ``FastMathTransform`` (:func:`fast_math`, ``--fast-math``): ``erf``, ``exp``,
 ``tanh`` and ``softmax`` by TVM's polynomial approximations. TVM 0.27 lowers ``erf`` on a CPU
 to a call of libm's scalar ``erff`` per element, which no schedule vectorizes: 128 x 3072 of
-them take 5.0 ms on one core here, against 0.09 ms for ``fast_erf``, whose error is within
-3.3e-7 of float64's ``erf`` (libm's: 5e-8). ``exp`` is a scalar ``expf`` call too (5x faster
-than ``erff``, 5x slower than ``fast_exp``). GELU, SiLU and the sigmoid, which ``torch.export``
+them take 5.0 ms on one core of an AVX-512 CPU, against 0.09 ms for ``fast_erf``, whose error
+is within 3.3e-7 of float64's ``erf`` (libm's: 5e-8). ``exp`` is a scalar ``expf`` call too
+(5x faster than ``erff``, 5x slower than ``fast_exp``). GELU, SiLU and the sigmoid, which ``torch.export``
 imports as operators of their own, are written out first in the operators the pass knows. It
 changes numbers, not algebra, so it is off unless asked; asked, it runs like the layout, on
 every program as it is lowered, both sides alike.
@@ -181,8 +181,131 @@ def _axes(call: relax.Call) -> list[int] | None:
 
 
 def _sequence(names: tuple[str, ...]) -> tvm.transform.Pass:
-    """The Relax passes of these names, in order."""
-    return tvm.transform.Sequential([getattr(relax.transform, name)() for name in names])
+    """The Relax passes of these names, in order; ``FoldConstant`` runs after
+    :func:`fold_with_numpy`, which leaves it only what numpy does not fold exactly."""
+    passes = []
+    for name in names:
+        if name == "FoldConstant":
+            passes.append(fold_with_numpy)
+        passes.append(getattr(relax.transform, name)())
+    return tvm.transform.Sequential(passes)
+
+
+#: Arithmetic on constants that numpy computes exactly as TVM's kernels do: each one IEEE
+#: operation per element, correctly rounded, or integers' wrapping arithmetic.
+_FLOAT_ARITHMETIC = {"relax.add": np.add, "relax.subtract": np.subtract,
+                     "relax.multiply": np.multiply, "relax.divide": np.divide,
+                     "relax.sqrt": np.sqrt}
+#: ``mod`` is TVM's ``truncmod`` (``topi.mod``), numpy's ``fmod``; ``floor_mod`` numpy's ``mod``.
+_INT_ARITHMETIC = {"relax.add": np.add, "relax.subtract": np.subtract,
+                   "relax.multiply": np.multiply, "relax.mod": np.fmod,
+                   "relax.floor_mod": np.mod}
+_FLOATS = ("float32", "float64")
+_INTS = ("int32", "int64")
+#: Operators that move a constant's elements without computing: their result is the argument
+#: in the output's shape (reshaped, transposed or broadcast).
+_NUMPY_MOVES = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.permute_dims",
+                "relax.broadcast_to")
+_MOVABLE = _FLOATS + _INTS + ("float16", "int8", "uint8", "bool")
+
+
+@tvm.transform.module_pass(opt_level=0, name="FoldWithNumpy")
+def fold_with_numpy(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Fold the calls on constants that ``FoldConstant`` would fold, where numpy gives the same
+    values bit for bit (:func:`_fold`).
+
+    ``FoldConstant`` compiles a kernel for each call it folds: the batch norms that
+    ``FoldBatchnormToConv2D`` folds into Inception-v3's 94 convolutions leave 753 such calls,
+    37 s of LLVM at every load (2.3 s with this first). What this does not fold is left to
+    ``FoldConstant``, which runs after it. Tested: the module is the one ``FoldConstant`` alone
+    gives, constants included, on the real models."""
+    updated = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            updated[gvar] = _NumpyFolder().visit_expr(func)
+    return updated
+
+
+@relax.expr_functor.mutator
+class _NumpyFolder(relax.PyExprMutator):
+    """Replace each call that :func:`_fold` folds by its value."""
+
+    def visit_call_(self, op: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(op)
+        if not isinstance(op.op, tvm.ir.Op):
+            return call
+        value = _fold(op, [self._constant(arg) for arg in call.args])
+        return call if value is None else relax.const(value, str(value.dtype))
+
+    def _constant(self, expr: relax.Expr) -> tuple[np.ndarray, str] | None:
+        """``expr``'s value and dtype where it is a tensor constant (bound to a variable or not)
+        or a scalar ``IntImm`` or ``FloatImm`` (TVM 0.27 imports a batch norm's epsilon as
+        one); else None."""
+        if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            dtype = str(expr.ty.dtype)
+            return np.array(expr.value, dtype=dtype), dtype
+        if isinstance(expr, relax.Var):
+            expr = self.lookup_binding(expr)
+        if isinstance(expr, tvm.ir.expr.Constant) and isinstance(expr.ty, relax.TensorType):
+            return expr.value.numpy(), str(expr.ty.dtype)
+        return None
+
+
+def _fold(call: relax.Call, args: list) -> np.ndarray | None:
+    """The value of ``call`` by numpy, given its ``args`` (each a value and its dtype, or None:
+    not a constant), or None where numpy would not give TVM's values exactly: arithmetic
+    (:data:`_FLOAT_ARITHMETIC`, :data:`_INT_ARITHMETIC`), the element moves of
+    :data:`_NUMPY_MOVES` and ``take`` at indices in range. (``FoldConstant`` leaves ``arange``
+    and ``full`` as they are, their arguments not being tensors; so does this.)"""
+    name, out = call.op.name, call.ty
+    if not isinstance(out, relax.TensorType) or out.shape is None:
+        return None
+    try:
+        shape = tuple(int(d) for d in out.shape.values)
+    except TypeError:  # a symbolic dimension
+        return None
+    dtype = str(out.dtype)
+    if name in _NUMPY_MOVES or name == "relax.take":  # a shape, axes or indices beside it
+        if not args or args[0] is None or args[0][1] != dtype or dtype not in _MOVABLE:
+            return None
+        value = _take(call, args) if name == "relax.take" else _move(call, args[0][0], shape)
+    elif None in args or any(a[1] != dtype for a in args):  # not constants, or a cast
+        return None
+    elif name in _FLOAT_ARITHMETIC and dtype in _FLOATS:
+        value = _FLOAT_ARITHMETIC[name](*(a[0] for a in args))
+    elif name in _INT_ARITHMETIC and dtype in _INTS:
+        values = [a[0] for a in args]
+        if name.endswith("mod") and np.any(values[1] == 0):
+            return None
+        with np.errstate(over="ignore"):
+            value = _INT_ARITHMETIC[name](*values)
+    else:
+        return None
+    if value is None or value.shape != shape or str(value.dtype) != dtype:
+        return None
+    return np.ascontiguousarray(value)
+
+
+def _move(call: relax.Call, value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A call of :data:`_NUMPY_MOVES` on ``value``, whose output has ``shape``."""
+    if call.op.name == "relax.permute_dims":
+        return np.transpose(value, _axes(call))
+    if call.op.name == "relax.broadcast_to":
+        return np.broadcast_to(value, shape)
+    return value.reshape(shape)  # the elements in their order, in the output's shape
+
+
+def _take(call: relax.Call, args: list) -> np.ndarray | None:
+    """``take`` of a constant at constant indices along an axis, where every index is in range
+    (so that its modes agree), by ``np.take``."""
+    if len(args) != 2 or args[1] is None or call.attrs.axis is None:
+        return None
+    (data, _), (indices, _) = args
+    axis = int(call.attrs.axis)
+    if indices.dtype.kind not in "iu" or indices.size and not (
+            0 <= indices.min() and indices.max() < data.shape[axis]):
+        return None
+    return np.take(data, indices, axis=axis)
 
 
 def _constants_as_params(func: relax.Function) -> tuple[relax.Function, dict]:
