@@ -10,9 +10,9 @@ For each graph (built from code, seeded), these builds for ``--target`` are time
   runs faster here), compiled for ``--target``;
 - ``first lender`` (where there are two or more): the first compatible folder's records alone
   (the one with the most records), what a target without records of its own borrowed until
-  stop 76;
-- ``own`` (with ``--own DIR``, a records root; the shipped one is ``tuning_logs``): the records
-  tuned for ``--target`` itself alone, for comparison;
+  2026-12-02;
+- ``own`` (with ``--own DIR``, a records root; the shipped one is ``tvm_pet/tuning_logs``):
+  the records tuned for ``--target`` itself alone, for comparison;
 - ``chosen`` (with ``--own``): both, as tvm_pet builds with them: a kernel with records of
   both takes whichever runs faster here (``tvm_pet.tune.kernels.chosen_record``).
 
@@ -47,14 +47,15 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
     from tvm_pet.relax.adapter import program_to_module
     from tvm_pet.tune import apply_records, time_interleaved
     from tvm_pet.tune.compile import build_applied
-    from tvm_pet.tune.records import SHIPPED_RECORDS_DIR, costing_sources
+    from tvm_pet.tune.records import costing_sources
+    from tvm_pet.tune.shipped import shipped_records_dir
 
     program = import_model(build_model(name))
     mod = program_to_module(program)
     empty = ROOT / "build" / "no_records"  # a records root with nothing in it
     sources = {"untuned": None, "borrowed": costing_sources(empty, target)}
     lent, lent_cache = sources["borrowed"]
-    if lent is not None and len(lent.lent) > 1:  # the first lender alone, as before stop 76
+    if lent is not None and len(lent.lent) > 1:  # the first lender alone, as before 2026-12-02
         sources["first lender"] = (dataclasses.replace(lent, lent=lent.lent[:1]), lent_cache)
     if own:
         opened, cache = costing_sources(own, target)
@@ -73,7 +74,7 @@ def measure(name: str, target, own: str | None, rounds: int) -> dict:
     err = {label: float(np.abs(out - outs["untuned"]).max()) for label, out in outs.items()}
     timings = time_interleaved(builds, inputs, rounds=rounds, number=1, repeat=3)
     return {"graph": name, "borrowed_from": " and ".join(lent.lender_keys if lent else ()) or None,
-            "shipped": str(SHIPPED_RECORDS_DIR), "kernels_scheduled": applied,
+            "shipped": str(shipped_records_dir()), "kernels_scheduled": applied,
             "max_abs_err_vs_untuned": err,
             "median_ms": {k: t.median * 1e3 for k, t in timings.items()},
             "spread_ms": {k: [min(t.samples) * 1e3, max(t.samples) * 1e3]

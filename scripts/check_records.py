@@ -57,7 +57,7 @@ def check(work_dir, target, drop: bool = False) -> list[tuple[str, list[float]]]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="llvm")
-    parser.add_argument("--records", default=str(ROOT / "tuning_logs"))
+    parser.add_argument("--records", default=str(ROOT / "tvm_pet" / "tuning_logs"))
     parser.add_argument("--drop", action="store_true", help="remove the wrong records")
     args = parser.parse_args()
 

@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sources", nargs="+", help="records folders of other tunings")
-    parser.add_argument("--into", default=str(ROOT / "tuning_logs"),
-                        help="the records folder merged into (default tuning_logs/)")
+    parser.add_argument("--into", default=str(ROOT / "tvm_pet" / "tuning_logs"),
+                        help="the records folder merged into (default: the shipped "
+                             "tvm_pet/tuning_logs/)")
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--keep", type=int, default=4, help="records kept per workload")
     args = parser.parse_args()

@@ -6,13 +6,14 @@ Each model is built from code (seeded) and loaded as ``tvm-pet optimize`` loads 
 frontend and TVM's own graph rewrites (:func:`tvm_pet.relax.rewrites.tvm_rewrites`), lowered as
 optimize's baseline is (tvm_pet's lowering of the unchanged model where that gives other kernels
 than the import, :mod:`tvm_pet.pipeline.baseline`), then every task is tuned to ``--trials`` records
-into the host target's directory under ``tuning_logs/``. Records are merged into the shared database
-as each task ends (an interrupted run keeps them), and after each model its records are checked
-against their kernels and the wrong ones dropped (``scripts/check_records.py``), then the database
+into the host target's directory under the shipped ``tvm_pet/tuning_logs/``. Records are merged
+into the shared database as each task ends (an interrupted run keeps them), and after each model
+its records are checked against their kernels and the wrong ones dropped
+(``scripts/check_records.py``), then the database
 is pruned to the ``--keep`` fastest records per workload (``tvm_pet.tune.dbfile.prune``), so what is
 committed stays small. Checked first: pruned first, a workload whose fastest records leave elements
-unwritten kept only those, and its right record was gone (a Haswell-target conv with a pad epilogue,
-2026-12-02). A second run measures nothing for tasks already tuned.
+unwritten would keep only those, and lose its right record. A second run measures nothing for
+tasks already tuned.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def main() -> int:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated names")
     parser.add_argument("--trials", type=int, default=32, help="records per task (default 32)")
     parser.add_argument("--target", default="llvm")
-    parser.add_argument("--records", default=str(ROOT / "tuning_logs"))
+    parser.add_argument("--records", default=str(ROOT / "tvm_pet" / "tuning_logs"))
     parser.add_argument("--keep", type=int, default=4, help="records kept per workload")
     args = parser.parse_args()
 
@@ -54,8 +55,8 @@ def main() -> int:
         print(f"== {name}: importing", flush=True)
         # the original's module as optimize builds it: TVM's import with its rewrites, or, where
         # tvm_pet's lowering of the unchanged model gives other kernels, that lowering
-        # (tvm_pet.pipeline.baseline; ResNet3D-18's, whose import-form records matched 3 of the
-        # 18 kernels optimize builds, 2026-12-03)
+        # (tvm_pet.pipeline.baseline; for ResNet3D-18, records tuned on the import's kernels
+        # matched only 3 of the 18 kernels optimize builds)
         loaded = load_model(build_model(name), options)
         toolchain, aligned = toolchain_for(loaded, options, tvm_toolchain(args.target, None))
         if aligned is not None:

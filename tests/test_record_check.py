@@ -222,9 +222,10 @@ def test_the_shipped_records_verdicts_ship_and_none_of_their_best_records_is_wro
     """Every CPU level's shipped records, whatever this host is (a host of another level reads
     them too: as borrowed records)."""
     from tvm_pet.tune import resolve_target
-    from tvm_pet.tune.records import SHIPPED_RECORDS_DIR, open_database
+    from tvm_pet.tune.records import open_database
+    from tvm_pet.tune.shipped import shipped_records_dir
     key, target = f"llvm-{mcpu}-c2", resolve_target(f"llvm -mcpu={mcpu} -num-cores=2")
-    shipped = SHIPPED_RECORDS_DIR / key
+    shipped = shipped_records_dir() / key
     if not dbfile.has_database(shipped):
         pytest.skip(f"no shipped {key} records in this checkout")
     checks = RecordChecks(shipped / CHECKS_FILE)

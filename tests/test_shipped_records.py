@@ -1,11 +1,10 @@
-"""The tuning records shipped in tuning_logs/ are reused with zero new trials (no tuning here).
+"""The tuning records shipped in tvm_pet/tuning_logs/ are reused with zero new trials (no tuning
+here).
 
 Records ship for two 2-core x86 levels: ``llvm-skylake-avx512-c2`` (AVX-512) and
 ``llvm-haswell-c2`` (AVX2), with at least 32 trials per task; on another machine kind the target
 key differs and these tests are skipped.
 """
-import pathlib
-
 import pytest
 
 tvm = pytest.importorskip("tvm")
@@ -15,9 +14,10 @@ from tvm_pet.onnx import import_model  # noqa: E402
 from tvm_pet.relax.adapter import program_to_module  # noqa: E402
 from tvm_pet.tune import dbfile, extract_tasks, kernel_times, tune  # noqa: E402
 from tvm_pet.tune.records import record_sources  # noqa: E402
+from tvm_pet.tune.shipped import shipped_records_dir  # noqa: E402
 from tvm_pet.tune.targets import resolve_target, target_dir  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1] / "tuning_logs"
+ROOT = shipped_records_dir()
 TARGET = resolve_target("llvm")
 SHIPPED = ROOT / target_dir(TARGET)
 MODELS = ["dilated_conv", "conv5x5", "two_1x1_convs", "three_matmuls", "csrnet_backend"]

@@ -43,11 +43,11 @@ from tvm_pet.tune import (
     tune,
 )
 from tvm_pet.tune.records import (
-    SHIPPED_RECORDS_DIR,
     db_dir,
     default_records_dir,
     record_sources,
 )
+from tvm_pet.tune.shipped import shipped_records_dir
 from tests.records import embedding_module
 from tvm_pet.tune.records_plan import records_plan
 from tvm_pet.tune.targets import available_cores, compatible_dirs, detect_mcpu
@@ -182,7 +182,7 @@ def test_records_dir_may_be_the_root_or_the_target_directory(tmp_path):
     target = resolve_target("llvm")
     key = target_dir(target)
     assert db_dir(tmp_path, target) == db_dir(tmp_path / key, target) == tmp_path / key
-    assert default_records_dir(target) == f"tuning_logs/{key}"
+    assert default_records_dir(target, tmp_path / "nothing_shipped") == f"tuning_logs/{key}"
     other = resolve_target({"kind": "cuda", "arch": "sm_90"})
     assert db_dir(tmp_path / key, other) == tmp_path / key / "cuda-sm_90"  # never shared
 
@@ -313,7 +313,7 @@ def test_kernel_times_times_a_tuned_kernel_here_with_its_schedule(tmp_path):
     # the shipped records of this CPU's level, built for it: an AVX-512 target's kernels would
     # stop an AVX2 CPU with 'Illegal instruction' (they did, on a Zen 3 EPYC)
     target = resolve_target("llvm -num-cores=2")
-    shipped = SHIPPED_RECORDS_DIR / target_dir(target)
+    shipped = shipped_records_dir() / target_dir(target)
     if not dbfile.has_database(shipped):
         pytest.skip(f"no shipped {target_dir(target)} records in this checkout")
     mod = program_to_module(import_model(build_model("conv5x5")))
@@ -512,7 +512,7 @@ def test_records_plan_counts_the_kernels_without_own_records_that_do_not_reduce(
 
 
 def test_records_plan_counts_own_borrowed_and_untuned_kernels(tmp_path):
-    shipped = SHIPPED_RECORDS_DIR / "llvm-skylake-avx512-c2"
+    shipped = shipped_records_dir() / "llvm-skylake-avx512-c2"
     if not dbfile.has_database(shipped):
         pytest.skip("no shipped llvm-skylake-avx512-c2 records in this checkout")
     mod = program_to_module(import_model(build_model("conv5x5")))

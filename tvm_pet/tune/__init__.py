@@ -10,7 +10,8 @@ module per concept:
 - :mod:`~tvm_pet.tune.timing`: interleaved timing (``time_interleaved``, ``Timing``);
 - :mod:`~tvm_pet.tune.kernels`: kernel costing (``kernel_times``, ``measure_primfunc``);
 - :mod:`~tvm_pet.tune.measured_cost`: the measured cost model (``MeasuredCost``);
-- :mod:`~tvm_pet.tune.records`, :mod:`~tvm_pet.tune.dbfile`: the records on disk.
+- :mod:`~tvm_pet.tune.records`, :mod:`~tvm_pet.tune.dbfile`: the records on disk;
+  :mod:`~tvm_pet.tune.shipped`: where the records tvm_pet ships are used from.
 
 The application (:mod:`tvm_pet.pipeline`) reaches all of it through one ``Toolchain``
 (:mod:`tvm_pet.pipeline.tvm_backend`).

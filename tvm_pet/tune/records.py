@@ -6,7 +6,7 @@ Layout::
       llvm-skylake-avx512-c2/         target_dir(target) = default_records_dir(target)
         database_workload.json        one line per task: [structural hash, task IRModule]
         database_tuning_record.json   one line per measured candidate: [workload index, record]
-        database_*.json.xz            their packed copies: what the repository ships (dbfile.pack);
+        database_*.json.xz            their packed copies: what the package ships (dbfile.pack);
                                       the plain files are made from them on first use
         untuned_times.json            kernel times measured here (kernels.kernel_times)
         record_checks.json            which records compute what their kernel does (record_check)
@@ -15,8 +15,11 @@ Layout::
         database_*.json.corrupt       the original of a damaged file, kept when it was repaired
 
 Functions taking ``records_dir`` accept the root or the target's directory (see ``db_dir``).
-Why one directory per target: the database lookup ignores the target stored in a record
-(shared/TVM_NOTES.md, section 5), so a shared database would apply CPU schedules to CUDA kernels.
+The records tvm_pet ships are such a root too: package data in ``tvm_pet/tuning_logs/``, used
+in place, or from a copy in the user's cache where the package is read-only
+(:mod:`tvm_pet.tune.shipped`).
+Why one directory per target: MetaSchedule's database lookup ignores the target stored in a
+record, so a shared database would apply CPU schedules to CUDA kernels.
 
 Module equality is ``"structural"``: a task is found again only when its PrimFunc is structurally
 identical, attributes included. That is exact, and it is safe because tuning (``tuner.tune``) and
@@ -55,6 +58,7 @@ from tvm_pet.errors import PetError
 from tvm_pet.io import dir_lock
 from tvm_pet.tune import dbfile
 from tvm_pet.tune.record_check import CHECKS_FILE, RecordChecks
+from tvm_pet.tune.shipped import shipped_records_dir
 from tvm_pet.tune.targets import compatible_dirs, target_dir
 from tvm_pet.tune.threads import pool_setting
 
@@ -79,7 +83,7 @@ def db_dir(records_dir: str | Path, target: tvm.target.Target) -> Path:
     after the target is used as it is, so both spellings reach the same database. A directory
     that holds a database itself but is named otherwise (a copy of a target's directory under
     another name) is an error: read as a root, it would hold no records, and a run would tune
-    every kernel again without a word (a 43-minute benchmark did, 2026-12-01).
+    every kernel again without a word.
     """
     path, key = Path(records_dir), target_dir(target)
     if path.name == key:
@@ -91,32 +95,31 @@ def db_dir(records_dir: str | Path, target: tvm.target.Target) -> Path:
     return path / key
 
 
-#: The records shipped with a source checkout (or an editable install) of tvm_pet.
-SHIPPED_RECORDS_DIR = Path(__file__).resolve().parents[2] / DEFAULT_RECORDS_DIR
-
-
 def default_records_dir(target: tvm.target.Target,
-                        shipped_root: str | Path = SHIPPED_RECORDS_DIR) -> str:
+                        shipped_root: str | Path | None = None) -> str:
     """Return the target's records directory: ``tuning_logs/<target_dir(target)>`` in the
-    working directory when it holds a database there, else the shipped one of this checkout of
-    tvm_pet when that holds one, else the working directory's (created when tuning writes).
+    working directory when it holds a database there, else the shipped one (package data, see
+    :mod:`tvm_pet.tune.shipped`) when that holds one, else the working directory's (created
+    when tuning writes).
 
     So ``tvm-pet optimize`` finds the shipped records from any directory, and a project that
     tunes in its own ``tuning_logs/`` keeps them there.
 
     Args:
         target: the target whose records are looked for.
-        shipped_root: the shipped records root (default: this checkout's ``tuning_logs/``).
+        shipped_root: the shipped records root (default: ``shipped.shipped_records_dir()``, the
+            package's ``tvm_pet/tuning_logs/``, or the user's copy of it where that is
+            read-only).
 
     Returns:
         The records directory, as a string.
     """
     key = target_dir(target)
     here = Path(DEFAULT_RECORDS_DIR) / key
-    shipped = Path(shipped_root) / key
-    if not dbfile.has_database(here) and dbfile.has_database(shipped):
-        return str(shipped)
-    return str(here)
+    if dbfile.has_database(here):
+        return str(here)
+    shipped = Path(shipped_root if shipped_root is not None else shipped_records_dir()) / key
+    return str(shipped) if dbfile.has_database(shipped) else str(here)
 
 
 def count_records(records_dir: str | Path, target: tvm.target.Target) -> int:
@@ -481,7 +484,7 @@ def record_sources(records_dir: str | Path, target: tvm.target.Target) -> Record
     """
     own = db_dir(records_dir, target)
     found: dict[str, Path] = {}
-    for root in (SHIPPED_RECORDS_DIR, own.parent):  # the records root's entry wins a tie
+    for root in (shipped_records_dir(), own.parent):  # the records root's entry wins a tie
         if root.is_dir():
             found.update({p.name: p for p in root.iterdir() if dbfile.has_database(p)})
     ranked = compatible_dirs(target, found)
