@@ -1,5 +1,6 @@
-"""Tuning in one batch for a GPU reached a few minutes at a time (``tune/cuda_batch.py``,
-``scripts/gpu/run_batch.py``), and the dry run with the weights as inputs (``run_cuda.py``).
+"""Tuning in one batch for a GPU reached a few minutes at a time
+(``tvm_pet/contrib/cuda_offline/batch.py``, ``scripts/gpu/run_batch.py``), and the dry run with
+the weights as inputs (``run_cuda.py``).
 
 The flow is checked on llvm, where the candidates run here: sampled and built, timed by
 ``run_batch.py --device cpu`` in its own process, committed, and applied by a build. The CUDA
@@ -22,19 +23,20 @@ tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 
 from tests.dilated import dilated_chain, dilated_model  # noqa: E402
+from tvm_pet.contrib.cuda_offline.batch import (FAILED_RUN_SECS, build_library,  # noqa: E402
+                                                commit_batch, prepare_batch,
+                                                traced_default_schedule)
+from tvm_pet.contrib.cuda_offline.dry_run import (_mutants_in_place, cuda_module,  # noqa: E402
+                                                  weights_as_inputs)
 from tvm_pet.cost.analytic import AnalyticCost  # noqa: E402
 from tvm_pet.relax.adapter import program_to_module  # noqa: E402
-from tvm_pet.relax.cuda_dry_run import (_mutants_in_place, cuda_module,  # noqa: E402
-                                        weights_as_inputs)
 from tvm_pet.search.config import SearchConfig  # noqa: E402
 from tvm_pet.tune import apply_records, build_with_records, extract_tasks  # noqa: E402
 from tvm_pet.tune import records  # noqa: E402
 from tvm_pet.tune.compile import reduces  # noqa: E402
 from tvm_pet.tune.cuda import cuda_target, nvcc_arch_flags, nvcc_path  # noqa: E402
+from tvm_pet.tune.shipped import shipped_records_dir  # noqa: E402
 from tvm_pet.tune.targets import resolve_target  # noqa: E402
-from tvm_pet.tune.cuda_batch import (FAILED_RUN_SECS, build_library,  # noqa: E402
-                                     commit_batch, prepare_batch,
-                                     traced_default_schedule)
 
 GPU_SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "gpu"
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
@@ -93,7 +95,7 @@ def test_the_cuda_flow_gives_both_sides_tvms_rewrites():
     computes what the three matmuls do, and the tuning tasks are the combined matmul's."""
     from tvm_pet.models.operators import three_matmuls
     from tvm_pet.onnx import import_model
-    from tvm_pet.relax.cuda_dry_run import cuda_module
+    from tvm_pet.contrib.cuda_offline.dry_run import cuda_module
     program = import_model(three_matmuls())
     device = tvm.cpu()
     rng = np.random.default_rng(2)
@@ -332,15 +334,15 @@ def test_the_cuda_table_pairs_default_and_tuned_builds_of_a_model():
 @pytest.mark.parametrize("name", ["conv5x5", "dilated_conv", "two_1x1_convs", "three_matmuls",
                                   "csrnet_backend"])
 def test_shipped_cuda_records_schedule_every_tuned_kernel_of_the_originals(name):
-    """tuning_logs/cuda-sm_90 holds the measured records of the GPU batch (H100): every kernel
-    of the original that reduces (a conv, a matmul) has one, and building with them needs no
-    GPU."""
+    """The shipped cuda-sm_90 records hold the measured records of the GPU batch (H100): every
+    kernel of the original that reduces (a conv, a matmul) has one, and building with them needs
+    no GPU."""
     from tvm_pet.models import build_model
     from tvm_pet.onnx import import_model
     module = program_to_module(import_model(build_model(name)))
     tasks = extract_tasks(module, cuda_target())
     tuned = [t for t in tasks if reduces(t)]
-    _, applied = apply_records(module, cuda_target(), records.SHIPPED_RECORDS_DIR)
+    _, applied = apply_records(module, cuda_target(), shipped_records_dir())
     assert tuned and applied == len(tuned)
 
 
@@ -513,7 +515,7 @@ def test_with_weights_as_inputs_a_build_reading_other_weights_is_left_out():
     """The GPU machine feeds every build the original's weights, so the dry run leaves out a
     program whose weights differ (the search's post-optimizations fold a bias's reshape into a
     new weight) and says why, instead of writing a library that cannot run."""
-    from tvm_pet.relax.cuda_dry_run import _not_built, _same_weights
+    from tvm_pet.contrib.cuda_offline.dry_run import _not_built, _same_weights
     program = dilated_chain(layers=2)
     mutants = _mutants_in_place(program, SearchConfig(time_limit=60), AnalyticCost())
     assert mutants and all(_same_weights(program, whole) for _, _, whole in mutants)

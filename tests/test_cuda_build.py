@@ -186,7 +186,7 @@ def _check_dry_run_folder(out, report: dict) -> None:
 
 @needs_nvcc
 def test_dry_run_builds_original_and_mutants_for_sm_90(tmp_path):
-    from tvm_pet.relax.cuda_dry_run import dry_run
+    from tvm_pet.contrib.cuda_offline.dry_run import dry_run
     from tvm_pet.search.config import SearchConfig
     model = tmp_path / "m.onnx"
     onnx.save(dilated_model(), model)

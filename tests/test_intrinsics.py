@@ -57,5 +57,5 @@ def test_loading_registers_the_intrinsics_a_plain_import_does():
 def test_every_tune_context_tvm_pet_makes_loads_them_first():
     from tvm_pet.tune.tuner import TuningSearch
     assert TuningSearch.__dataclass_fields__["new_context"].default is intrinsics.tune_context
-    import tvm_pet.tune.cuda_batch as cuda_batch
+    import tvm_pet.contrib.cuda_offline.batch as cuda_batch
     assert cuda_batch.tune_context is intrinsics.tune_context

@@ -1,10 +1,10 @@
 """Commit the candidates a GPU timed (``scripts/gpu/run_batch.py``) into the CUDA records.
 
     python scripts/gpu/commit_cuda.py build/gpu/batch_0=RESULTS/times_batch_0.json ... \\
-        [--records tuning_logs] [--arch sm_90] [--summary OUT.json]
+        [--records tvm_pet/tuning_logs] [--arch sm_90] [--summary OUT.json]
 
-Each BATCH=TIMES pair is committed with ``tvm_pet.tune.cuda_batch.commit_batch`` into
-``<records>/cuda-<arch>/``, then each workload keeps its ``--keep`` fastest records
+Each BATCH=TIMES pair is committed with ``tvm_pet.contrib.cuda_offline.batch.commit_batch``
+into ``<records>/cuda-<arch>/``, then each workload keeps its ``--keep`` fastest records
 (``tvm_pet.tune.dbfile.prune``, as the CPU records: the dropped ones still count as trials),
 and the packed copies a repository ships are written (``dbfile.pack``).
 Prints, per task, the best candidate against TVM's default schedule, and the geo-mean of their
@@ -23,7 +23,7 @@ import warnings
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pairs", nargs="+", help="BATCH_DIR=TIMES_JSON")
-    parser.add_argument("--records", default="tuning_logs")
+    parser.add_argument("--records", default="tvm_pet/tuning_logs")
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--summary", type=pathlib.Path, default=None)
     parser.add_argument("--keep", type=int, default=4, help="records kept per workload")
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")
     from tvm_pet.tune import dbfile
     from tvm_pet.tune.cuda import cuda_target
-    from tvm_pet.tune.cuda_batch import commit_batch
+    from tvm_pet.contrib.cuda_offline.batch import commit_batch
     from tvm_pet.tune.records import db_dir
     target = cuda_target(args.arch)
     summary = {}

@@ -1,14 +1,14 @@
 #!/bin/sh
-# On the GPU machine, from the repository root: unpack a pack made by scripts/gpu/pack.py and run.
+# On the GPU host, from the repository root: unpack a pack made by scripts/gpu/pack.py and run.
 #
 #   sh scripts/gpu/on_gpu.sh PACK_DIR RESULTS_DIR      # runtime route: time the dry-run builds
 #                                                      # and the tuning batches' candidates
-#   sh scripts/gpu/on_gpu.sh PACK_DIR --stash          # full route, one call per part: keep the
-#                                                      # part(s) carried by this call, unpack when
-#                                                      # all parts are there, print the PYTHONPATH
+#   sh scripts/gpu/on_gpu.sh PACK_DIR --stash          # full route, once per part: keep the
+#                                                      # part(s) in PACK_DIR, unpack when all
+#                                                      # parts are there, print the PYTHONPATH
 #
-# Parts are kept in /tmp/tvm_pet_gpu, which lasts while the machine stays warm (about 30 s
-# after a call), so carry the parts of the full route in consecutive calls.
+# Parts are kept in /tmp/tvm_pet_gpu until all of them are there, so copy the parts of the full
+# route over one after another, running this for each.
 set -eu
 PACK=$1
 MODE=${2:-benchmarks/results}
@@ -19,7 +19,7 @@ cp "$PACK/parts.json" "$W/parts.json"
 WANT=$(python3 -c "import json; print(len(json.load(open('$W/parts.json'))['parts']))")
 HAVE=$(ls "$W/parts" | wc -l)
 if [ "$HAVE" -lt "$WANT" ]; then
-    echo "on_gpu.sh: $HAVE of $WANT parts here; carry the next part in the next call"
+    echo "on_gpu.sh: $HAVE of $WANT parts here; copy the next part over and run this again"
     exit 0
 fi
 if [ ! -f "$W/unpacked" ]; then

@@ -1,8 +1,8 @@
-"""Pack what a GPU machine without TVM needs, in pieces that fit one call (64 MiB in all).
+"""Pack what a GPU host without TVM needs, in pieces that fit a 64 MiB transfer.
 
-The lent GPU machine has Python 3.12, PyTorch, onnx, onnxruntime, cuda-bindings and nvcc, but no
-TVM and no network; each command carries at most 64 MiB, working tree included
-(shared/TVM_NOTES.md, section 9). Two routes:
+The GPU host is assumed to have Python 3.12, PyTorch, onnx, onnxruntime, cuda-bindings and
+nvcc, but no TVM and no network, and to take at most 64 MiB a transfer, the repository's
+working tree included. Two routes:
 
 ``--runtime DIR [DIR ...]`` (the default route): TVM's runtime only. DIRs are the output folders
 of ``tvm-pet optimize MODEL --target cuda --dry-run --out DIR`` (libraries, nvcc binaries for
@@ -11,16 +11,16 @@ of ``tvm-pet optimize MODEL --target cuda --dry-run --out DIR`` (libraries, nvcc
 apache-tvm-ffi wheel for the GPU machine's Python. ``scripts/gpu/run_cuda.py`` times them there.
 
 ``--full``: all of TVM, for tuning (MetaSchedule) and ``tvm-pet optimize --target cuda`` on the
-GPU machine. It does not fit one call beside the working tree, so it is split into parts of
-``--part-mib``; carry them in consecutive calls while the machine is warm
-(``scripts/gpu/on_gpu.sh`` stashes parts and unpacks when all are there).
+GPU machine. It does not fit one transfer beside the working tree, so it is split into parts of
+``--part-mib``, copied over one after another (``scripts/gpu/on_gpu.sh`` stashes parts and
+unpacks when all are there).
 
     python scripts/gpu/pack.py --runtime out/cuda_dry/* --ffi-wheel WHEEL --out build/gpu_pack
     python scripts/gpu/pack.py --full --ffi-wheel WHEEL --out build/gpu_pack_full
 
 The wheel: ``pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
 --platform manylinux_2_28_x86_64 apache-tvm-ffi==0.1.14.post1 -d build/wheels``. Prints the size
-of every piece; the pack goes under ``build/`` (ignored by git) and is carried with ``carry``.
+of every piece; the pack goes under ``build/`` (ignored by git), to be copied to the GPU host.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import tarfile
 TVM_EXCLUDED = ("src", "3rdparty", "include", "__pycache__")
 #: Left out of the runtime pack as well.
 COMPILER_LIB = "libtvm_compiler.so"
-#: Bytes one call may carry in all (the 64 MiB of the device tool).
+#: Bytes one transfer to the GPU host may hold in all (64 MiB).
 CALL_LIMIT = 64 * 1024 * 1024
 
 
@@ -89,8 +89,8 @@ def _add_dry_runs(tar: tarfile.TarFile, folders: list[pathlib.Path], mutants: bo
 
 
 def _add_batches(tar: tarfile.TarFile, folders: list[pathlib.Path]) -> None:
-    """Add tuning batches (``tvm_pet.tune.cuda_batch.prepare_batch``): ``batch.json``, each
-    task's library and its binaries (the staging records stay here, for ``commit_batch``)."""
+    """Add tuning batches (``tvm_pet.contrib.cuda_offline.batch.prepare_batch``): ``batch.json``,
+    each task's library and its binaries (the staging records stay here, for ``commit_batch``)."""
     for folder in folders:
         batch = json.loads((folder / "batch.json").read_text())
         tar.add(folder / "batch.json", arcname=f"batch/{folder.name}/batch.json")
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     route = parser.add_mutually_exclusive_group(required=True)
     route.add_argument("--runtime", nargs="*", type=pathlib.Path, metavar="DIR",
-                       help="dry-run folders to carry with TVM's runtime (none: tuning "
+                       help="dry-run folders to pack with TVM's runtime (none: tuning "
                        "batches only, with --batch)")
     route.add_argument("--full", action="store_true", help="all of TVM, in parts")
     parser.add_argument("--ffi-wheel", type=pathlib.Path, required=True)
@@ -142,9 +142,10 @@ def main(argv=None) -> int:
     parser.add_argument("--part-mib", type=int, default=48,
                         help="largest part (MiB); the working tree travels beside it (48)")
     parser.add_argument("--batch", nargs="*", type=pathlib.Path, default=[], metavar="DIR",
-                        help="tuning batches to time (tvm_pet.tune.cuda_batch), runtime route")
+                        help="tuning batches to time (tvm_pet.contrib.cuda_offline.batch), "
+                             "runtime route")
     parser.add_argument("--mutants", action="store_true",
-                        help="also carry every mutant's library (each holds the weights)")
+                        help="also pack every mutant's library (each holds the weights)")
     args = parser.parse_args(argv)
     parts = pack(args.out, args.ffi_wheel, args.runtime, args.part_mib, args.mutants, args.batch)
     total = sum(p.stat().st_size for p in parts)

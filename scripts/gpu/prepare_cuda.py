@@ -1,20 +1,21 @@
-"""Build, here and without a GPU, everything one GPU call needs to tune and time PET on CUDA.
+"""Build, on a CPU host without a GPU, everything a GPU host needs to tune and time PET on CUDA.
 
 For each model (ONNX): ``tvm-pet optimize --target cuda --dry-run`` with every mutant's library
 and the weights as inputs (``dry_run(..., libraries="all", weights="inputs")``) into
 ``OUT/e2e/<model>``; and the tuning tasks of the original and of every verified mutant, put in
 place with its corrections, listed in ``OUT/tasks.json``. With ``--batch-trials N`` the distinct
 tasks' candidates are sampled, built and compiled into ``OUT/batch``
-(``tvm_pet.tune.cuda_batch.prepare_batch``; only the tasks that reduce, see
+(``tvm_pet.contrib.cuda_offline.batch.prepare_batch``; only the tasks that reduce, see
 ``reduces``; ``--shard K/M`` builds every M-th task from K, for
 parallel processes writing separate batch folders).
 
     python scripts/gpu/prepare_cuda.py conv5x5.onnx ... --out build/gpu [--batch-trials 32]
-        [--records tuning_logs] [--no-e2e]
+        [--records tvm_pet/tuning_logs] [--no-e2e]
 
-After the GPU call: ``python scripts/gpu/commit_cuda.py`` commits the measured records, and a
-second run of this script (records now applying; ``--suffix -tuned``, ``--combine TIMES...``
-to add each model's combination of winning mutants, ``combined``) builds the tuned programs.
+After the GPU host has timed the batch, ``python scripts/gpu/commit_cuda.py`` commits the
+measured records, and a second run of this script (records now applying; ``--suffix -tuned``,
+``--combine TIMES...`` to add each model's combination of winning mutants, ``combined``) builds
+the tuned programs.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def tasks_of(model: pathlib.Path, target, say, rewrites: bool = True,
     listing, as the dry run builds them: after TVM's graph rewrites unless ``rewrites`` is off;
     each mutant's from its fusion region, :func:`mutant_changes`), or of the given ``programs``
     only (each compiled whole)."""
-    from tvm_pet.relax.cuda_dry_run import cuda_module
+    from tvm_pet.contrib.cuda_offline.dry_run import cuda_module
     from tvm_pet.tune.compile import extract_tasks
     if programs is None:
         program, changes = model_changes(model, target, rewrites, say)
@@ -88,7 +89,7 @@ def mutant_changes(program, target, rewrites: bool = True, *, say=None, stem: st
     reads what it reads (TVM's rewrites may combine the two), the whole model with the mutant
     in place is listed (a test checks both ways agree)."""
     from tvm_pet.cost.analytic import AnalyticCost
-    from tvm_pet.relax.cuda_dry_run import mutants_by_part
+    from tvm_pet.contrib.cuda_offline.dry_run import mutants_by_part
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.search.partition import replace_subprogram
     from tvm_pet.search.region import fusion_region
@@ -137,7 +138,7 @@ class _RegionTasks:
         from tvm_pet.errors import PetError
         from tvm_pet.ir.keys import canonical
         from tvm_pet.relax.adapter import region_to_module
-        from tvm_pet.relax.cuda_dry_run import cuda_module
+        from tvm_pet.contrib.cuda_offline.dry_run import cuda_module
         from tvm_pet.relax.rewrites import tvm_rewrites
         from tvm_pet.tune.compile import extract_tasks
         key = (whole, canonical(program)[0])
@@ -202,7 +203,7 @@ def estimated_cost(program, target, times: dict[str, float], rewrites: bool = Tr
     """``(seconds, untimed)``: a program's cost by the kernel times (calls × the fastest
     schedule; kernels not timed count 0) and the structural hashes of its kernels that reduce
     but have no time."""
-    from tvm_pet.relax.cuda_dry_run import cuda_module
+    from tvm_pet.contrib.cuda_offline.dry_run import cuda_module
     from tvm_pet.tune.compile import extract_tasks, reduces
     tasks = extract_tasks(cuda_module(program, rewrites=rewrites), target)
     untimed = {str(t.shash) for t in tasks if str(t.shash) not in times and reduces(t)}
@@ -298,7 +299,8 @@ def choices(model: pathlib.Path, target, args, say) -> tuple:
 
 def add_choices(folder: pathlib.Path, model: pathlib.Path, target, args, say) -> None:
     """Add to a dry-run folder what the kernel times propose (:func:`choices`)."""
-    records = args.records or "tuning_logs"
+    from tvm_pet.tune.shipped import shipped_records_dir
+    records = args.records or str(shipped_records_dir())
     for name, program, ops in choices(model, target, args, say)[1]:
         add_build(folder, name, program, ops, target, records, not args.no_tvm_rewrites)
 
@@ -306,7 +308,7 @@ def add_choices(folder: pathlib.Path, model: pathlib.Path, target, args, say) ->
 def add_build(folder: pathlib.Path, name: str, program, ops: tuple, target, records,
               rewrites: bool = True) -> None:
     """Build one more program into a dry-run folder (weights as inputs) and list it."""
-    from tvm_pet.relax.cuda_dry_run import _build_variant
+    from tvm_pet.contrib.cuda_offline.dry_run import _build_variant
     variant = _build_variant((name, "search", None, ops, True, program), target, records,
                              folder, "all", ("inputs", rewrites), print)
     if variant.error is not None:
@@ -324,7 +326,8 @@ def main(argv=None) -> int:
     parser.add_argument("models", nargs="+", type=pathlib.Path)
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--arch", default="sm_90")
-    parser.add_argument("--records", default=None, help="records root (tuning_logs)")
+    parser.add_argument("--records", default=None,
+                        help="records root (default: the shipped tvm_pet/tuning_logs)")
     parser.add_argument("--batch-trials", type=int, default=0)
     parser.add_argument("--shard", default="0/1")
     parser.add_argument("--no-e2e", action="store_true")
@@ -345,11 +348,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
 
-    from tvm_pet.relax.cuda_dry_run import dry_run
+    from tvm_pet.contrib.cuda_offline.dry_run import dry_run
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.tune.compile import reduces
     from tvm_pet.tune.cuda import cuda_target
-    from tvm_pet.tune.cuda_batch import prepare_batch
+    from tvm_pet.contrib.cuda_offline.batch import prepare_batch
     target = cuda_target(args.arch)
     say = lambda line: print(line, flush=True)  # noqa: E731
     start = time.perf_counter()

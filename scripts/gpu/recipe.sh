@@ -1,27 +1,27 @@
 #!/bin/sh
-# The CUDA recipe: TVM against PET + TVM on a lent GPU, tuned, in two GPU calls.
+# The CUDA recipe: TVM against PET + TVM, tuned, built on a CPU host and timed on a GPU host.
 #
-# The GPU machine has no TVM and no network, and a call carries at most 64 MiB; everything
-# that needs TVM's compiler runs here (nvcc for sm_90 included), and only TVM's runtime and the
-# built libraries travel (scripts/gpu/pack.py). From the repository root, with the venv active:
+# The GPU host needs no TVM install: everything that needs TVM's compiler runs on the CPU host
+# (nvcc for sm_90 included), and only TVM's runtime and the built libraries go to the GPU host
+# (scripts/gpu/pack.py). From the repository root, with the venv active:
 #
-#   sh scripts/gpu/recipe.sh prepare     # here: ~35 min on 2 cores (the batch dominates)
-#   (device call 1, carry build/gpu_pack:)   sh scripts/gpu/recipe.sh time1   # ~3 min there
-#   (copy its $OUT to build/gpu_call1)
-#   sh scripts/gpu/recipe.sh tuned       # here: records committed, tuned builds, ~15 min
-#   (device call 2, carry build/gpu_pack2:)  sh scripts/gpu/recipe.sh time2   # ~2 min there
-#   (copy its $OUT to build/gpu_call2)
-#   sh scripts/gpu/recipe.sh table       # here: benchmarks/results/cuda-<gpu>.{json,md}
+#   sh scripts/gpu/recipe.sh prepare     # CPU host: ~35 min on 2 cores (the batch dominates)
+#   OUT=results sh scripts/gpu/recipe.sh time1   # GPU host, build/gpu_pack copied there, ~3 min
+#   (copy results/ back to build/gpu_call1)
+#   sh scripts/gpu/recipe.sh tuned       # CPU host: records committed, tuned builds, ~15 min
+#   OUT=results sh scripts/gpu/recipe.sh time2   # GPU host, build/gpu_pack2 copied there, ~2 min
+#   (copy results/ back to build/gpu_call2)
+#   sh scripts/gpu/recipe.sh table       # CPU host: benchmarks/results/cuda-<gpu>.{json,md}
 #
-# Whole models: every mutant of a whole model built end to end is too many nvcc builds here
+# Whole models: every mutant of a whole model built end to end is too many nvcc builds
 # (CSRNet: 148), so build the originals only and let the kernel times propose the builds:
 #   MODELS="bert_encoder csrnet" TRIALS=8 MAX_MUTANTS=0 SINGLES=4 W=build/gpuw \
 #       sh scripts/gpu/recipe.sh prepare     (then time1, tuned, time2, table with the same)
-# Inception-v3 (2026-11-30): MODELS=inception_v3 TRIALS=4 MAX_MUTANTS=0 SINGLES=4 W=build/gpui,
-# prepare 41 min here, and time1 with RUN_BATCH_ARGS="--min-ms 2" (samples of 2 ms, not 5) to keep
-# the first call short: 3,126 functions in 55 s there.
+# Inception-v3: MODELS=inception_v3 TRIALS=4 MAX_MUTANTS=0 SINGLES=4 W=build/gpui (prepare:
+# 41 min on 2 cores), and time1 with RUN_BATCH_ARGS="--min-ms 2" (samples of 2 ms, not 5) to
+# keep the first timing short: 3,126 functions in 55 s.
 # TVM's graph rewrites (CombineParallelMatmul, ...) are on for both sides (prepare_cuda.py
-# --no-tvm-rewrites turns them off; the Table-3 table of 2026-11-26 was built without them).
+# --no-tvm-rewrites turns them off; benchmarks/results/cuda-h100.md was built without them).
 set -eu
 MODELS=${MODELS:-"three_matmuls conv5x5 dilated_conv two_1x1_convs csrnet_backend"}
 ARCH=${ARCH:-sm_90}
@@ -59,7 +59,7 @@ tuned)
         $W/batch_1=${W}_call1/times_batch_1.json --arch $ARCH \
         --summary ${W}_call1/commit_summary.json
     python scripts/gpu/prepare_cuda.py $(onnx_paths) --out ${W}2 --arch $ARCH \
-        --suffix=-tuned --records tuning_logs $E2E --singles ${SINGLES:-0} \
+        --suffix=-tuned --records tvm_pet/tuning_logs $E2E --singles ${SINGLES:-0} \
         --combine ${W}_call1/times_batch_0.json ${W}_call1/times_batch_1.json
     python scripts/gpu/pack.py --runtime $W/e2e/* ${W}2/e2e/* --mutants \
         --ffi-wheel "$(wheel)" --out ${W}_pack2 --part-mib 60 ;;

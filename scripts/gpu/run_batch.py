@@ -1,4 +1,5 @@
-"""Time every candidate of a tuning batch (``tvm_pet.tune.cuda_batch.prepare_batch``) on a GPU.
+"""Time every candidate of a tuning batch on a GPU (``tvm_pet.contrib.cuda_offline.batch``'s
+``prepare_batch`` built it).
 
 Runs on the GPU machine with TVM's runtime only (``TVM_USE_RUNTIME_LIB=1``, no tvm_pet)::
 

@@ -1,8 +1,8 @@
 """Time TVM against PET + TVM on a CUDA GPU, from builds made without one.
 
-Runs on the GPU machine with TVM's runtime only (``TVM_USE_RUNTIME_LIB=1``: no compiler, no
+Runs on the GPU host with TVM's runtime only (``TVM_USE_RUNTIME_LIB=1``: no compiler, no
 tvm_pet), on the folders written by ``tvm-pet optimize MODEL --target cuda --dry-run --out DIR``
-and carried by ``scripts/gpu/pack.py``::
+and packed by ``scripts/gpu/pack.py``::
 
     TVM_USE_RUNTIME_LIB=1 PYTHONPATH=site python run_cuda.py DIR [DIR ...] --out RESULTS_DIR
 
