@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     rows = sweep(tables)
     budgets = sorted(tables)
     text = ("Candidates a kernel (best of them and TVM's default schedule), the same on both "
-            "sides; each column from its own GPU calls.\n\n" + markdown(rows, budgets))
+            "sides; each column from its own timing processes.\n\n" + markdown(rows, budgets))
     (out / f"{args.out}.json").write_text(json.dumps({"budgets": budgets, "rows": rows},
                                                      indent=1) + "\n")
     (out / f"{args.out}.md").write_text(text)

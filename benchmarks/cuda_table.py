@@ -1,9 +1,9 @@
-"""The CUDA table of record: TVM against PET + TVM on a lent GPU, from what the GPU calls wrote.
+"""The CUDA table of record: TVM against PET + TVM on a GPU, from what the timing runs wrote.
 
     python benchmarks/cuda_table.py RESULTS_DIR [--commit-summary S.json] [--out NAME]
 
 RESULTS_DIR holds what ``scripts/gpu/on_gpu.sh`` and ``scripts/gpu/torch_eager.py`` wrote on
-the GPU machine (device tool ``$OUT``), one file per process: ``run_cuda.py``'s
+the GPU machine (their output folder), one file per process: ``run_cuda.py``'s
 ``cuda-run*.json``, with each model's folder once as built with TVM's default GPU schedules
 (``<model>``) and once with the CUDA records (``<model>-tuned``), and ``torch_eager*.json``.
 Every ratio compares two builds timed in the same process, interleaved, so rows taken on

@@ -5,7 +5,7 @@
 
 Each process loads ``baseline.so`` (TVM) and ``optimized.so`` (PET + TVM), times them
 interleaved as ``benchmarks/run.py`` does (the order rotating every round, after 2 s untimed),
-then times every kernel with the VM's instrument hook (:mod:`profile_kernels`). Every second
+then times every kernel with the VM's instrument hook (:func:`kernel_times`). Every second
 process runs with address-space randomization off (``setarch -R``; ``--aslr on`` to keep it on
 throughout), so that a speed drawn from the address layout and one set by the machine's state
 can be told apart:
@@ -41,6 +41,44 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 BUILDS = (("tvm", "baseline.so"), ("pet", "optimized.so"))
 
 
+def kernel_times(vm, args, rounds_out: list[dict[str, float]], calls: dict[str, int]) -> None:
+    """Call ``vm["main"](*args)`` once with the VM's instrument hook; append ``{kernel:
+    seconds}`` summed over the run to ``rounds_out``, and count each kernel's calls per run in
+    ``calls``. The hook times every call of a kernel or builtin with the wall clock (its own
+    cost, a few microseconds a call, is in every figure)."""
+    from tvm.runtime.vm import VMInstrumentReturnKind
+
+    started: dict[str, float] = {}
+    spent: dict[str, float] = {}
+    counted: dict[str, int] = {}
+
+    def hook(func, symbol, before_run, ret_value, *call_args):
+        now = time.perf_counter()
+        if before_run:
+            started[symbol] = now
+        else:
+            spent[symbol] = spent.get(symbol, 0.0) + now - started.pop(symbol, now)
+            counted[symbol] = counted.get(symbol, 0) + 1
+        return VMInstrumentReturnKind.NO_OP
+
+    vm.set_instrument(hook)
+    vm["main"](*args)
+    rounds_out.append(spent)
+    calls.update(counted)
+
+
+def seeded_inputs(name: str) -> dict:
+    """Seeded standard normal inputs for the model of :mod:`tvm_pet.models` named ``name``
+    (BERT with one encoder layer, as the benchmarks of record run it), by input name."""
+    import numpy as np
+
+    from tvm_pet.models import build_model
+    model = build_model(name, **({"layers": 1} if name == "bert_encoder" else {}))
+    rng = np.random.default_rng(0)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+            .astype(np.float32) for i in model.graph.input}
+
+
 def worker(folder: pathlib.Path, feeds_path: pathlib.Path, rounds: int, number: int) -> dict:
     """In this (fresh) process: both builds' medians timed interleaved (ms), and each kernel's
     median over ``rounds`` instrumented runs (ms per run)."""
@@ -49,7 +87,6 @@ def worker(folder: pathlib.Path, feeds_path: pathlib.Path, rounds: int, number: 
 
     import numpy as np
     import tvm
-    from profile_kernels import kernel_times
     from run import time_interleaved
     from tvm import relax
 
@@ -212,9 +249,8 @@ def main() -> int:
     if not (args.out and args.model):
         parser.error("--out and --model are required")
     import numpy as np
-    from profile_kernels import seeded_model
 
-    feeds = seeded_model(args.model)[1]
+    feeds = seeded_inputs(args.model)
     with tempfile.TemporaryDirectory() as tmp:
         feeds_path = pathlib.Path(tmp) / "feeds.npz"
         np.savez(feeds_path, **feeds)

@@ -13,7 +13,7 @@ and writes the counts to ``benchmarks/results/reliability.json``:
   exact (Z_p) and float mismatches, crashes;
 - the same for the rewrites offered only when asked (``opt_in``): Winograd's mutants of
   convolutions it can take (``tests.fuzz_e2e.winograd_fuzz``), and random programs with Winograd
-  and the split reduction offered, their mutants on TVM first;
+  and the window product (``--im2col``) offered, their mutants on TVM first;
 - injected non-equivalent mutants and how many the verifier caught;
 - onnx backend node cases and light CNN models: compared after PETPass, TVM-frontend skips,
   mismatches, crashes;
@@ -37,7 +37,7 @@ import xml.etree.ElementTree as ET
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tvm_pet.ir import splitk, winograd  # noqa: E402 (pure: no TVM)
+from tvm_pet.ir import im2col, winograd  # noqa: E402 (pure: no TVM)
 
 
 def _short(result: dict, drop=("failures", "cases")) -> dict:
@@ -65,15 +65,16 @@ def tuning_faults(with_tuning: bool) -> dict:
 
 STAGES = ("fuzz", "opt_in", "injected_wrong_mutants", "onnx_node_cases", "onnx_light_models",
           "bad_inputs", "tuning_faults")
-OPT_IN_LABELS = (*winograd.LABELS.values(), splitk.LABEL)
+OPT_IN_LABELS = (*winograd.LABELS.values(), *(im2col.LABELS[o] for o in im2col.SEARCH_ORDERS))
 
 
 def opt_in_fuzz(count: int, seed: int) -> dict:
-    """Winograd's fuzz, and random programs with both opt-in rewrites offered."""
+    """Winograd's fuzz, and random programs with both opt-in rewrites offered (Winograd's and
+    a convolution as one product over its windows)."""
     import dataclasses
 
     from tests.fuzz_e2e import FUZZ_CONFIG, run_fuzz, winograd_fuzz
-    config = dataclasses.replace(FUZZ_CONFIG, winograd=True, split_k=True)
+    config = dataclasses.replace(FUZZ_CONFIG, winograd=True, im2col=True)
     both = run_fuzz(count, seed=seed, config=config, favour=OPT_IN_LABELS)
     wino = winograd_fuzz(count, seed=seed)
     counts = ("programs", "tvm_mutants", "compiled", "exact_mismatches", "float_mismatches",

@@ -63,7 +63,7 @@ CONTENDERS = ("tvm", "pet", "onnxruntime")
 SETTLE_S = 2.0
 #: Models whose untuned TVM run takes seconds: timed with one call per sample.
 SLOW = {"resnet3d_18", "inception_v3", "csrnet", "bert_encoder", "resnet18"}
-#: The trial budget per task of the records shipped in tuning_logs/ for the QUICK graphs.
+#: The trial budget per task of the records shipped in tvm_pet/tuning_logs/ for the QUICK graphs.
 SHIPPED_TRIALS = 32
 
 
@@ -83,8 +83,7 @@ def _child(args) -> dict:
         path = pathlib.Path(tmp) / "model.onnx"
         onnx.save(model, path)
         config = SearchConfig(depth=3, rounds=1, time_limit=args.search_limit,
-                              winograd=args.winograd, im2col=args.im2col,
-                              columns=args.columns)
+                              winograd=args.winograd, im2col=args.im2col)
         # a close call's second look tunes both sides again at twice the trials per task: on a
         # whole model that is the whole model tuned again (an hour here), and the rows would no
         # longer share one budget; so by default whole models get no second look
@@ -262,7 +261,6 @@ def _run_child(name: str, batch: int, args) -> dict:
     cmd += ["--second-look", args.second_look, "--seed", str(args.seed), "--layout",
             args.layout] + (["--fast-math"] if args.fast_math else []) \
         + (["--winograd"] if args.winograd else []) + (["--im2col"] if args.im2col else []) \
-        + (["--columns"] if args.columns else []) \
         + ["--promising", str(args.promising)]
     start = time.perf_counter()
     row, error = _run_json(cmd)
@@ -286,8 +284,7 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
             + ("-" + run["layout"].lower() if run.get("layout", "NCHW") != "NCHW" else "")
             + ("-fastmath" if run.get("fast_math") else "")
             + ("-winograd" if run.get("winograd") else "")
-            + ("-im2col" if run.get("im2col") else "")
-            + ("-columns" if run.get("columns") else ""))
+            + ("-im2col" if run.get("im2col") else ""))
     table3 = [r for r in ok if r["model"] in TABLE3 and r["batch"] == 1]
     kept = [counted_speedup(r) for r in table3]
     whole = [counted_speedup(r) for r in ok
@@ -346,9 +343,6 @@ def budget_words(run: dict, rows: list[dict]) -> str:
     if run.get("im2col"):
         where += (", PET's search offering 2-D and 3-D convolutions as one matrix product "
                   "over their windows (TVM's side: the direct form)")
-    if run.get("columns"):
-        where += (", PET's search offering wide matrix products in pieces of their columns "
-                  "(TVM's side: the product as its rewrites leave it)")
     if run.get("promising", 4) != 4:
         where += f", PET tuning up to {run['promising']} mutants of each kind (--promising)"
     if not run["trials"]:
@@ -514,9 +508,6 @@ def main() -> int:
     parser.add_argument("--im2col", action="store_true",
                         help="PET's search offers convolutions as a product over their windows "
                              "(optimize --im2col)")
-    parser.add_argument("--columns", action="store_true",
-                        help="PET's search offers wide matrix products in pieces of their "
-                             "columns (optimize --columns)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the .md and .png of an earlier run's JSON")
@@ -551,8 +542,7 @@ def main() -> int:
            "rounds": args.rounds, "number": args.number, "records": args.records,
            "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes,
            "seed": args.seed, "layout": args.layout, "fast_math": args.fast_math,
-           "winograd": args.winograd, "im2col": args.im2col, "promising": args.promising,
-           "columns": args.columns}
+           "winograd": args.winograd, "im2col": args.im2col, "promising": args.promising}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)

@@ -1,5 +1,5 @@
 """A one-layer program with its first node's attributes changed, and its inputs: the shared tail
-of the tests of forms that are a node attribute (``tests/test_splitk.py``, ``test_im2col.py``)."""
+of the tests of forms that are a node attribute (``tests/test_im2col.py``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,24 +22,6 @@ def with_inputs(program: Program, rng: np.random.Generator, x_shape, w_value: np
     if weight_input:
         inputs["w"] = w_value
     return program, inputs
-
-
-def linear(x_shape, n, *, weight_input=False, split=0, seed=0,
-           **attrs) -> tuple[Program, dict[str, np.ndarray]]:
-    """``x @ w + b`` with ``w`` of [k, n] (a weight, or a run-time input), the MATMUL's
-    attributes updated by ``attrs`` (none: as it is), its output split in ``split`` equal parts
-    on the last axis (0: not split); the program and its inputs (:func:`with_inputs`)."""
-    from tvm_pet.ir import ProgramBuilder
-    rng = np.random.default_rng(seed)
-    k = x_shape[-1]
-    w_value = (rng.standard_normal((k, n)) / np.sqrt(k)).astype("float32")
-    b = ProgramBuilder()
-    x = b.input("x", x_shape)
-    w = b.input("w", w_value.shape) if weight_input else b.weight("w", w_value)
-    bias = b.weight("b", rng.standard_normal((n,)).astype("float32"))
-    y = b.add(b.matmul(x, w), bias)
-    outs = list(b.split(y, len(x_shape) - 1, (n // split,) * split)) if split else [y]
-    return with_inputs(b.build(outs), rng, x_shape, w_value, weight_input, **attrs)
 
 
 def run_module(mod, *inputs) -> np.ndarray:

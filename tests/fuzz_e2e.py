@@ -28,10 +28,12 @@ replays it with one or two named rewrites (exact, partially equivalent or wrong)
    (:func:`winograd_bound`, ``|Aᵀ| (|G| |g| |Gᵀ| ⊙ |Bᵀ| |d| |B|) |A|`` summed over channels, the
    classic bound on the algorithm's rounding).
 
-The rewrites offered only when asked (Winograd's, ``SearchConfig.winograd``; the split
-reduction, ``SearchConfig.split_k``) are fuzzed with ``config`` turning them on and ``favour``
-naming their labels, so that their mutants are the ones run on TVM; :func:`winograd_fuzz` draws
-programs that hold a convolution Winograd can take (:func:`~tests.strategies.winograd_programs`).
+The rewrites offered only when asked (Winograd's, ``SearchConfig.winograd``; a convolution as
+one product over its windows, ``SearchConfig.im2col``) are fuzzed with ``config`` turning them on
+and ``favour`` naming their labels, so that their mutants are the ones run on TVM:
+:func:`winograd_fuzz` draws programs that hold a convolution Winograd can take
+(:func:`~tests.strategies.winograd_programs`), :func:`im2col_fuzz` programs that hold one the
+window product can take.
 
 Compiling is the slow part (0.05-0.2 s per function on two cores, and a cost per module), so
 :func:`run_fuzz` puts the functions of a batch of programs into one IRModule and compiles it once.
@@ -55,11 +57,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from tvm import relax
 
-from tests.strategies import (mutant_pairs, wide_matmul_programs, window_programs,
-                              winograd_programs)
+from tests.strategies import mutant_pairs, window_programs, winograd_programs
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import Program, check_program as check_structure, weight_key
-from tvm_pet.ir import columns, im2col, winograd
+from tvm_pet.ir import im2col, winograd
 from tvm_pet.relax import winograd as winograd_lowering
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.search.config import SearchConfig
@@ -549,14 +550,6 @@ def im2col_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
     convolution or a 3-D one) with convolutions offered as a product over their windows
     (``SearchConfig.im2col``), its mutants (:data:`IM2COL_LABELS`) on TVM first."""
     return _convolution_fuzz(count, seed, "im2col", IM2COL_LABELS, window_programs(),
-                             **kwargs)
-
-
-def columns_fuzz(count: int, seed: int = 0, **kwargs) -> dict:
-    """:func:`run_fuzz` over :func:`~tests.strategies.wide_matmul_programs` (random programs
-    seldom hold a product whose width is a multiple of its reduction), the mutants computing it
-    in pieces of its columns (:mod:`tvm_pet.ir.columns`, ``SearchConfig.columns``) on TVM first."""
-    return _convolution_fuzz(count, seed, "columns", (columns.LABEL,), wide_matmul_programs(),
                              **kwargs)
 
 

@@ -1072,28 +1072,3 @@ def window_programs():
     """What ``--im2col`` offers: :func:`winograd_programs` (2-D, 3 × 3) or
     :func:`conv3d_programs`, one as often as the other."""
     return st.one_of(winograd_programs(), conv3d_programs())
-
-
-@st.composite
-def wide_matmul_programs(draw):
-    """``(program, None)``: a product by a weight ``[k, p k]`` (``p`` of 2 to 4; rows maybe in a
-    batch), maybe a bias, then its output as it is, split in ``p`` equal parts (as TVM's merged
-    Q, K and V), split unevenly, or scaled and multiplied by a second weight: what the search
-    offers in pieces of its columns (:mod:`tvm_pet.ir.columns`)."""
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    b = ProgramBuilder()
-    k, p, m = draw(st.integers(2, 8)), draw(st.integers(2, 4)), draw(st.integers(1, 6))
-    rows = (draw(st.integers(1, 2)), m) if draw(st.booleans()) else (m,)
-    x = b.input("x", rows + (k,))
-    y = b.matmul(x, b.weight(b.fresh("w"), rng.standard_normal((k, p * k))))
-    if draw(st.booleans()):
-        y = b.add(y, b.weight(b.fresh("bias"), rng.standard_normal((p * k,))))
-    axis, then = len(rows), draw(st.sampled_from(("none", "split", "uneven", "second")))
-    if then == "split":
-        return b.build(list(b.split(y, axis, (k,) * p))), None
-    if then == "uneven":
-        return b.build(list(b.split(y, axis, (1, p * k - 1)))), None
-    if then == "second":
-        y = b.matmul(b.mul(y, b.weight(b.fresh("scale"), rng.standard_normal((p * k,)))),
-                     b.weight(b.fresh("w"), rng.standard_normal((p * k, k))))
-    return b.build([y]), None

@@ -22,21 +22,6 @@ def _row(model: str, kept: str, ratio: float, tvm_ms: float = 10.0) -> dict:
 RUN = {"target": "llvm", "quick": False, "trials": 32, "rounds": 3, "number": 1}
 
 
-def _untuned_outputs(build, kind: str, forms) -> dict:
-    """Each form's output, the module ``build(kind, form)`` compiled untuned (no tuning in the
-    tests) and run on its inputs."""
-    tvm = pytest.importorskip("tvm")
-    from tvm import relax
-
-    from tvm_pet.tune.targets import resolve_target
-    outputs = {}
-    for form in forms:
-        mod, inputs = build(kind, form)
-        vm = relax.VirtualMachine(tvm.compile(mod, target=resolve_target("llvm")), tvm.cpu())
-        outputs[form] = vm["main"](*[tvm.runtime.tensor(x) for x in inputs]).numpy()
-    return outputs
-
-
 def test_a_rerun_replaces_its_rows_in_the_run_of_record_and_counts_kept_originals_as_x1(
         tmp_path, monkeypatch):
     monkeypatch.setattr(run, "plot", lambda rows, path: None)
@@ -129,99 +114,6 @@ def test_a_row_timed_in_several_processes_lists_each_process_ratio(tmp_path, mon
     assert "spread over 2 fresh processes" in result["decision"]
 
 
-def test_the_matmul_forms_compute_the_same_and_their_table_names_the_fastest():
-    pytest.importorskip("tvm")
-    import numpy as np
-
-    from benchmarks import matmul_forms
-    for kind in matmul_forms.SHAPES:  # built untuned (no tuning in the tests): outputs only
-        outputs = _untuned_outputs(matmul_forms.module, kind, matmul_forms.FORMS)
-        for form in matmul_forms.FORMS[1:]:
-            np.testing.assert_allclose(outputs[form], outputs["orig"], rtol=1e-4, atol=1e-4)
-    row = {"kernel": "ffn2", "seed": 0, "median_ms": {"orig": 5.0, "trans": 4.0, "colbatch": 3.5},
-           "gflops": {"orig": 118.0, "trans": 151.0, "colbatch": 176.0},
-           "speedup_vs_orig": {"orig": 1.0, "trans": 1.29, "colbatch": 1.39}}
-    table = matmul_forms.markdown([row], 32)
-    assert "| ffn2 | 0 | 5.00 (118, x1.00) | 4.00 (151, x1.29) | 3.50 (176, x1.39) | colbatch |" \
-        in table and "32 trials per task" in table
-
-
-def test_the_conv_forms_compute_the_same_and_their_table_names_the_fastest(monkeypatch):
-    pytest.importorskip("tvm")
-    import numpy as np
-
-    from benchmarks import conv_forms
-    # the forms of a small dilated conv, built untuned (no tuning in the tests): outputs only
-    monkeypatch.setitem(conv_forms.SHAPES, "dil14", (8, 4, 6))
-    outputs = _untuned_outputs(conv_forms.module, "dil14", conv_forms.FORMS)
-    assert outputs["orig"].shape == (1, 4, 6, 6) and (outputs["orig"] > 0).any()
-    np.testing.assert_allclose(outputs["padconv"], outputs["orig"], rtol=1e-5, atol=1e-5)
-    row = {"kernel": "dil28", "seed": 1, "median_ms": {"orig": 65.5, "padconv": 31.5},
-           "gflops": {"orig": 56.0, "padconv": 117.0},
-           "speedup_vs_orig": {"orig": 1.0, "padconv": 2.08}}
-    table = conv_forms.markdown([row], 32, conv_forms.FORMS)
-    assert "| dil28 | 1 | 65.50 (56, x1.00) | 31.50 (117, x2.08) | padconv |" in table
-    assert "orig / it" in table and "the 2 timed interleaved" in table
-
-
-def test_the_stride_forms_compute_the_same_and_their_table_names_the_fastest(monkeypatch):
-    pytest.importorskip("tvm")
-    import numpy as np
-
-    from benchmarks import stride_forms
-    # small stride-2 convs (odd and even sides, kernels 3 and 7, with and without padding),
-    # built untuned (no tuning in the tests): outputs only
-    small = {"k7": (3, 8, 7, 3, 20), "k3": (4, 8, 3, 1, 9), "k3_nopad": (3, 4, 3, 0, 11)}
-    monkeypatch.setattr(stride_forms, "SHAPES", small)
-    for kind, (_, cout, k, pad, side) in small.items():
-        outputs = _untuned_outputs(stride_forms.module, kind, stride_forms.FORMS)
-        side_out = stride_forms.out_side(k, pad, side)
-        assert outputs["orig"].shape == (1, cout, side_out, side_out)
-        assert (outputs["orig"] > 0).any()
-        np.testing.assert_allclose(outputs["s2d"], outputs["orig"], rtol=1e-5, atol=1e-5)
-    row = {"kernel": "r18_stem", "seed": 0, "median_ms": {"orig": 3.0, "s2d": 2.0},
-           "gflops": {"orig": 79.0, "s2d": 118.0}, "speedup_vs_orig": {"orig": 1.0, "s2d": 1.5}}
-    table = stride_forms.markdown([row], 32, stride_forms.FORMS)
-    assert "| r18_stem | 0 | 3.00 (79, x1.00) | 2.00 (118, x1.50) | s2d |" in table
-
-
-def test_the_winograd_forms_compute_the_same(monkeypatch):
-    pytest.importorskip("tvm")
-    import numpy as np
-
-    from benchmarks import winograd_forms
-    # small regular and dilated convs, built untuned (no tuning in the tests): outputs only
-    monkeypatch.setitem(winograd_forms.KERNELS, "r10", (8, 6, 10, 1))
-    monkeypatch.setitem(winograd_forms.KERNELS, "d14", (8, 6, 14, 2))
-    for kind, forms in (("r10", winograd_forms.FORMS), ("d14", winograd_forms.DILATED_FORMS)):
-        outputs = _untuned_outputs(winograd_forms.module, kind, forms)
-        side = winograd_forms.KERNELS[kind][2]
-        assert outputs["orig"].shape == (1, 6, side, side) and (outputs["orig"] > 0).any()
-        for form in forms[1:]:
-            np.testing.assert_allclose(outputs[form], outputs["orig"], rtol=1e-4, atol=1e-5)
-
-
-def test_the_layout_forms_compute_the_same_and_their_table_names_the_fastest(monkeypatch):
-    pytest.importorskip("tvm")
-    import numpy as np
-
-    from benchmarks import layout_forms
-    # small convs (dilated and not, channels in != out, an odd side), built untuned (no tuning
-    # in the tests): outputs only
-    small = {"dil": (6, 4, 3, 2, 2, 7), "plain": (3, 5, 3, 1, 1, 9)}
-    monkeypatch.setattr(layout_forms, "SHAPES", small)
-    for kind, (_, cout, _, _, _, side) in small.items():
-        outputs = _untuned_outputs(layout_forms.module, kind, layout_forms.FORMS)
-        assert outputs["orig"].shape == (1, cout, side, side)
-        assert (outputs["orig"] > 0).any() and (outputs["orig"] == 0).any()  # the ReLU
-        np.testing.assert_allclose(outputs["nhwc"], outputs["orig"], rtol=1e-5, atol=1e-5)
-    row = {"kernel": "dil14", "seed": 0, "median_ms": {"orig": 4.7, "nhwc": 3.1},
-           "gflops": {"orig": 197.0, "nhwc": 298.0},
-           "speedup_vs_orig": {"orig": 1.0, "nhwc": 1.52}}
-    table = layout_forms.markdown([row], 32, layout_forms.FORMS)
-    assert "| dil14 | 0 | 4.70 (197, x1.00) | 3.10 (298, x1.52) | nhwc |" in table
-
-
 def test_the_budget_names_the_tuning_seed_when_it_is_not_the_default():
     assert "seed" not in run.budget_words(RUN, [])
     assert "32 trials with seed 2 " in run.budget_words(dict(RUN, seed=2), [])
@@ -277,112 +169,6 @@ def test_the_decision_rule_table_counts_a_keep_only_when_its_replication_keeps_i
     lines = decision_rule.markdown([row]).splitlines()
     assert "kept by its replication" in lines[0] and "| 1 of 3 |" in lines[-1]
     assert lines[2].count("|") == lines[0].count("|")  # the no-candidate row has every cell
-
-
-def test_the_kernel_profile_times_every_kernel_of_both_builds_and_ranks_them(tmp_path):
-    tvm = pytest.importorskip("tvm")
-    import numpy as np
-    from tvm.script import ir as I, relax as R
-
-    from benchmarks import profile_kernels
-    from tvm_pet.tune.targets import resolve_target
-
-    @I.ir_module
-    class Module:
-        @R.function
-        def main(x: R.Tensor((64, 64), "float32"), w: R.Tensor((64, 64), "float32")):
-            with R.dataflow():
-                y = R.matmul(x, w)
-                z = R.nn.relu(y)
-                out = R.add(z, x)
-                R.output(out)
-            return out
-
-    # the two builds of a folder optimize writes, here the same module twice
-    executable = tvm.compile(Module, target=resolve_target("llvm"))
-    for _, name in profile_kernels.BUILDS:
-        executable.export_library(str(tmp_path / name))
-    rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal((64, 64), np.float32),
-             "w": rng.standard_normal((64, 64), np.float32)}
-    result = profile_kernels.profile(tmp_path, feeds, rounds=3)
-    for build in ("tvm", "pet"):
-        kernels, calls = result[build]["kernels"], result[build]["calls"]
-        assert {"matmul", "relu", "add"} <= set(kernels), kernels
-        assert all(calls[name] == 1 for name in ("matmul", "relu", "add"))
-        assert all(seconds > 0 for seconds in kernels.values())
-        assert result[build]["shapes"]["matmul"] == "64x64, 64x64, 64x64"
-    lines = profile_kernels.table(result, top=2)
-    assert lines[0].startswith("### TVM (baseline.so):")
-    rows = [line for line in lines if line.startswith("| `")]
-    assert len(rows) == 4  # the two costliest kernels of each build
-    others = [line for line in lines if " others |" in line]
-    assert [line.split("|")[1].strip() for line in others] == [
-        f"{len(result[build]['kernels']) - 2} others" for build in ("tvm", "pet")]
-
-
-def _two_forms_row(model: str, ms: dict, by_process: list, kernels: dict) -> dict:
-    """A row as ``layout_models.measure`` makes it, the second form of ``ms`` the other."""
-    import statistics
-    other = list(ms)[1]
-    return {"model": model, "seed": 0, "trials_per_task": 32, "max_abs_err": 1e-6,
-            "median_ms": ms, f"{other}_speedup": statistics.geometric_mean(by_process),
-            f"{other}_speedup_by_process": by_process, "kernels_with_records": kernels}
-
-
-def test_a_model_in_nhwc_by_tvms_convert_layout_computes_the_same_and_is_tabled():
-    pytest.importorskip("tvm")
-    import numpy as np
-
-    from benchmarks import layout_models
-    from tvm_pet.models import build_model
-    # Table 3's conv5x5 graph, built untuned (no tuning in the tests): outputs only
-    modules, inputs = layout_models.forms(build_model("conv5x5", batch=1))
-    nhwc = modules["nhwc"].script()
-    assert 'data_layout="NHWC"' in nhwc and 'data_layout="NHWC"' not in modules["nchw"].script()
-    outputs = _untuned_outputs(lambda _, form: (modules[form], inputs), "conv5x5", modules)
-    assert np.abs(outputs["nchw"]).max() > 0
-    np.testing.assert_allclose(outputs["nhwc"], outputs["nchw"], rtol=1e-4, atol=1e-5)
-    row = _two_forms_row("resnet18", {"nchw": 24.0, "nhwc": 20.0}, [1.19, 1.2, 1.21],
-                         {"nchw": [19, 19], "nhwc": [21, 20]})
-    table = layout_models.markdown([row], 3, 9, 5)
-    assert "| resnet18 | 0 | 32 | 24.00 | 20.00 | x1.200 (1.19, 1.20, 1.21) | 19/19, 20/21 |" \
-        in table
-
-
-def test_a_model_with_tvms_fast_math_computes_nearly_the_same_and_is_tabled():
-    pytest.importorskip("tvm")
-    import numpy as np
-
-    from benchmarks import fast_math
-    from tvm_pet.models import build_model
-    model = build_model("bert_encoder", batch=1, seq=16, hidden=64, heads=4, ffn=128)
-    modules, inputs = fast_math.forms(model)
-    assert "fast_erf" in modules["fast"].script() and "fast_erf" not in modules["exact"].script()
-    outputs = _untuned_outputs(lambda _, form: (modules[form], inputs), "bert", modules)
-    assert np.abs(outputs["exact"]).max() > 0
-    assert not np.array_equal(outputs["fast"], outputs["exact"])
-    np.testing.assert_allclose(outputs["fast"], outputs["exact"], rtol=1e-5, atol=1e-5)
-    row = _two_forms_row("bert_encoder", {"exact": 8.5, "fast": 6.7}, [1.24, 1.29, 1.32],
-                         {"exact": [12, 12], "fast": [12, 12]})
-    table = fast_math.markdown([row], 3, 9, 5)
-    assert "`fast` after Relax's `FastMathTransform`" in table
-    assert "| bert_encoder | 0 | 32 | 8.50 | 6.70 | x1.283 (1.24, 1.29, 1.32) | 12/12, 12/12 |" \
-        in table
-
-
-def test_a_layout_models_run_of_another_seed_joins_the_rows_written_before(tmp_path):
-    from benchmarks import layout_models
-    path = tmp_path / "layout_models.json"
-    assert layout_models.joined(path, [{"model": "resnet18", "seed": 0, "v": 1}]) == [
-        {"model": "resnet18", "seed": 0, "v": 1}]
-    path.write_text(json.dumps({"rows": [{"model": "resnet18", "seed": 0, "v": 1},
-                                         {"model": "csrnet", "seed": 0, "v": 2}]}))
-    rows = layout_models.joined(path, [{"model": "resnet18", "seed": 1, "v": 3},
-                                       {"model": "csrnet", "seed": 0, "v": 4}])
-    assert rows == [{"model": "resnet18", "seed": 0, "v": 1},
-                    {"model": "csrnet", "seed": 0, "v": 4},
-                    {"model": "resnet18", "seed": 1, "v": 3}]
 
 
 def _equal_total_row(seed: int, kept: str, ms: dict) -> dict:
@@ -511,27 +297,16 @@ def test_process_speeds_worker_times_both_builds_and_their_kernels(tmp_path):
         assert {"matmul", "relu"} <= set(result["kernels"][build]), result["kernels"][build]
 
 
-def test_the_feed_forward_in_pieces_and_the_merged_qkv_compute_what_the_layer_computes():
-    ort = pytest.importorskip("onnxruntime")
+def test_process_speeds_feeds_each_model_input_seeded_standard_normal_values():
     import numpy as np
 
-    from benchmarks import ffn_pieces
+    from benchmarks import process_speeds
     from tvm_pet.models import build_model
-    layer = build_model("bert_encoder", seq=16)
-    x = np.random.default_rng(0).standard_normal((1, 16, 768)).astype(np.float32)
-
-    def run(model):
-        return ort.InferenceSession(model.SerializeToString()).run(None, {"hidden": x})[0]
-
-    want = run(layer)
-    merged = ffn_pieces.merge_qkv(layer)
-    assert sum(n.op_type == "MatMul" for n in merged.graph.node) \
-        == sum(n.op_type == "MatMul" for n in layer.graph.node) - 2
-    for model in (merged, ffn_pieces.in_pieces(merged, 2), ffn_pieces.in_pieces(merged, 4)):
-        np.testing.assert_allclose(run(model), want, rtol=1e-4, atol=1e-4)
-    assert sum(n.op_type == "Erf" for n in ffn_pieces.in_pieces(merged, 4).graph.node) == 4
-    table = ffn_pieces.render({"target": "llvm", "trials": 32, "seed": 0, "processes": 6,
-                               "rounds": 10, "number": 5, "forms": {"pieces2": {
-                                   "median_ms": 7.9, "ratio": 1.085, "by_process": [1.1, 1.07],
-                                   "new_trials": 96, "max_abs_err_vs_tvm": 5e-6}}})
-    assert "| pieces2 | 7.900 | x1.085 | x1.100, x1.070 | 96 | 5.0e-06 |" in table
+    model = build_model("conv5x5")
+    feeds, again = process_speeds.seeded_inputs("conv5x5"), process_speeds.seeded_inputs("conv5x5")
+    assert list(feeds) == [i.name for i in model.graph.input]
+    for i in model.graph.input:
+        x = feeds[i.name]
+        assert x.dtype == np.float32
+        assert list(x.shape) == [d.dim_value for d in i.type.tensor_type.shape.dim]
+        assert np.array_equal(x, again[i.name]) and x.std() > 0.5

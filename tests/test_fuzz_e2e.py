@@ -4,11 +4,10 @@
   module: exact in Z_p and within float tolerance on TVM (20 programs by default, 1,000 with
   ``-m slow``);
 - the same for the rewrites offered only when asked: Winograd's (on programs drawn to hold a
-  convolution it can take, against the bound of its rounding), the split reduction and
-  convolutions as a product over their windows, their mutants run on TVM first (200 Winograd
-  programs with ``-m slow``);
-- the fuzzer itself fails when the corrector or the Relax lowering is broken (Winograd's, the
-  split reduction's and the windows' included);
+  convolution it can take, against the bound of its rounding) and convolutions as a product
+  over their windows, their mutants run on TVM first (200 Winograd programs with ``-m slow``);
+- the fuzzer itself fails when the corrector or the Relax lowering is broken (Winograd's and the
+  windows' included);
 - regressions for the bugs it found;
 - injected non-equivalent mutants (a perturbed weight, a slice shifted by one, padding moved or
   replicated) are caught by the verifier with every seed, and the chance of a miss is the
@@ -17,7 +16,6 @@
 The fixed wrong cases of :mod:`tvm_pet.example_pairs` are checked in
 ``test_verifier_oracle.py::test_wrong_candidates_are_detected``.
 """
-import dataclasses
 
 import numpy as np
 import pytest
@@ -74,10 +72,6 @@ def test_random_programs_end_to_end():
     assert outcome["rewrites"] == 20 and outcome["rewrites_partial"] >= 5, counts
 
 
-#: The split reduction, offered only when asked (``SearchConfig.split_k``).
-SPLIT_K_CONFIG = dataclasses.replace(fuzz_e2e.FUZZ_CONFIG, split_k=True)
-
-
 def test_winograd_end_to_end():
     """Winograd's mutants (their own lowering, ``tvm_pet.relax.winograd``) compiled and compared
     like the others, against the bound of :func:`~tests.fuzz_e2e.winograd_bound`."""
@@ -85,39 +79,6 @@ def test_winograd_end_to_end():
     assert_all_exact(outcome, 6)
     favoured = outcome["favoured"]
     assert all(favoured.get(label, 0) >= 3 for label in fuzz_e2e.WINOGRAD_LABELS), favoured
-
-
-def test_split_reduction_end_to_end():
-    """Mutants holding a ``SplitKMatMul`` (``lower.split_k_matmul``) run on TVM first."""
-    outcome = fuzz_e2e.run_fuzz(30, seed=0, config=SPLIT_K_CONFIG, favour=("SplitKMatMul",))
-    assert_all_exact(outcome, 30)
-    assert outcome["favoured"].get("SplitKMatMul", 0) >= 2, outcome["favoured"]
-
-
-def test_column_pieces_end_to_end():
-    """Mutants holding a ``ColumnsMatMul`` (``lower.columns_matmul``) run on TVM first."""
-    outcome = fuzz_e2e.columns_fuzz(12, seed=0)
-    assert_all_exact(outcome, 12)
-    assert outcome["favoured"].get("ColumnsMatMul", 0) >= 6, outcome["favoured"]
-
-
-def test_the_fuzzer_catches_column_pieces_in_the_wrong_order(monkeypatch):
-    """The pieces' products concatenated last first: TVM differs on programs that run a
-    ``ColumnsMatMul`` (where no correction overwrites all of its output)."""
-    def swapped(low, node, args):
-        (out,) = lower._matmul_lower(low, node, args)
-        pieces, name = node.attrs.get("columns"), node.outputs[0]
-        if not pieces:
-            return [out]
-        cut = low.emit(relax.op.split(low.emit(out, f"{name}_whole"), pieces, axis=-1),
-                       f"{name}_cut")
-        items = [low.emit(relax.TupleGetItem(cut, i), f"{name}_c{i}") for i in range(pieces)]
-        return [relax.op.concat(items[::-1], axis=-1)]
-    monkeypatch.setitem(lower.LOWER_RULES, Op.MATMUL, swapped)
-    outcome = fuzz_e2e.columns_fuzz(12, seed=0)
-    assert outcome["exact_mismatches"] == 0 and outcome["crashes"] == 0
-    assert 1 <= outcome["float_mismatches"] <= outcome["favoured"]["ColumnsMatMul"], outcome
-    assert all(f["stage"] == "float" and "columns=" in f["listing"] for f in outcome["failures"])
 
 
 def test_window_products_end_to_end():
@@ -179,23 +140,6 @@ def test_the_fuzzer_catches_a_wrong_lowering(monkeypatch):
     assert outcome.float_mismatches == 1
     assert outcome.failures[0].stage == "float" and "out of tolerance" in outcome.failures[0].detail
 
-
-
-def test_the_fuzzer_catches_a_wrong_split_reduction(monkeypatch):
-    """A split product whose sum is off by one part in a thousand: TVM differs on programs that
-    run a ``SplitKMatMul``, and nowhere else. (Not on every one: a correction can overwrite
-    all of a mutant's output, as two of seed 0's do.)"""
-    def off(low, node, args):
-        (out,) = lower.split_k_matmul(low, node, args)
-        if not node.attrs.get("pieces"):
-            return [out]
-        return [relax.op.multiply(low.emit(out, f"{node.outputs[0]}_sum"),
-                                  relax.const(np.float32(1.001)))]
-    monkeypatch.setitem(lower.LOWER_RULES, Op.MATMUL, off)
-    outcome = fuzz_e2e.run_fuzz(30, seed=0, config=SPLIT_K_CONFIG, favour=("SplitKMatMul",))
-    assert outcome["exact_mismatches"] == 0 and outcome["crashes"] == 0
-    assert 1 <= outcome["float_mismatches"] <= outcome["favoured"]["SplitKMatMul"], outcome
-    assert all(f["stage"] == "float" and "pieces=" in f["listing"] for f in outcome["failures"])
 
 
 def test_the_fuzzer_catches_a_wrong_winograd_tile(monkeypatch):

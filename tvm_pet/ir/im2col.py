@@ -10,10 +10,9 @@ injective kernel) and one matrix product, and the verifier, the interpreters and
 read it as the CONV it is.
 
 Why: TVM 0.27 lowers a CPU ``conv2d`` to its direct loop nest, and MetaSchedule tunes that and
-a matrix product of the same work differently (``benchmarks/im2col_forms.py``). Like a product
-in pieces of its reduction (:mod:`tvm_pet.ir.splitk`), its untuned time cannot rank it, so the
-tuning plan gives these mutants places of their own, and the search keeps one only where it
-measures faster tuned.
+a matrix product of the same work differently (``benchmarks/results/im2col_forms.md``). Its
+untuned time cannot rank it, so the tuning plan gives these mutants places of their own, and the
+search keeps one only where it measures faster tuned.
 """
 from __future__ import annotations
 
@@ -23,10 +22,10 @@ from collections.abc import Mapping, Sequence
 #: The orders of the product: ``"wk"``, the windows of the map channels last by the filters
 #: (``[H·W, kh·kw·C] x [kh·kw·C, K]``, the output channels the inner axis, permuted back after).
 #: The other order, the filters by the windows (``[K, kh·kw·C] x [kh·kw·C, H·W]``, as the map
-#: is laid out), was lowered and tested until 2026-12-01 but never offered: it measured slower.
+#: is laid out), is not lowered: it measured slower.
 ORDERS = ("wk",)
 #: The orders the mutant generator offers. Tuned at 32 trials per task and timed beside the
-#: direct form (``benchmarks/results/im2col_forms_T.md``, three seeds, 2026-12-01), ``"wk"``
+#: direct form (``benchmarks/results/im2col_forms_T.md``, three seeds), ``"wk"``
 #: ran x1.62–x2.83 faster on ResNet-18's 512-channel 7 × 7 convs, x0.85–x2.31 on its
 #: 256-channel 14 × 14 ones and x0.93–x1.54 on CSRNet's dilated 512-channel 14 × 14 ones
 #: (geo-mean x1.56 over the nine), where the filters by the windows ran x0.39–x1.86 (x0.93;

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tvm_pet.errors import ProgramError
-from tvm_pet.ir import columns, im2col, splitk
+from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.ops import Op
 
@@ -106,20 +106,13 @@ class Node:
         """The operator as summaries name it: an OPAQUE node's kind, ``WinogradConv`` for a CONV
         lowered by Winograd's algorithm (:mod:`tvm_pet.ir.winograd`; ``WinogradConvKT`` with
         the filters-by-tiles products), ``Im2colConvT`` for one computed as a matrix product
-        over its windows (:mod:`tvm_pet.ir.im2col`), ``SplitKMatMul`` for a
-        MATMUL computed in pieces of its reduction (:mod:`tvm_pet.ir.splitk`), ``ColumnsMatMul``
-        for one computed in pieces of its columns (:mod:`tvm_pet.ir.columns`), else the kind's
-        name."""
+        over its windows (:mod:`tvm_pet.ir.im2col`), else the kind's name."""
         if self.op is Op.OPAQUE:
             return self.attrs["kind"]
         if self.op is Op.CONV and self.attrs.get("winograd"):
             return wino.LABELS[wino.products(self.attrs)]
         if self.op is Op.CONV and self.attrs.get("im2col"):
             return im2col.LABELS[self.attrs["im2col"]]
-        if self.op is Op.MATMUL and self.attrs.get("pieces"):
-            return splitk.LABEL
-        if self.op is Op.MATMUL and self.attrs.get("columns"):
-            return columns.LABEL
         return self.op.value
 
     def describe(self) -> str:

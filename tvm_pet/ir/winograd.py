@@ -12,16 +12,15 @@ from collections.abc import Mapping, Sequence
 
 #: The output tile sides the lowering offers: F(2×2, 3×3) and F(4×4, 3×3).
 TILES = (2, 4)
-#: The tile side the mutant generator offers (F(4×4, 3×3): on this project's CPU its tuned forms
-#: ran x1.11-x2.20 faster than the direct convolution, F(2×2)'s x0.82-x2.06:
+#: The tile side the mutant generator offers (F(4×4, 3×3): tuned, it ran x1.11-x2.20 faster than
+#: the direct convolution on a 2-core AVX-512 CPU, F(2×2) x0.82-x2.06:
 #: ``benchmarks/results/winograd_forms.md``).
 SEARCH_TILE = 4
 #: The lowering transforms the input tiles by rows, then by columns (two grouped convolutions,
 #: ``2 a`` multiplications an entry), not by ``B ⊗ B`` at once (``a²``): tuned at 32 trials per
 #: task, the F(4×4) form ran x1.07-x1.34 faster by it in all seven draws (CSRNet's 512-channel
 #: dilated 14×14 layer x1.12-x1.20 in three seeds, VGG's 512-channel 28×28 x1.07 and x1.15,
-#: ResNet's 256-channel 14×14 x1.20 and x1.34; ``benchmarks/results/winograd_forms_separable*``,
-#: 2026-11-30).
+#: ResNet's 256-channel 14×14 x1.20 and x1.34; ``benchmarks/results/winograd_forms_separable*``).
 SEPARABLE_INPUT = True
 #: The lowering works on channels-last maps inside (``[n, h, w, c]``): its gathers, scatters and
 #: the dilation's classes move whole channel vectors, and ``Bᵀ`` applies by matrix products.

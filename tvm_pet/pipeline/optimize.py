@@ -196,5 +196,4 @@ def toolchain_for(loaded: LoadedModel, options: DriverOptions, toolchain: Toolch
 def _offered(config: SearchConfig) -> str:
     """What the search offers besides its own rewrites, as the progress line says it."""
     return ((", 3x3 convolutions by Winograd's F(4x4, 3x3) too" if config.winograd else "")
-            + (", convolutions as a product over their windows too" if config.im2col else "")
-            + (", wide matrix products in pieces of their columns too" if config.columns else ""))
+            + (", convolutions as a product over their windows too" if config.im2col else ""))

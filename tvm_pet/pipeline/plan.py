@@ -15,9 +15,7 @@ toolchain.
   expected savings, each only if its new kernels take at most ``screen_ratio`` times as long
   untuned. Before them, up to half the places go to mutants that pad a convolution's awkward
   output side (38 = 2 * 19) to a smooth one (40) and slice it back: untuned they only add
-  work, and tuned they ran x1.2 to x2.5 faster on Inception-v3's 38 x 38 convolutions; so do
-  mutants computing a matrix product in pieces of its long reduction or of its wide columns
-  (:mod:`tvm_pet.ir.splitk`, :mod:`tvm_pet.ir.columns`). With
+  work, and tuned they ran x1.2 to x2.5 faster on Inception-v3's 38 x 38 convolutions. With
   ``--winograd``, as many places again go to mutants computing a 3x3 convolution by
   Winograd's algorithm, whose untuned products are a naive loop nest; with ``--im2col``, as
   many to mutants computing a convolution as one product over its windows
@@ -73,10 +71,6 @@ class Screened:
     #: it computes a 3x3 convolution by Winograd's algorithm (``--winograd``): untuned, its
     #: batched products are a naive loop nest, so its untuned time cannot rank it either
     winograd: bool = False
-    #: it computes a matrix product in pieces of its reduction or of its columns
-    #: (:mod:`tvm_pet.ir.splitk`, :mod:`tvm_pet.ir.columns`):
-    #: untuned, it only adds kernels; tuned, its shorter products can run faster
-    splits: bool = False
     #: it computes a convolution as one matrix product over its windows
     #: (:mod:`tvm_pet.ir.im2col`): untuned, a naive product; tuned, it can run faster
     windows: bool = False
@@ -84,7 +78,7 @@ class Screened:
     @property
     def reserved(self) -> bool:
         """Whether it competes for the places kept for mutants the untuned screen cannot rank."""
-        return self.aligns or self.winograd or self.splits or self.windows
+        return self.aligns or self.winograd or self.windows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +100,6 @@ class Pick:
         aligns: it took one of the places kept for mutants that align an awkward side
             (:func:`rank_mutants`).
         winograd: it took one of those places as a convolution by Winograd's algorithm.
-        splits: it took one of those places as a matrix product in pieces (of its reduction
-            or of its columns).
         windows: it took one of those places as a convolution by a product over its windows.
     """
 
@@ -120,7 +112,6 @@ class Pick:
     basis: str = "untuned"
     aligns: bool = False
     winograd: bool = False
-    splits: bool = False
     windows: bool = False
 
     @property
@@ -137,10 +128,6 @@ class Pick:
             return (f"a 3x3 convolution by Winograd's F(4x4, 3x3): a quarter of the products, "
                     f"which its untuned time does not show (its new kernels take "
                     f"x{self.untuned_ratio:.2f} {compared})")
-        if self.splits:
-            return (f"a matrix product in pieces (of its long reduction or its wide columns), "
-                    f"whose smaller products can tune faster than the untuned time says (its new "
-                    f"kernels take x{self.untuned_ratio:.2f} {compared})")
         if self.windows:
             return (f"a convolution as one matrix product over its shifted windows, which can "
                     f"tune faster than the direct loop nest (its new kernels take "
@@ -156,7 +143,7 @@ class Pick:
         return {"subprogram": self.subprogram, "mutant": list(self.mutant),
                 "untuned_ratio": self.untuned_ratio, "ratio_of": self.basis,
                 "expected_saving_ms": self.expected_saving_ms, "aligns": self.aligns,
-                "winograd": self.winograd, "splits": self.splits, "windows": self.windows,
+                "winograd": self.winograd, "windows": self.windows,
                 "reason": self.reason}
 
 
@@ -187,8 +174,7 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     other mutants: asked for, it is tuned on the convolutions taking the most time), and as
     many of those computing a convolution as a product over its windows, for each order of the
     product (:attr:`Screened.windows`, :data:`tvm_pet.ir.im2col.ORDERS`), then up to half of
-    ``promising`` those aligning an awkward side (:attr:`Screened.aligns`) or computing a
-    matrix product in pieces of its reduction or columns (:attr:`Screened.splits`). Of each kind
+    ``promising`` those aligning an awkward side (:attr:`Screened.aligns`). Of each kind
     (and order), one per subprogram, those whose new kernels replace the most time across the
     model first (:func:`reach_s`; then the one with fewer operators: the padding in the
     convolution, not a PAD that fuses into the kernel before it), less one place per subprogram
@@ -305,10 +291,9 @@ def _order(s: Screened) -> str:
 
 
 def _aligning(s: Screened) -> bool:
-    """Whether ``s`` competes for the aligning places: it aligns a side or computes a matrix
-    product in pieces (of its reduction or its columns), and has no places of its own
-    (:func:`_own_places`)."""
-    return (s.aligns or s.splits) and not _own_places(s)
+    """Whether ``s`` competes for the aligning places: it aligns a side, and has no places of
+    its own (:func:`_own_places`)."""
+    return s.aligns and not _own_places(s)
 
 
 def short_list(screened: Sequence[Screened], picks: Sequence[Pick], count: int,
@@ -382,8 +367,7 @@ def _pick(s: Screened, reserved: bool = False) -> Pick:
     saving = 1e3 * s.screen.expected_saving_s
     return Pick(s.subprogram, tuple(s.mutant), s.screen.untuned_ratio, s.index,
                 saving if math.isfinite(saving) else None, s.screen.tuned, s.screen.basis,
-                reserved and s.aligns, reserved and s.winograd, reserved and s.splits,
-                reserved and s.windows)
+                reserved and s.aligns, reserved and s.winograd, reserved and s.windows)
 
 
 def combination(program: Program, tuned: Sequence[tuple[Subprogram, Program, Program]],

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.errors import PetError
-from tvm_pet.ir import columns, im2col, splitk
+from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import DriverOptions, WholeBudget
@@ -325,16 +325,15 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
         region = fusion_region(program, part) if found else None
         aligned = [aligns_extents(part.program, corrected) for _, corrected in found]
         winograd = [wino.uses(corrected) for _, corrected in found]
-        splits = [splitk.uses(corrected) or columns.uses(corrected) for _, corrected in found]
         windows = [im2col.uses(corrected) for _, corrected in found]
-        reserved = [any(flags) for flags in zip(aligned, winograd, splits, windows)]
+        reserved = [any(flags) for flags in zip(aligned, winograd, windows)]
         for k in _cheapest(found, options.screen_per_subset, reserved):
             mutant, corrected = found[k]
             screen = None if region is None else _screen(cost, region, part, corrected,
                                                          winograd[k] or windows[k])
             if screen is not None:  # a region too large, or not compilable alone: not screened
                 screened.append(Screened(sub.name, mutant.ops, screen, len(candidates),
-                                         aligned[k], winograd[k], splits[k], windows[k]))
+                                         aligned[k], winograd[k], windows=windows[k]))
                 candidates.append((part, corrected))
         eta.update(done, f"{len(screened)} mutants screened")
     picks = rank_mutants(screened, options.promising, options.screen_ratio)

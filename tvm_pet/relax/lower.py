@@ -151,63 +151,6 @@ def _conv_lower(low: _Lowerer, node: Node, args: list) -> list:
                  dilation=a["dilations"], groups=a["groups"])]
 
 
-def split_k_matmul(low: _Lowerer, node: Node, args: list) -> list:
-    """MATMUL; with ``pieces=p`` (:mod:`tvm_pet.ir.splitk`), the sum of ``p`` products over
-    pieces of the reduction. Every product is emitted before the first addition (emitted in
-    turn, TVM's ``FuseOps`` put every addition, and what follows, into one product's kernel and
-    left the others bare); then ``p0 + p1``, and ``p_i + sum`` for each later one. So the first
-    sum fuses into the first product's kernel and each later one into its own product's, with
-    the product as the addition's first operand (one workload for all but one bare product and
-    the last, which takes what follows). A weight ``b`` is cut here into constants; ``a`` (and
-    a computed ``b``) by ``split``."""
-    pieces = node.attrs.get("pieces")
-    if not pieces:
-        return [relax.op.matmul(args[0], args[1])]
-    out, b = node.outputs[0], node.inputs[1]
-    if b in low.p.weights:
-        w = np.asarray(low.p.weights[b], np.float32)
-        step = w.shape[0] // pieces
-        bs = [relax.const(np.ascontiguousarray(w[i * step:(i + 1) * step]))
-              for i in range(pieces)]
-    else:
-        cut = low.emit(relax.op.split(args[1], pieces, axis=0), f"{out}_b")
-        bs = [low.emit(relax.TupleGetItem(cut, i), f"{out}_b{i}") for i in range(pieces)]
-    cut = low.emit(relax.op.split(args[0], pieces, axis=-1), f"{out}_a")
-    products = [low.emit(relax.op.matmul(low.emit(relax.TupleGetItem(cut, i), f"{out}_a{i}"),
-                                         bs[i]), f"{out}_p{i}") for i in range(pieces)]
-    # the first sum fuses into the first product's kernel, each later one into its product's:
-    # the fused product is the addition's first operand in every kernel (one workload, tuned
-    # once, for all but the last)
-    total = relax.op.add(products[0], products[1])
-    for i in range(2, pieces):
-        total = relax.op.add(products[i], low.emit(total, f"{out}_s{i - 1}"))
-    return [total]
-
-
-def columns_matmul(low: _Lowerer, node: Node, args: list) -> list:
-    """MATMUL with ``columns=p`` (:mod:`tvm_pet.ir.columns`): the products of ``a`` by ``p``
-    column pieces of ``b``, concatenated on the last axis. Each product is a kernel of its own
-    (one workload for all the pieces, tuned once); what follows fuses into the concatenation's.
-    A weight ``b`` is cut here into constants, a computed one by ``split``."""
-    pieces, out, b = node.attrs["columns"], node.outputs[0], node.inputs[1]
-    if b in low.p.weights:
-        w = np.asarray(low.p.weights[b], np.float32)
-        step = w.shape[-1] // pieces
-        bs = [relax.const(np.ascontiguousarray(w[..., i * step:(i + 1) * step]))
-              for i in range(pieces)]
-    else:
-        cut = low.emit(relax.op.split(args[1], pieces, axis=-1), f"{out}_b")
-        bs = [low.emit(relax.TupleGetItem(cut, i), f"{out}_b{i}") for i in range(pieces)]
-    products = [low.emit(relax.op.matmul(args[0], bs[i]), f"{out}_p{i}") for i in range(pieces)]
-    return [relax.op.concat(products, axis=-1)]
-
-
-def _matmul_lower(low: _Lowerer, node: Node, args: list) -> list:
-    if node.attrs.get("columns"):
-        return columns_matmul(low, node, args)
-    return split_k_matmul(low, node, args)
-
-
 def _avgpool_lower(low: _Lowerer, node: Node, args: list) -> list:
     a = node.attrs
     nsp = len(a["kernel"])
@@ -350,7 +293,7 @@ LOWER_RULES: dict[Op, LowerRule] = {
     Op.ADD: lambda low, n, x: [relax.op.add(x[0], x[1])],
     Op.MUL: lambda low, n, x: [relax.op.multiply(x[0], x[1])],
     Op.CONV: _conv_lower,
-    Op.MATMUL: _matmul_lower,
+    Op.MATMUL: lambda low, n, x: [relax.op.matmul(x[0], x[1])],
     Op.BATCHNORM: _batchnorm_lower,
     Op.AVGPOOL: _avgpool_lower,
     Op.CONCAT: lambda low, n, x: [relax.op.concat(x, axis=n.attrs["axis"]) if len(x) > 1

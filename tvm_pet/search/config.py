@@ -25,18 +25,9 @@ class SearchConfig:
         winograd: also offer each eligible 3×3 convolution by Winograd's F(4×4, 3×3)
             (:mod:`tvm_pet.ir.winograd`): the same function, a quarter of the multiplications,
             other rounding (off by default, like ``--fast-math``).
-        split_k: also offer a matrix product whose reduction is a multiple of its width as the
-            sum of products over pieces of the reduction (:mod:`tvm_pet.ir.splitk`; off by
-            default: on BERT it measured no faster end to end than what the search keeps
-            without it, and its kernels are more tuning; ``benchmarks/split_k.py``).
         im2col: also offer each 2-D or 3-D convolution larger than 1 × 1 as one product over
             its shifted windows (:mod:`tvm_pet.ir.im2col`): the same products, summed in
             another order, which MetaSchedule tunes as a matrix product.
-        columns: also offer a matrix product whose width is a multiple of its reduction as
-            products over square pieces of its columns, concatenated (:mod:`tvm_pet.ir.columns`;
-            off by default: on BERT it won only where its pieces were tuned on this CPU and
-            TVM's merged product came from another one's records; on two fresh tunings here,
-            both sides alike, PET kept the original).
     """
 
     depth: int = 3
@@ -50,9 +41,7 @@ class SearchConfig:
     min_agreement: float = 0.25
     progress: bool = False
     winograd: bool = False
-    split_k: bool = False
     im2col: bool = False
-    columns: bool = False
 
     def __post_init__(self):
         for name in ("depth", "rounds", "topk", "max_subset", "max_candidates", "tests"):

@@ -89,8 +89,7 @@ class _MutantEnumerator:
 
     def __init__(self, sub: Program, config: SearchConfig, deadline: float | None):
         self.sub, self.config, self.deadline = sub, config, deadline
-        self.vocab = Vocabulary.of(sub, winograd=config.winograd, split_k=config.split_k,
-                                   im2col=config.im2col, columns=config.columns)
+        self.vocab = Vocabulary.of(sub, winograd=config.winograd, im2col=config.im2col)
         self.targets = [sub.shapes[o] for o in sub.outputs]
         self.needed = set(sub.input_names) | set(sub.weights)
         self.reducing = sum(n.op in REDUCING for n in sub.nodes)
@@ -220,7 +219,7 @@ class _MutantEnumerator:
                     if only_reduce and not self.needed <= leaves[x] | leaves[w]:
                         continue
                     yield from conv_moves(self.vocab, x, w, shapes)
-                    yield from matmul_moves(self.vocab, x, w, shapes)
+                    yield from matmul_moves(x, w, shapes)
         if only_reduce:
             return
         for x in data:

@@ -9,9 +9,7 @@ shape-valid application of one operator kind over the tensors available so far:
   of one axis into several, splitting each axis as (f, n/f) ("blocks") or (n/f, f) ("parity")
   and placing the factor outer or inner. Batch <-> spatial tiling, space-to-batch by parity and
   side-by-side images are all instances;
-- CONV / MATMUL with strides, dilations, pads and groups from the vocabulary (when asked, a
-  wide MATMUL also in pieces of its columns, :mod:`tvm_pet.ir.columns`, and a long
-  reduction's in pieces of it, :mod:`tvm_pet.ir.splitk`);
+- CONV / MATMUL with strides, dilations, pads and groups from the vocabulary;
 - PAD of data (to a multiple of a factor, or a kernel halo) and of weights (to the data's channel
   count, or to the largest kernel); CONCAT of data or of weights; FILL constants shaped for a
   depthwise convolution with the subprogram's pooling windows;
@@ -26,7 +24,7 @@ import math
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
 
-from tvm_pet.ir import columns, im2col, splitk
+from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Attrs, Program, Shape
 from tvm_pet.ir.ops import Op
@@ -52,16 +50,11 @@ class Vocabulary:
     aligns: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...] = ()
     #: Offer each eligible 3×3 convolution by Winograd's algorithm too (:mod:`tvm_pet.ir.winograd`).
     winograd: bool = False
-    #: Offer a long reduction's MATMUL in pieces too (:mod:`tvm_pet.ir.splitk`).
-    split_k: bool = False
     #: Offer each 2-D or 3-D convolution as a product over its windows (:mod:`tvm_pet.ir.im2col`).
     im2col: bool = False
-    #: Offer a wide MATMUL in pieces of its columns (:mod:`tvm_pet.ir.columns`).
-    columns: bool = False
 
     @staticmethod
-    def of(program: Program, winograd: bool = False, split_k: bool = False,
-           im2col: bool = False, columns: bool = False) -> "Vocabulary":
+    def of(program: Program, winograd: bool = False, im2col: bool = False) -> "Vocabulary":
         strides, dilations, pads, kernels, windows = {1}, {1}, set(), set(), set()
         aligns = set()
         for n in program.nodes:
@@ -78,7 +71,7 @@ class Vocabulary:
         factors = sorted({2, 3} | {s for s in strides | dilations if 1 < s <= 4})
         return Vocabulary(tuple(factors), tuple(sorted(strides)), tuple(sorted(dilations)),
                           tuple(sorted(pads)), tuple(sorted(kernels)), tuple(sorted(windows)),
-                          tuple(sorted(aligns)), winograd, split_k, im2col, columns)
+                          tuple(sorted(aligns)), winograd, im2col)
 
 
 #: Output sides whose prime factors are all at most this are smooth: MetaSchedule tiles a loop
@@ -230,16 +223,10 @@ def conv_moves(vocab: Vocabulary, x: str, w: str, shapes) -> Iterator[Move]:
         yield Op.CONV, (x, w), attrs
 
 
-def matmul_moves(vocab: Vocabulary, a: str, b: str, shapes) -> Iterator[Move]:
-    """MATMUL of ``a`` by ``b``; with ``vocab.columns``, the same product in pieces of its
-    columns where :func:`tvm_pet.ir.columns.offers` some; with ``vocab.split_k``, in pieces of
-    its reduction where :func:`tvm_pet.ir.splitk.offers` some."""
+def matmul_moves(a: str, b: str, shapes) -> Iterator[Move]:
+    """MATMUL of ``a`` by ``b``, where their shapes allow it."""
     if infer(Op.MATMUL, Attrs(), [shapes[a], shapes[b]]) is not None:
         yield Op.MATMUL, (a, b), Attrs()
-        for pieces in columns.offers(shapes[a], shapes[b]) if vocab.columns else ():
-            yield Op.MATMUL, (a, b), Attrs({"columns": pieces})
-        for pieces in splitk.offers(shapes[a], shapes[b]) if vocab.split_k else ():
-            yield Op.MATMUL, (a, b), Attrs({"pieces": pieces})
 
 
 def aligns_extents(part: Program, mutant: Program) -> bool:
