@@ -25,9 +25,9 @@ def optimized(tmp_path_factory):
     with contextlib.redirect_stdout(printed):
         code = main(["optimize", str(model), "--target", "llvm", "--out", str(out), "--cost",
                      "analytic", "--rounds", "1", "--records", str(root / "records"),
-                     "--trials", "0"])
+                     "--trials", "0", "--verbose"])
     assert code == 0
-    (out / "summary.txt").write_text(printed.getvalue())  # what it printed, for the tests
+    (out / "summary.txt").write_text(printed.getvalue())  # its full account, for the tests
     return model, out
 
 
@@ -143,7 +143,7 @@ def test_tune_then_reuse_with_zero_new_trials(tmp_path, capsys):
     model = tmp_path / "m.onnx"
     onnx.save(dilated_model(), model)
     argv = ["tune", str(model), "--target", "llvm", "--trials", "2", "--rounds", "1",
-            "--records", str(tmp_path / "records")]
+            "--records", str(tmp_path / "records"), "--verbose"]
     assert main(argv) == 0
     first = json.loads(capsys.readouterr().out)
     assert first["new_trials"] > 0 and first["tasks"] >= 1
@@ -286,7 +286,7 @@ def test_a_search_out_of_time_before_any_subprogram_says_so(tmp_path, capsys, mo
     model = tmp_path / "model.onnx"
     onnx.save(dilated_model(), model)
     code = main(["optimize", str(model), "--out", str(tmp_path / "out"), "--cost", "analytic",
-                 "--trials", "0", "--records", str(tmp_path / "records")])
+                 "--trials", "0", "--records", str(tmp_path / "records"), "--verbose"])
     out = capsys.readouterr().out
     assert code == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -304,7 +304,7 @@ def test_a_search_out_of_time_part_way_says_how_many_subprograms_it_searched(tmp
     model = tmp_path / "model.onnx"
     onnx.save(export_model(dilated_chain()), model)  # three convs, each a subprogram
     code = main(["optimize", str(model), "--out", str(tmp_path / "out"), "--cost", "analytic",
-                 "--trials", "0", "--records", str(tmp_path / "records")])
+                 "--trials", "0", "--records", str(tmp_path / "records"), "--verbose"])
     out = capsys.readouterr().out
     assert code == 0
     coverage = json.loads((tmp_path / "out" / "report.json").read_text())["coverage"]
@@ -455,7 +455,7 @@ def test_tune_tunes_the_kernels_of_the_baseline_optimize_builds(tmp_path, capsys
     model = tmp_path / "m.onnx"
     onnx.save(_do_nothing_model(), model)
     argv = ["tune", str(model), "--target", "llvm", "--trials", "2", "--records",
-            str(tmp_path / "records"), "--progress"]
+            str(tmp_path / "records"), "--progress", "--verbose"]
     tuned = {}
 
     class Summary:

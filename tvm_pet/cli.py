@@ -4,23 +4,21 @@
     PET's verifier as a "diff" of two tensor programs: per output, whether the two models compute
     the same thing, and the boxes where they differ. Exit code 0 either way, 2 on bad input.
 
-``tvm-pet explore MODEL [--depth D] [--rounds R] [--emit DIR] [--json]``
-    Runs the mutant generator and the verifier on every multi-linear subprogram and lists the
-    verified mutants; ``--emit`` writes each subprogram and each corrected mutant as ONNX.
+``tvm-pet explore MODEL [--depth D] [--rounds R] [--emit DIR] [--json] [--verbose]``
+    Runs the mutant generator and the verifier on every multi-linear subprogram and counts the
+    verified mutants (``--verbose`` lists them); ``--emit`` writes each subprogram and each
+    corrected mutant as ONNX, its inputs and outputs named as the model names them.
 
-``tvm-pet optimize MODEL --target llvm --out DIR [--trials N] [--depth D] [--rounds R]
-[--topk K] [--winograd] [--im2col] [--columns] [--time-limit S] [--no-tvm-rewrites]
-[--layout NHWC] [--fast-math] [--progress | --quiet]``
-    Optimizes the model with PET for a TVM target, confirms it end to end against plain TVM with
-    the same tuning records and TVM's own graph rewrites on both sides, and writes
-    ``report.json``, ``optimized.so``, ``baseline.so``, ``optimized.onnx`` (where tvm_pet can
-    write it) and ``optimized.py`` into DIR. ``--time-limit`` covers the search and the timing.
-    It states its records plan first; kernels with no record anywhere (own or borrowed) are
-    tuned at 32 trials each unless ``--trials`` or ``--budget`` says otherwise (up to 8 of
-    them; with more, the whole model within 10 minutes).
+``tvm-pet optimize MODEL --out DIR [--target T] [--trials N | --budget N|Nm] [--verbose]``
+    Optimizes the model with PET for a TVM target, times it end to end against TVM's own build
+    of the original (the same tuning records and graph rewrites on both sides), keeps it only
+    where it is faster, and writes ``report.json``, ``optimized.so``, ``baseline.so``,
+    ``optimized.onnx`` (where tvm_pet can write it) and ``optimized.py`` into DIR. It prints a
+    short summary (``--verbose``: the full account). ``--help`` lists the options a user sets,
+    ``--help-all`` every option.
 
-``tvm-pet tune MODEL --target T --trials N``
-    Tunes the model's kernels and those of its most promising mutants into ``tuning_logs/``.
+``tvm-pet tune MODEL [--target T] [--trials N | --budget N|Nm] [--verbose]``
+    Tunes the model's kernels and those of its most promising mutants into the tuning records.
 
 ``tvm-pet model NAME FILE``
     Writes a model of the seeded zoo (:mod:`tvm_pet.models`) as an ONNX file.
@@ -37,8 +35,11 @@ with dynamic dimensions (a batch axis exported as ``"batch"``) is given its shap
 from __future__ import annotations
 
 import argparse
+import collections
+import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -86,12 +87,12 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     from tvm_pet.pipeline.optimize import load_model
     from tvm_pet.search.config import SearchConfig
     from tvm_pet.search.explore import explore, write_emitted
-    program = load_model(args.model, _driver_options(args)).program
+    loaded = load_model(args.model, _driver_options(args))
     config = SearchConfig(depth=args.depth, rounds=args.rounds, time_limit=args.time_limit,
                           progress=not args.json and sys.stderr.isatty())
-    report = explore(program, config)
+    report = explore(loaded.program, config)
     if args.emit:
-        index = write_emitted(report, args.emit)
+        index = write_emitted(report, args.emit, _model_names(loaded))
         if not args.json:
             print(f"wrote {index}")
     if args.json:
@@ -99,15 +100,37 @@ def _cmd_explore(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.model}: {len(report.subprograms)} multi-linear subprograms "
           f"({report.seconds:.1f} s, stopped: {report.stop.value})")
-    for sub in report.subprograms:
+    shown = report.subprograms if args.verbose else report.subprograms[:EXPLORE_LISTED]
+    for sub in shown:
         kinds = " ".join(sub.ops)
         print(f"  {sub.name} [{kinds}]: {len(sub.mutants)} verified mutants "
               f"({sub.stats.candidates} generated, {sub.stats.corrected} corrected)")
-        for m in sub.mutants[:args.max_list]:
+        for m in sub.mutants[:args.max_list] if args.verbose else ():
             tag = f"partial, {m.corrected_boxes} boxes corrected" if m.partially_equivalent \
                 else "exact"
             print(f"    {' -> '.join(m.ops)}  ({tag})")
+    if not args.verbose:
+        rest = report.subprograms[len(shown):]
+        if rest:
+            print(f"  and {len(rest)} more subprograms, with "
+                  f"{sum(len(s.mutants) for s in rest)} verified mutants")
+        if any(s.mutants for s in report.subprograms):
+            print("  --verbose lists the mutants")
     return 0
+
+
+#: Subprograms ``explore`` lists without ``--verbose``.
+EXPLORE_LISTED = 8
+
+
+def _model_names(loaded) -> dict[str, str]:
+    """The model's own names of the loaded program's inputs and outputs, for the ONNX files
+    ``explore --emit`` writes (none for a model that is not ONNX)."""
+    if loaded.onnx_model is None:
+        return {}
+    from tvm_pet.onnx.exporter import model_names
+    return model_names(loaded.onnx_model, [spec.name for spec in loaded.inputs],
+                       loaded.program.outputs)
 
 
 def _driver_options(args: argparse.Namespace):
@@ -164,12 +187,11 @@ def _search_config(args: argparse.Namespace):
     return SearchConfig(depth=args.depth, rounds=args.rounds, topk=args.topk,
                         time_limit=args.time_limit, progress=sys.stderr.isatty(),
                         winograd=getattr(args, "winograd", False),
-                        im2col=getattr(args, "im2col", False),
-                        columns=getattr(args, "columns", False))
+                        im2col=getattr(args, "im2col", False))
 
 
 def _cmd_dry_run(args: argparse.Namespace) -> int:
-    from tvm_pet.relax.cuda_dry_run import dry_run
+    from tvm_pet.contrib.cuda_offline.dry_run import dry_run
     if args.target != "cuda":
         raise PetError("--dry-run is for --target cuda (it builds for a GPU without running)")
     report = dry_run(args.model, args.out, _search_config(args), arch=args.arch,
@@ -190,6 +212,180 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _cmd_dry_run(args)
     report = optimize(args.model, args.out, _search_config(args), _driver_options(args))
+    if args.verbose:
+        _print_account(report, args)
+    else:
+        print("\n".join(summary_lines(report, args)))
+    return 0
+
+
+def summary_lines(report, args: argparse.Namespace) -> list[str]:
+    """``optimize``'s short summary, at most 8 lines: the decision and the speed-up with its
+    spread over the timing processes, the target and PET's error, the rewrites applied,
+    whether the kernels were tuned, how much of the model PET searched, a note where the timing
+    shared the CPU, the lowering options worth a try, and where ``report.json`` is.
+    ``--verbose`` prints the full account instead (:func:`_print_account`)."""
+    signs = _Signs.for_stream(sys.stdout)
+    facts = report.to_json()
+    lines = [_decision_line(report, signs), _target_line(report), _applied_line(report, signs),
+             _kernels_line(report), _coverage_line(facts, args.time_limit)]
+    deciding = report.confirmation.look
+    if deciding.cpu_shared and deciding.candidate is not None:
+        lines.append(f"  note: other processes used {deciding.others_share:.0%} of the CPU during "
+                     "the timing: the ratio may be the machine's; time it again on a quiet "
+                     "machine")
+    hints = [flag for flag, hint in (
+        ("--layout NHWC", _layout_hint(args.layout, args.target, facts["coverage"])),
+        ("--fast-math", _fast_math_hint(args.fast_math, args.target, facts["coverage"]))) if hint]
+    if hints:
+        lines.append(f"  worth a try: {' and '.join(hints)} (TVM's own rewrites, on both sides; "
+                     "--verbose says why)")
+    missing = " (optimized.onnx not written: report.json says why)" if _onnx_missing(report) \
+        else ""
+    lines.append(f"  wrote {os.path.join(args.out, 'report.json')} and the builds{missing}; "
+                 "--verbose for the full account")
+    return lines
+
+
+@dataclasses.dataclass(frozen=True)
+class _Signs:
+    """The multiplication sign and the dash of the short summary: ``×`` and ``–`` where the
+    stream can write them, else ``x`` and ``-``."""
+
+    times: str = "×"
+    dash: str = "–"
+
+    @classmethod
+    def for_stream(cls, stream) -> "_Signs":
+        """The signs ``stream`` can write (one without an encoding, as a ``StringIO``, writes
+        any)."""
+        encoding = getattr(stream, "encoding", None)
+        try:
+            "×–".encode(encoding or "utf-8")
+        except (UnicodeEncodeError, LookupError):
+            return cls("x", "-")
+        return cls()
+
+    def spread(self, look) -> str:
+        """A look's ratios over its timing processes, lowest to highest."""
+        ratios = look.process_ratios
+        if len(ratios) < 2:
+            return "timed in one process"
+        return (f"{self.times}{min(ratios):.2f}{self.dash}{self.times}{max(ratios):.2f} over "
+                f"{len(ratios)} processes")
+
+
+def _decision_line(report, signs: _Signs) -> str:
+    """Which program was kept, and the speed-up (kept) or the best candidate's ratio (not)."""
+    c = report.confirmation
+    if c.keep:
+        return (f"{report.model}: kept PET's program, {signs.times}{report.speedup:.2f} faster "
+                f"than TVM's build of the original ({signs.spread(c.look)})")
+    timed = [k for k in c.looks if k.refused is None and k.candidate is not None]
+    if timed:
+        best = max(timed, key=lambda k: k.decision.ratio)
+        return (f"{report.model}: kept the original: no candidate was faster beyond the noise "
+                f"(the best {signs.times}{best.decision.ratio:.2f}, {signs.spread(best)})")
+    why = ("every candidate was refused (its build computes something else, or TVM cannot "
+           "compile it)" if any(k.refused is not None for k in c.looks)
+           else "the search found no rewrite costed faster than the original")
+    return f"{report.model}: kept the original: {why}"
+
+
+def _target_words(target: str) -> str:
+    """The target as a command line names it: ``llvm -mcpu=skylake-avx512`` for TVM's JSON
+    form of it, else as it is.
+
+    >>> _target_words('{"kind": "llvm", "keys": ["cpu"], "mcpu": "haswell"}')
+    'llvm -mcpu=haswell'
+    >>> _target_words("cuda -arch=sm_90")
+    'cuda -arch=sm_90'
+    """
+    try:
+        parsed = json.loads(target)
+    except ValueError:
+        return target
+    if not isinstance(parsed, dict) or "kind" not in parsed:
+        return target
+    return " ".join([parsed["kind"]] + [f"-{key}={parsed[key]}" for key in ("mcpu", "arch")
+                                        if parsed.get(key)])
+
+
+def _target_line(report) -> str:
+    """The target, and what ``optimized.so`` holds: PET's program, with its error against the
+    original's outputs, or TVM's build of the original. (The times are ``--verbose``'s: over
+    several timing processes, the speed-up is the mean of the processes' ratios, which the
+    medians of the pooled samples need not show.)"""
+    target = _target_words(report.target)
+    if not report.confirmation.keep:
+        return f"  target {target}; optimized.so is TVM's build of the original"
+    return (f"  target {target}; PET's outputs are within {report.max_abs_err:.1e} of the "
+            "original's")
+
+
+def _applied_line(report, signs: _Signs) -> str:
+    """The rewrites in ``optimized.so``, counted by the operators they put in place."""
+    applied = report.applied
+    if not applied:
+        return "  applied: none"
+    kinds = collections.Counter(" -> ".join(a.mutant_ops) for a in applied).most_common()
+    named = [ops + (f" {signs.times}{n}" if n > 1 else "") for ops, n in kinds[:3]]
+    more = f", and {len(kinds) - 3} more kinds" if len(kinds) > 3 else ""
+    corrected = sum(a.partially_equivalent for a in applied)
+    return (f"  applied {len(applied)} rewrite{'s' if len(applied) != 1 else ''}: "
+            f"{', '.join(named)}{more}"
+            + (f" ({corrected} partly equivalent, corrected)" if corrected else ""))
+
+
+#: The counts of the records plan's line (:meth:`tvm_pet.tune.records_plan.RecordsPlan.summary`).
+_PLAN_COUNTS = re.compile(r"(\d+) from its own records(?:, (\d+) borrowed from [^,]+)?, "
+                          r"(\d+) untuned")
+
+
+def _kernels_line(report) -> str:
+    """Whether the kernels the decision stands on were tuned: how many had records (the
+    target's own, or borrowed from a compatible target's, as the records plan found them), and
+    the trials this run measured."""
+    trials = f"{report.new_trials} new trial{'s' if report.new_trials != 1 else ''}"
+    if report.kernels is None:
+        return f"  kernels: not counted; {trials}"
+    total, tuned = report.kernels
+    state = ("tuned" if tuned == total else "untuned" if tuned == 0 else "partly untuned")
+    line = (f"  kernels: {state}, " + (f"all {total}" if tuned == total else f"{tuned} of {total}")
+            + " with records")
+    found = _PLAN_COUNTS.search(report.records_plan or "")
+    if found:
+        own, borrowed = int(found[1]), int(found[2] or 0)
+        now = tuned - own - borrowed if report.new_trials else 0
+        line += (f" ({own} own, {borrowed} borrowed" + (f", {now} tuned now" if now > 0 else "")
+                 + ")")
+    if report.kept_kernels is not None and report.kept_kernels[1] < report.kept_kernels[0]:
+        line += (f"; PET's program: {report.kept_kernels[1]} of {report.kept_kernels[0]} with "
+                 "records")
+    return line + f"; {trials}" + (" (--trials N tunes them)" if tuned < total else "")
+
+
+def _coverage_line(facts: dict, time_limit: float) -> str:
+    """How much of the model PET searched, and what it left opaque."""
+    cov, search = facts["coverage"], facts["search"]
+    if not cov:
+        return "  coverage: not counted"
+    total = cov["subprograms"]
+    searched = cov.get("searched_subprograms", total)
+    flops = f" ({100 * cov['coverage']:.1f}% of linear FLOPs)" if "coverage" in cov else ""
+    opaque = sum(cov["opaque"].values())
+    line = (f"  coverage: {searched} of {total} multi-linear subprograms searched{flops}; "
+            + (f"{opaque} operator{'s' if opaque != 1 else ''} opaque"
+               f" ({', '.join(list(cov['opaque'])[:3])}{', ...' if len(cov['opaque']) > 3 else ''})"
+               if opaque else "nothing left opaque"))
+    if search["stop"] == "time_limit" and searched < total:
+        line += f"; the time limit ran out (give --time-limit more than {time_limit:g} s)"
+    return line
+
+
+def _print_account(report, args: argparse.Namespace) -> None:
+    """``optimize --verbose``: every look and its verdict, the rule, the search and the tuning,
+    the rewrites applied, and what the figures stand on (:func:`_print_trust`)."""
     print(f"{args.model} on {report.target}: kept the {report.kept} model")
     print(f"  baseline  {report.baseline_time_s * 1e3:9.3f} ms (median of interleaved rounds)")
     deciding = report.confirmation.look
@@ -224,7 +420,6 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     _print_trust(report, args)
     onnx_file = "" if _onnx_missing(report) else "optimized.onnx, "
     print(f"  wrote {args.out}/report.json, optimized.so, baseline.so, {onnx_file}optimized.py")
-    return 0
 
 
 def _print_cpu_shared(look) -> None:
@@ -413,8 +608,34 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         options.target, options.records_dir, options.rpc, run_here=False), progress)
     summary = tune_model(loaded.program, _search_config(args), options, toolchain,
                          progress=progress.note)
-    print(json.dumps(summary.to_json(), indent=2))
+    if args.verbose:
+        print(json.dumps(summary.to_json(), indent=2))
+    else:
+        print("\n".join(tune_lines(summary.to_json(), args)))
     return 0
+
+
+def tune_lines(tuning: dict, args: argparse.Namespace) -> list[str]:
+    """``tune``'s short summary: what was tuned, the new trials and the time, and where the
+    records are (``--verbose`` prints ``tuning`` as JSON instead).
+
+    >>> from types import SimpleNamespace
+    >>> args = SimpleNamespace(model="m.onnx", target="llvm")
+    >>> tune_lines({"records": "recs", "new_trials": 0, "tuning_time_s": 0.1}, args)
+    ['m.onnx for llvm: nothing tuned (--trials 0)', '  records: recs']
+    """
+    records = f"  records: {tuning['records']}"
+    if tuning.get("tasks") is None:
+        return [f"{args.model} for {args.target}: nothing tuned (--trials 0)", records]
+    budget = (f"the whole model within {tuning['budget']}" if tuning.get("budget")
+              else f"{tuning['trials_per_task']} trials per kernel")
+    mutants = sum(m["subprogram"] != "combined" for m in tuning["tuned_mutants"])
+    original = tuning["new_trials"] - tuning["mutant_trials"]
+    return [f"{args.model} for {args.target}: tuned {budget}, the original and {mutants} of "
+            f"PET's mutants",
+            f"  {tuning['new_trials']} new trials ({original} for the original's kernels, "
+            f"{tuning['mutant_trials']} for the mutants') in {tuning['tuning_time_s']:.0f} s",
+            records + "; tvm-pet optimize reads them (--verbose: the full summary as JSON)"]
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
@@ -453,11 +674,38 @@ def _cmd_example(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress_flags(parser: argparse.ArgumentParser) -> None:
+def _progress_flags(parser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--progress", action="store_true",
-                       help="progress lines on stderr even when it is not a terminal")
+                       help="progress lines on stderr, even when it is not a terminal")
     group.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+class _HelpAll(argparse.Action):
+    """``--help-all``: the help with every option, those :func:`_advanced` keeps out of
+    ``--help`` too, then exit."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show every option, the advanced ones too, and exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        hidden = [a for a in parser._actions if hasattr(a, "advanced_help")]
+        for action in hidden:
+            action.help = action.advanced_help
+        try:
+            parser.print_help()
+        finally:
+            for action in hidden:
+                action.help = argparse.SUPPRESS
+        parser.exit()
+
+
+def _advanced(group, *flags: str, help: str, **kwargs) -> None:
+    """An option that works as any other, kept out of ``--help``; ``--help-all`` lists it with
+    ``help``."""
+    action = group.add_argument(*flags, help=argparse.SUPPRESS, **kwargs)
+    action.advanced_help = help
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -489,11 +737,14 @@ def _add_explore(sub) -> None:
     x.add_argument("--time-limit", type=float, default=300.0, help="seconds (default 300)")
     x.add_argument("--emit", metavar="DIR", help="write subprograms and mutants as ONNX")
     x.add_argument("--json", action="store_true", help="print the result as JSON")
-    x.add_argument("--max-list", type=int, default=10, help="mutants listed per subprogram")
+    x.add_argument("--max-list", type=int, default=10,
+                   help="mutants listed per subprogram with --verbose (default 10)")
     x.add_argument("--no-tvm-rewrites", action="store_true",
                    help="explore the model as TVM imports it, without TVM's graph rewrites")
     _input_shape_flag(x)
     _progress_flags(x)
+    x.add_argument("--verbose", action="store_true",
+                   help="list every subprogram and its mutants (default: a short summary)")
     x.set_defaults(func=_cmd_explore)
 
 
@@ -525,159 +776,174 @@ def parse_input_shape(text: str) -> tuple:
     return (name or None), shape
 
 
-def _add_budget_options(o) -> None:
-    """``--budget``, ``--charge`` and ``--mutant-share`` of optimize and tune."""
-    o.add_argument("--budget", metavar="N|Nm",
-                   help="tune the whole model within N trials in all, or N minutes (20m), "
-                        "shared across its kernels by MetaSchedule's task scheduler; PET's "
-                        "mutant kernels then get the trials per kernel the original got, "
-                        "reported beside it, or charged inside it with --charge inside "
-                        "(replaces --trials)")
-    o.add_argument("--charge", choices=("beside", "inside"), default="beside",
-                   help="with --budget N (trials): PET's mutant trials beside the budget "
-                        "(default: TVM's kernels get all N), or inside it: the original "
-                        "first gets 1 - --mutant-share of N, the mutants' new kernels as many "
-                        "trials each while the share holds them, the original the rest; the "
-                        "run then measures N trials in all")
-    o.add_argument("--mutant-share", type=float, default=0.25, metavar="F",
-                   help="with --charge inside: the part of the budget kept for PET's mutants "
-                        "(default 0.25; on a one-kernel model a mutant needs at least 0.5)")
+#: What ``optimize`` and ``tune`` do, in ``--help``.
+_DESCRIPTIONS = {
+    "optimize": "Optimize a model with PET for a TVM target: search for rewrites the verifier "
+                "proves equal to the original, time the best end to end against TVM's own "
+                "build of the original (the same tuning records, the same TVM rewrites), and "
+                "keep PET's program only where it is faster beyond the noise.",
+    "tune": "Tune the kernels of a model and those of PET's most promising rewrites into the "
+            "tuning records, for a later optimize.",
+}
 
 
 def _add_optimize_and_tune(sub) -> None:
+    """``optimize`` and ``tune``: what ``--help`` shows (what to build, the budget, the output)
+    and the advanced options ``--help-all`` adds."""
     for name, helptext in (("optimize", "optimize an ONNX or torch.export (.pt2) model with PET "
                                         "for a TVM target"),
                            ("tune", "tune a model's kernels and its promising mutants")):
-        o = sub.add_parser(name, help=helptext)
-        o.add_argument("model")
-        o.add_argument("--target", default="llvm",
-                       help="llvm (default: this CPU), e.g. 'llvm -mcpu=haswell', or cuda")
-        o.add_argument("--trials", type=int, default=None if name == "optimize" else 64,
-                       help="MetaSchedule trials per task (optimize: 0 = use the records only; "
-                            f"by default, {DEFAULT_UNTUNED_TRIALS} where kernels have no record "
-                            "anywhere, own or borrowed, if there are at most 8 of them; with "
-                            f"more, the whole model within {DEFAULT_UNTUNED_MINUTES} minutes)")
-        _add_budget_options(o)
-        o.add_argument("--promising", type=int, default=4, metavar="N",
-                       help="mutants of the whole model tuned besides the original (default 4; "
-                            "up to half of them pad an awkward side to a smooth one, the rest "
-                            "have the best expected saving; --winograd tunes up to N more, "
-                            "convolutions by Winograd's algorithm, and --im2col up to N more, "
-                            "convolutions as a product over their windows)")
-        o.add_argument("--second-screen", type=int, default=0, metavar="N",
-                       help="short-tune N more mutants (--screen-trials per kernel), those "
-                            "whose new kernels replace the most time across the model, and rank "
-                            "them by their tuned time before choosing the ones to tune (default "
-                            "0: off; about a minute a mutant here)")
-        o.add_argument("--screen-trials", type=int, metavar="T",
-                       help="trials per kernel of --second-screen (default 8; at "
-                            "most --trials): 8 can rank a large kernel wrongly (CSRNet's "
-                            "dilated 512-channel conv after Pad -> Conv: 45 ms at 8 trials, 22-"
-                            "51 ms at 32 over three seeds, the original 28-59 ms)")
-        o.add_argument("--seed", type=int, default=0,
-                       help="the tuning seed (default 0); only kernels tuned now draw with it. "
-                            "At 32 trials per task a kernel's tuned time can move x2 between "
-                            "seeds here: benchmarks/results/conv_forms.md")
-        o.add_argument("--depth", type=int, default=3)
-        o.add_argument("--rounds", type=int, default=1,
-                       help="rounds of mutation (default 1, as in the recorded benchmarks)")
-        o.add_argument("--topk", type=int, default=4)
-        _offered_forms_flags(o)
-        o.add_argument("--time-limit", type=float, default=None,
-                       help="seconds for the whole run: import, search and end-to-end timing "
-                            f"(default {_BASE_TIME_LIMIT[name]:g}"
-                            + (", so that a model on untuned kernels still ends within 5 "
-                               "minutes" if name == "optimize" else "")
-                            + f"; with --budget Nm, {BUDGET_TIME_LIMIT_PER_MINUTE:g} s per "
-                            "minute of the budget when that is more; the timing takes at most "
-                            "a quarter)")
-        _lowering_flags(o)
-        _input_shape_flag(o)
-        _progress_flags(o)
-        o.add_argument("--records", help="tuning records folder (default tuning_logs/<target>)")
-        o.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")
+        o = sub.add_parser(name, help=helptext, description=_DESCRIPTIONS[name],
+                           usage="%(prog)s MODEL" + (" --out DIR" if name == "optimize" else "")
+                                 + " [options]")
+        o.add_argument("--help-all", action=_HelpAll)
+        _build_flags(o.add_argument_group("what to build"))
+        _budget_flags(o.add_argument_group("budget"), name)
+        output = o.add_argument_group("output")
         if name == "optimize":
-            _add_optimize_flags(o)
+            output.add_argument("--out", required=True, metavar="DIR",
+                                help="the folder to write report.json, both builds and the "
+                                     "optimized model into")
+        _progress_flags(output)
+        output.add_argument("--verbose", action="store_true",
+                            help="print the full account: every timing, the tuning, the "
+                                 "records and the search (default: a short summary)"
+                            if name == "optimize" else
+                            "print the full summary as JSON (default: a few lines)")
+        _search_flags(o.add_argument_group("search (advanced)"), name)
+        _tuning_flags(o.add_argument_group("tuning (advanced)"))
+        if name == "optimize":
+            _timing_flags(o.add_argument_group("end-to-end timing and decision (advanced)"))
             o.set_defaults(func=_cmd_optimize)
         else:
             o.set_defaults(func=_cmd_tune)
 
 
-def _offered_forms_flags(o) -> None:
-    """The flags of what PET's search offers besides its own rewrites: other algorithms and
-    lowerings of a convolution, each tuned and kept only where it measures faster."""
-    o.add_argument("--winograd", action="store_true",
-                   help="also offer each 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) "
-                        "(a quarter of the multiplications; TVM's CPU lowering has only "
-                        "the direct form), tuned on the convolutions taking the most time "
-                        "(up to --promising more mutants) and chosen where its tuned "
-                        "kernels measure faster. "
-                        "Its rounding differs from the direct form's (about 4e-6 of the "
-                        "output's scale on 512 channels)")
-    o.add_argument("--im2col", action="store_true",
-                   help="also offer each 2-D or 3-D convolution larger than 1x1 as one matrix "
-                        "product over its shifted windows (the same products, summed in "
-                        "another order), tuned in the places kept for mutants the untuned "
-                        "screen cannot rank and chosen where its tuned kernels measure "
-                        "faster")
-    o.add_argument("--columns", action="store_true",
-                   help="also offer a wide matrix product (its width a multiple of its "
-                        "reduction, such as the Q, K and V products TVM merges) as products "
-                        "over square pieces of its columns, concatenated (the same sums in the "
-                        "same order), tuned in the places kept for mutants the untuned screen "
-                        "cannot rank and chosen where its tuned kernels measure faster")
-
-
-def _lowering_flags(o) -> None:
-    """The flags of how both sides are lowered: TVM's rewrites, the layout, fast math."""
-    o.add_argument("--no-tvm-rewrites", action="store_true",
-                   help="compare with TVM's default import: skip TVM's own graph rewrites "
-                        "(BN folding, CSE, CombineParallelMatmul), run on both sides by "
-                        "default")
-    o.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
+def _build_flags(g) -> None:
+    """What to build: the model, the target, its input shapes, and how both sides are
+    lowered."""
+    g.add_argument("model", help="an ONNX file, or a .pt2 file saved with torch.export.save")
+    g.add_argument("--target", default="llvm",
+                   help="the TVM target: llvm (this CPU, the default), e.g. "
+                        "'llvm -mcpu=haswell', or cuda")
+    _input_shape_flag(g)
+    g.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
                    help="the convolutions' layout on both sides: NHWC runs TVM's "
-                        "ConvertLayout (conv2d NHWC/HWIO, conv3d NDHWC/DHWIO) on the "
-                        "original and on every candidate as they are lowered; PET searches "
-                        "the model as imported (default NCHW: as imported). Records are "
-                        "per layout: the shipped ones hold both for four of the paper's "
-                        "models")
-    o.add_argument("--fast-math", action="store_true",
-                   help="run TVM's FastMathTransform on both sides as they are lowered: "
-                        "erf, exp, tanh and softmax by TVM's polynomial approximations "
-                        "(vectorized; fast_erf is within 3.3e-7 of erf), GELU, SiLU and "
-                        "sigmoid written out in them first. TVM's default "
-                        "lowers erf to one scalar libm call per element (BERT's GELU); "
-                        "records are per form")
+                        "ConvertLayout as they are lowered (default NCHW, as imported)")
+    g.add_argument("--fast-math", action="store_true",
+                   help="lower both sides with TVM's FastMathTransform: erf, exp, tanh and "
+                        "softmax by vectorized polynomial approximations")
+    g.add_argument("--winograd", action="store_true",
+                   help="also offer each 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) "
+                        "(a quarter of the multiplications, another rounding), kept where its "
+                        "tuned kernels measure faster")
 
 
-def _add_optimize_flags(o) -> None:
-    """The flags of ``optimize`` alone: its output, cost and end-to-end timing."""
-    o.add_argument("--out", required=True, help="output folder")
-    o.add_argument("--cost", choices=("measured", "analytic"), default="measured")
-    o.add_argument("--confirm", type=int, default=3,
-                   help="candidates timed end to end, best first, before the original is kept "
-                        "(default 3)")
-    o.add_argument("--first-kept", action="store_true",
-                   help="keep the first candidate the rule keeps (by default every one is "
-                        "timed, and the fastest of those kept replaces the original)")
-    o.add_argument("--no-second-look", action="store_true",
-                   help="decide close calls on the first timing alone (by default they are "
-                        "tuned again with a second seed, or timed over more rounds)")
-    o.add_argument("--second-look-kernels", type=int, default=8, metavar="N",
-                   help="the most kernels a close call's second look tunes again, at twice "
-                        "the trials (about 2 minutes each at 32 trials on 2 cores); with more, "
-                        "it times the same builds again over more rounds (default 8)")
-    o.add_argument("--no-replication", action="store_true",
-                   help="replace the original on the kept candidate's one look (by default it "
-                        "is timed once more, and kept only if the rule keeps it again)")
-    o.add_argument("--timing-processes", type=int, default=2, metavar="N",
-                   help="spread each look's rounds over N fresh processes, on a CPU (default "
-                        "2): some binaries' speed is drawn once per process by its address "
-                        "layout; 1 times in this process")
-    o.add_argument("--dry-run", action="store_true",
-                   help="cuda without a GPU: search, build every original, mutant and "
-                        "correction with nvcc, write them, stop before running a kernel")
-    o.add_argument("--arch", default="sm_90", help="CUDA arch of --dry-run (sm_90)")
+def _budget_flags(g, name: str) -> None:
+    """The budget: tuning trials or a whole-model budget, the time limit, the records and the
+    tuning seed."""
+    g.add_argument("--trials", type=int, default=None if name == "optimize" else 64,
+                   metavar="N",
+                   help="MetaSchedule trials per kernel; 0: the tuning records only (default: "
+                        f"{DEFAULT_UNTUNED_TRIALS} for each kernel with no record anywhere, or "
+                        f"the whole model within {DEFAULT_UNTUNED_MINUTES} minutes where more "
+                        "than 8 have none)" if name == "optimize" else
+                        "MetaSchedule trials per kernel (default 64)")
+    g.add_argument("--budget", metavar="N|Nm",
+                   help="tune the whole model within N trials in all, or N minutes (20m), "
+                        "shared across its kernels by MetaSchedule's task scheduler "
+                        "(instead of --trials)")
+    g.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="seconds for the whole run, tuning not counted (default "
+                        f"{_BASE_TIME_LIMIT[name]:g}; with --budget Nm, "
+                        f"{BUDGET_TIME_LIMIT_PER_MINUTE:g} per minute of it where that is more)")
+    g.add_argument("--records", metavar="DIR",
+                   help="the tuning records folder to read and add to (default: the target's "
+                        "records in the working directory, else those shipped with tvm_pet)")
+    g.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="the tuning seed (default 0); only kernels tuned now draw with it")
+
+
+def _search_flags(g, name: str) -> None:
+    """The search's budgets, the forms it offers besides PET's own rewrites, and (``optimize``)
+    its cost model."""
+    _advanced(g, "--depth", type=int, metavar="N", default=3,
+              help="most operators per mutant (default 3)")
+    _advanced(g, "--rounds", type=int, metavar="N", default=1,
+              help="rounds of mutation: the next round mutates the best mutants found "
+                   "(default 1)")
+    _advanced(g, "--topk", type=int, metavar="N", default=4,
+              help="programs kept in the search's heap (default 4)")
+    _advanced(g, "--im2col", action="store_true",
+              help="also offer each 2-D or 3-D convolution larger than 1x1 as one matrix "
+                   "product over its shifted windows (the same products, summed in another "
+                   "order), tuned in the places kept for mutants the untuned screen cannot "
+                   "rank and kept where its tuned kernels measure faster")
+    _advanced(g, "--columns", action="store_true",
+              help="no longer has an effect (matrix products in pieces of their columns are "
+                   "not offered any more); accepted so that earlier command lines still run")
+    _advanced(g, "--no-tvm-rewrites", action="store_true",
+              help="compare with TVM's default import: skip TVM's own graph rewrites (BN "
+                   "folding, CSE, CombineParallelMatmul), run on both sides by default")
+    if name == "optimize":
+        _advanced(g, "--cost", choices=("measured", "analytic"), default="measured",
+                  help="how the search costs a candidate: measured (TVM's kernels, timed; the "
+                       "default) or analytic (counted FLOPs and bytes, nothing run)")
+
+
+def _tuning_flags(g) -> None:
+    """Which of PET's mutants are tuned, and how their trials are charged."""
+    _advanced(g, "--promising", type=int, default=4, metavar="N",
+              help="mutants of the whole model tuned besides the original (default 4; up to "
+                   "half of them pad an awkward side to a smooth one, the rest have the best "
+                   "expected saving; --winograd tunes up to N more, convolutions by "
+                   "Winograd's algorithm, and --im2col up to N more, convolutions as a product "
+                   "over their windows)")
+    _advanced(g, "--second-screen", type=int, default=0, metavar="N",
+              help="short-tune N more mutants (--screen-trials per kernel), those whose new "
+                   "kernels replace the most time across the model, and rank them by their "
+                   "tuned time before choosing the ones to tune (default 0: off)")
+    _advanced(g, "--screen-trials", type=int, metavar="T",
+              help="trials per kernel of --second-screen (default 8; at most --trials); few "
+                   "trials can rank a large kernel wrongly")
+    _advanced(g, "--charge", choices=("beside", "inside"), default="beside",
+              help="with --budget N (trials): PET's mutant trials beside the budget (default: "
+                   "TVM's kernels get all N), or inside it: the original first gets 1 - "
+                   "--mutant-share of N, the mutants' new kernels as many trials each while "
+                   "the share holds them, the original the rest; the run then measures N "
+                   "trials in all")
+    _advanced(g, "--mutant-share", type=float, default=0.25, metavar="F",
+              help="with --charge inside: the part of the budget kept for PET's mutants "
+                   "(default 0.25; on a one-kernel model a mutant needs at least 0.5)")
+    _advanced(g, "--rpc", metavar="HOST:PORT:KEY", help="measure through an RPC tracker")
+
+
+def _timing_flags(g) -> None:
+    """``optimize``'s end-to-end timing and decision, and its CUDA build without a GPU."""
+    _advanced(g, "--confirm", type=int, default=3,
+              help="candidates timed end to end, best first, before the original is kept "
+                   "(default 3)")
+    _advanced(g, "--first-kept", action="store_true",
+              help="keep the first candidate the rule keeps (by default every one is timed, "
+                   "and the fastest of those kept replaces the original)")
+    _advanced(g, "--no-second-look", action="store_true",
+              help="decide close calls on the first timing alone (by default they are tuned "
+                   "again with a second seed, or timed over more rounds)")
+    _advanced(g, "--second-look-kernels", type=int, default=8, metavar="N",
+              help="the most kernels a close call's second look tunes again, at twice the "
+                   "trials; with more, it times the same builds again over more rounds "
+                   "(default 8)")
+    _advanced(g, "--no-replication", action="store_true",
+              help="replace the original on the kept candidate's one look (by default it is "
+                   "timed once more, and kept only if the rule keeps it again)")
+    _advanced(g, "--timing-processes", type=int, default=2, metavar="N",
+              help="spread each look's rounds over N fresh processes, on a CPU (default 2): "
+                   "some binaries' speed is drawn once per process by its address layout; 1 "
+                   "times in this process")
+    _advanced(g, "--dry-run", action="store_true",
+              help="cuda without a GPU: search, build every original, mutant and correction "
+                   "with nvcc, write them, stop before running a kernel")
+    _advanced(g, "--arch", default="sm_90", help="CUDA arch of --dry-run (default sm_90)")
 
 
 def _add_model_and_example(sub) -> None:
@@ -728,6 +994,9 @@ def _default_time_limit(args: argparse.Namespace) -> None:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "columns", False):
+        print(f"tvm-pet {args.command}: --columns no longer has an effect; the search runs "
+              "without it", file=sys.stderr)
     try:
         _default_time_limit(args)
         return args.func(args)

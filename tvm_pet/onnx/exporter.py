@@ -127,6 +127,62 @@ def save_model(program: Program, path: str | os.PathLike, opset: int = 17) -> No
     onnx.save(export_model(program, opset), os.fspath(path))
 
 
+def model_names(model: onnx.ModelProto, inputs: Sequence[str],
+                outputs: Sequence[str]) -> dict[str, str]:
+    """The names ``model`` gives the tensors that a program imported from it calls ``inputs``
+    and ``outputs``: its graph inputs (initializers aside) and its graph outputs, position by
+    position. A side whose count differs from the program's gets none; a tensor the model names
+    as the program does is left out.
+
+    >>> from onnx import TensorProto
+    >>> v = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1])  # noqa: E731
+    >>> relu = helper.make_node("Relu", ["input.1"], ["output"])
+    >>> m = helper.make_model(helper.make_graph([relu], "g", [v("input.1")], [v("output")]))
+    >>> model_names(m, ["input_1"], ["gv"])
+    {'input_1': 'input.1', 'gv': 'output'}
+    """
+    graph = model.graph
+    inits = {i.name for i in graph.initializer}
+    given = [i.name for i in graph.input if i.name not in inits]
+    names: dict[str, str] = {}
+    for ours, theirs in ((list(inputs), given), (list(outputs), [o.name for o in graph.output])):
+        if len(ours) == len(theirs):
+            names |= {a: b for a, b in zip(ours, theirs) if a != b and b}
+    return names
+
+
+def rename_tensors(model: onnx.ModelProto, names: Mapping[str, str]) -> onnx.ModelProto:
+    """A copy of ``model`` with each tensor ``names`` maps renamed wherever it appears (graph
+    inputs and outputs, nodes, initializers, value infos). A rename is left out where its new
+    name is another tensor's that keeps its name, or another rename's.
+
+    >>> from tvm_pet.ir import ProgramBuilder
+    >>> b = ProgramBuilder(); x = b.input("x", (2, 3)); y = b.add(x, x, out="y")
+    >>> renamed = rename_tensors(export_model(b.build([y])), {"x": "input.1", "y": "x"})
+    >>> [i.name for i in renamed.graph.input], [o.name for o in renamed.graph.output]
+    (['input.1'], ['x'])
+    """
+    graph = model.graph
+    used = ({i.name for i in graph.input} | {o.name for o in graph.output}
+            | {i.name for i in graph.initializer} | {v.name for v in graph.value_info}
+            | {t for n in graph.node for t in (*n.input, *n.output)})
+    renamed = {old: new for old, new in names.items() if old in used}
+    kept = used - set(renamed)
+    chosen: dict[str, str] = {}
+    for old, new in renamed.items():
+        if new not in kept and new not in chosen.values():
+            chosen[old] = new
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    for value in (*g.input, *g.output, *g.value_info, *g.initializer):
+        value.name = chosen.get(value.name, value.name)
+    for node in g.node:
+        node.input[:] = [chosen.get(t, t) for t in node.input]
+        node.output[:] = [chosen.get(t, t) for t in node.output]
+    return out
+
+
 class _Exporter:
     """The state of one export: emitted ONNX nodes, initializers and extra opset imports."""
 

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import pathlib
 import time
+from collections.abc import Mapping
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir.keys import canonical
@@ -101,24 +102,32 @@ def _add(total: GeneratorStats, part: GeneratorStats) -> None:
         total.stop = part.stop
 
 
-def write_emitted(report: ExploreReport, directory) -> pathlib.Path:
+def write_emitted(report: ExploreReport, directory,
+                  names: Mapping[str, str] | None = None) -> pathlib.Path:
     """Write each subprogram and its corrected mutants as ONNX, with ``index.json``.
 
-    Layout: ``DIR/<subprogram>/original.onnx`` and ``DIR/<subprogram>/<k>.onnx``; inputs,
-    outputs and weights keep the model's names. Returns the path of ``index.json``.
+    Layout: ``DIR/<subprogram>/original.onnx`` and ``DIR/<subprogram>/<k>.onnx``. A tensor
+    ``names`` names (the model's inputs and outputs, :func:`tvm_pet.onnx.exporter.model_names`)
+    is written under that name; a boundary between subprograms keeps its generated one.
+    Returns the path of ``index.json``.
     """
-    from tvm_pet.onnx import export_model, save_model
+    from tvm_pet.onnx.exporter import export_model, rename_tensors
     root = pathlib.Path(directory)
     index = {"subprograms": []}
+
+    def write(program: Program, path: pathlib.Path):
+        model = rename_tensors(export_model(program), names or {})
+        path.write_bytes(model.SerializeToString())
+        return model
+
     for sub in report.subprograms:
         folder = root / sub.name
         folder.mkdir(parents=True, exist_ok=True)
-        save_model(sub.program, folder / "original.onnx")
+        write(sub.program, folder / "original.onnx")
         entry = {"name": sub.name, "original": str(folder / "original.onnx"), "mutants": []}
         for k, m in enumerate(sub.mutants):
             path = folder / f"{k}.onnx"
-            model = export_model(m.corrected)
-            path.write_bytes(model.SerializeToString())
+            model = write(m.corrected, path)
             entry["mutants"].append({"file": str(path),
                                      "partially_equivalent": m.partially_equivalent,
                                      "corrected_boxes": m.corrected_boxes,
