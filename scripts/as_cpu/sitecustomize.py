@@ -11,9 +11,8 @@ records are looked up for it: the CI of an AVX2 host, on an AVX-512 one (whose C
 code). Python imports this file at start-up from ``PYTHONPATH``, subprocesses included. It imports
 nothing of tvm_pet's: an import hook replaces ``detect_mcpu`` as soon as
 ``tvm_pet.tune.targets`` has run, before any other module can take it by name, so what
-``import tvm_pet`` loads is what it loads without the patch (until 2026-12-02 this file imported
-tvm_pet, and with it tvm, at start-up, and the two tests of what ``import tvm_pet`` loads failed
-under it). Found with it (2026-12-02): two tests that failed on AVX2 hosts.
+``import tvm_pet`` loads is what it loads without the patch, and the tests of what
+``import tvm_pet`` loads pass under it.
 """
 import importlib.abc
 import importlib.machinery

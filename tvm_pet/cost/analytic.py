@@ -134,8 +134,7 @@ class AnalyticCost:
     """A roofline cost model: the :class:`~tvm_pet.cost.model.CostModel` used without TVM.
 
     Args:
-        peak_flops: arithmetic throughput in FLOP/s. The default suits the 2-core AVX-512 CPU
-            this project is developed on.
+        peak_flops: arithmetic throughput in FLOP/s. The default suits a 2-core AVX-512 CPU.
         bandwidth: memory bandwidth in bytes/s.
         launch_overhead: fixed seconds per kernel (node) launched.
 

@@ -4,10 +4,9 @@ A tensor's labels are one int array per axis. Two positions of an axis get the s
 when, for every element of the program inputs that the tensor's value at that position reads,
 (a) the summation domain and the set of factors are the same, and (b) the input index is the same
 affine function of the position. The boxes of a tensor are the products of per-axis classes, so
-inside a box every index map is affine: the condition Theorem 1 needs (see
-``shared/VERIFIER_NOTES.md``). Classes need not be intervals: a reshape that merges axes makes
-strided classes (rows or columns, whichever gives fewer), which is how PET's space-to-batch
-mutants get strided boxes.
+inside a box every index map is affine: the condition Theorem 1 needs. Classes need not be
+intervals: a reshape that merges axes makes strided classes (rows or columns, whichever gives
+fewer), which is how PET's space-to-batch mutants get strided boxes.
 
 Rules have the interpreter's form ``rule(attrs, input_labels) -> output_labels``; shapes are the
 lengths of the label arrays. A label array is refined by :func:`combine`; extra refinement is

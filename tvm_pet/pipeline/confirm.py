@@ -197,7 +197,7 @@ def decide(timings: Mapping[str, Timed], alpha: float = ALPHA) -> Decision:
       (``ALPHA``, divided by the number of candidates when several are tried: Bonferroni).
 
     The rank test asks whether the two sample sets are told apart, whatever the shape of the
-    noise. On this 2-core machine a run is often slowed by a whole scheduling quantum, so
+    noise. On a small (2-core) machine a run is often slowed by a whole scheduling quantum, so
     samples are bimodal and their interquartile range (up to 40 %, reported as ``noise``) says more
     about that interference than about the medians; ``benchmarks/decision_rule.py`` measures the
     rule on identical binaries (how often it keeps a non-change) and on real candidates.

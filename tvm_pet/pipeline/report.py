@@ -174,7 +174,8 @@ class Report:
         } | self._trust_json()
 
     def _trust_json(self) -> dict:
-        """The keys that say where the figures come from (issue 12)."""
+        """The keys that say where the figures come from: what was loaded, which kernels were
+        tuned, how much of the model PET saw."""
         loaded = self.loaded
         kernels = None if self.kernels is None else {
             "total": self.kernels[0], "tuned": self.kernels[1], "untuned_decision": self.untuned,

@@ -1,9 +1,9 @@
-"""The MetaSchedule builder that works on this machine.
+"""The MetaSchedule builder that works where importing TVM's tensor intrinsics is slow.
 
 MetaSchedule's default ``LocalBuilder`` runs ``import tvm.s_tir.tensor_intrin`` in every fresh popen
-worker. That import takes 16-20 s here, the pool is recreated on every ``build()`` call and the
-build timeout is 30 s, so every candidate fails (shared/TVM_NOTES.md, section 5). ``fast_build``
-does what the default build does minus that import. It is safe for schedules that do not
+worker. That import takes 16-20 s on a 2-core machine, the pool is recreated on every
+``build()`` call and the build timeout is 30 s, so every candidate fails. ``fast_build`` does
+what the default build does minus that import. It is safe for schedules that do not
 tensorize, which is every fp32 schedule; an int8 schedule that uses VNNI/AMX intrinsics would need
 the import back.
 

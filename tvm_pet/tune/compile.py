@@ -6,7 +6,7 @@ The one rule that makes tuning records reusable: tasks are always taken from ``p
 fused form the final build compiles, both when tuning (:func:`tvm_pet.tune.tuner.tune`) and when
 applying the records (:func:`build_with_records`). MetaSchedule keys a task by the structural hash
 of its PrimFunc, attributes included, so tuning one pipeline stage and applying at another
-silently finds nothing (TVM_NOTES section 5).
+silently finds nothing.
 
 Typical use::
 

@@ -2,7 +2,7 @@
 
 A kernel timed while something else holds a core runs slower by anything from a few per cent to
 hundreds of times (TVM's threads wait for each other): in a benchmark run that overlapped a test
-run (stop 62), 12 of 315 cached kernel times were 2.9 to 530 times their records' own, and one
+run, 12 of 315 cached kernel times were 2.9 to 530 times their records' own, and one
 of them steered the search. :func:`tvm_pet.tune.kernels.suspect` catches such a time for a
 kernel with a record of this CPU, beside the record's own time; an untuned or borrowed kernel
 has nothing to compare with. This module looks at the CPU itself: over a measurement's window,

@@ -6,7 +6,7 @@ module for CUDA: the target's default pipeline schedules every kernel without a 
 with ``tvm.s_tir.dlight`` (``gpu.Matmul``, ``GEMV``, ``Reduction``, ``GeneralReduction``,
 ``Fallback``), since a CUDA kernel with no schedule at all does not build. Without
 ``libcuda.so.1`` TVM's CUDA runtime does not load, so the device module it returns holds CUDA C
-source only and neither nvcc nor NVRTC runs (shared/TVM_NOTES.md, section 7). This module closes
+source only and neither nvcc nor NVRTC runs. This module closes
 that gap:
 
 - ``device_sources`` takes the CUDA source out of a built executable;
@@ -39,8 +39,8 @@ import tvm
 from tvm_pet.errors import PetError
 from tvm_pet.tune.targets import resolve_target
 
-#: The architecture of the GPUs this project is lent (H100 and H200).
-LENT_GPU_ARCH = "sm_90"
+#: The architecture the offline CUDA tools build for by default (H100 and H200: ``sm_90``).
+DEFAULT_GPU_ARCH = "sm_90"
 #: A kernel definition: ``__global__ void [__launch_bounds__(N)] name(``.
 _KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
 #: Suffix of the binaries ``compile_device_code`` writes.
@@ -58,7 +58,7 @@ class DeviceBinary:
     cached: bool
 
 
-def cuda_target(arch: str = LENT_GPU_ARCH) -> tvm.target.Target:
+def cuda_target(arch: str = DEFAULT_GPU_ARCH) -> tvm.target.Target:
     """Return the complete CUDA target for ``arch`` (thread limits filled in by
     ``resolve_target``).
 

@@ -5,8 +5,8 @@ That package defines about 250 TVMScript functions (CUDA, ROCm, Hexagon, ARM and
 intrinsics), and TVM's ``T.prim_func`` calls ``inspect.stack()`` for each. For every frame of the
 stack whose file does not exist (``<frozen importlib._bootstrap>`` frames of the import,
 ``<ast>``), ``inspect`` looks the module up by scanning all of ``sys.modules``: 47,000 scans in
-one import, 43 s on this project's 2-core Intel Xeon (one tuning test took 161 s, 139 of them
-there), more in a process that has imported torch.
+one import, 43 s on a 2-core Intel Xeon (one tuning test took 161 s, 139 of them there), more
+in a process that has imported torch.
 
 :func:`load` imports the package once with ``inspect.stack`` replaced by :func:`_stack`, which
 gives the same frames, line numbers and source lines (``code_context``) for frames of files that

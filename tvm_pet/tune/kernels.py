@@ -13,9 +13,9 @@ target, structural hash, schedule and thread count (:class:`tvm_pet.tune.records
 so each is measured once. The measured cost model (:mod:`tvm_pet.tune.measured_cost`) sums them.
 
 A time measured while other processes used the CPU (:mod:`tvm_pet.tune.contention`), or a tuned
-kernel's time far over its record's (:func:`suspect`), is measured again: one cached for good
-steered a search (stop 62). A time shared in every try is used by this process and measured
-again by the next.
+kernel's time far over its record's (:func:`suspect`), is measured again, since one cached for
+good would steer every later search. A time shared in every try is used by this process and
+measured again by the next.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ MIN_SAMPLE_MS = 20
 #: A tuned kernel measured here over ``SUSPECT_RATIO`` times its record's own time (and
 #: :data:`SUSPECT_MARGIN_S` more: a call's overhead on a microsecond kernel) was most likely
 #: measured while something else held a core, TVM's two threads then waiting for each other. In a
-#: benchmark run that overlapped a test run (stop 62), 12 of 315 cached times were 2.9 to 530
+#: benchmark run that overlapped a test run, 12 of 315 cached times were 2.9 to 530
 #: times their records' (ResNet-18's stride-2 conv: 6.67 ms cached, 0.93 ms its record, 0.68 ms
 #: measured again, 0.69 ms in the model), and the search chose the rewrite that replaced it for
 #: a saving of 5.9 ms that was 0.6 ms end to end. Such a time is measured again, up to

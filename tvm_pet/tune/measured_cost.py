@@ -18,7 +18,7 @@ optimizer costs one candidate from its fusion region instead (:mod:`tvm_pet.sear
 :meth:`MeasuredCost.difference` compiles the region before and after the rewrite, and times only
 the kernels that differ, so a whole-model search does not compile the whole model per candidate.
 
-Untuned CPU kernels are naive loops (``shared/CALIBRATION.md``): mixing tuned and untuned times
+Untuned CPU kernels are naive loop nests, often tens of times slower: mixing tuned and untuned times
 is unfair to whichever side is untuned. A rewrite whose new kernels have no records, replacing
 tuned kernels, is therefore set aside without being timed (:meth:`MeasuredCost.difference`), and
 the original is kept unless the mutant's kernels are tuned as well (``tvm-pet tune``, which picks
@@ -45,7 +45,7 @@ from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.targets import resolve_target
 
 #: The screen times a kernel untuned only up to this many floating-point operations per call
-#: (about 2 to 4 s here: a naive loop nest runs at 1 to 2 GFLOP/s on these CPUs). A rewrite that
+#: (about 2 to 4 s: a naive loop nest runs at 1 to 2 GFLOP/s on a 2-core x86 CPU). A rewrite that
 #: changes a larger kernel not timed before is screened by the ratio of the kernels' FLOPs
 #: instead: ResNet3D-18's 3-D convolutions (11 GFLOP each) would take the screen over an hour.
 UNTUNED_FLOP_LIMIT = 4e9
@@ -134,7 +134,7 @@ class MeasuredCost:
 
         A rewrite that replaces kernels with tuning records by a kernel without any is **set
         aside** (``inf``), not timed: it would compare an untuned loop nest with a tuned kernel,
-        which the untuned side loses (``shared/CALIBRATION.md``), and timing untuned kernels is
+        which the untuned side loses, and timing untuned kernels is
         what made a whole-model search slow. ``tvm-pet tune`` tunes the promising ones first.
         Where the replaced kernels are untuned too, both sides are timed untuned.
 

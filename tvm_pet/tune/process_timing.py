@@ -1,6 +1,6 @@
 """Interleaved timing spread over fresh processes, each one draw of the memory layout.
 
-On these CPUs one compiled module can run at two speeds that are drawn once per process and
+On a CPU one compiled module can run at two speeds that are drawn once per process and
 kept through it: the CSRNet back end's TVM binary (32-trial records) ran at 25 ms in some
 processes and 31-37 ms in others, for seconds or minutes, while PET's binary of the same graph
 ran at 25-27 ms in all. The draw is the address layout: with address-space randomization off

@@ -1,11 +1,11 @@
 """Records checked against their kernels: a schedule that computes something else is never applied.
 
 MetaSchedule measures what its candidates cost, never what they compute. A tuned schedule can be
-wrong: on this machine every record of CSRNet's ``fused_conv2d8_add3_relu3_pad`` (a conv, bias and
-ReLU with a pad fused in as the epilogue, [1,512,28,28] -> [1,512,30,30]) left the two padded rows
-and columns of its output unwritten, so the model read whatever memory held there (up to 4.0 off
-on random data, 1.57 off end to end). Tuning cannot catch that, and the end-to-end output check
-catches it only when the memory happens not to hold zeros.
+wrong: on a 2-core AVX-512 CPU every record of CSRNet's ``fused_conv2d8_add3_relu3_pad`` (a
+conv, bias and ReLU with a pad fused in as the epilogue, [1,512,28,28] -> [1,512,30,30]) left the
+two padded rows and columns of its output unwritten, so the model read whatever memory held there
+(up to 4.0 off on random data, 1.57 off end to end). Tuning cannot catch that, and the end-to-end
+output check catches it only when the memory happens not to hold zeros.
 
 So before a record's schedule is applied, it is run once on random inputs beside the kernel as
 it is (the naive loop nest, the kernel's meaning) and compared output for output; the output

@@ -4,11 +4,11 @@
 the CPU (``mcpu``) because MetaSchedule only emits AVX-512 when the target says the CPU has it, and
 it gives ``num-cores`` because MetaSchedule's parallel rules need it. ``mcpu="native"`` is not an
 option: the LLVM in the apache-tvm wheel rejects it with its conda triple and falls back to
-``generic`` (shared/TVM_NOTES.md, section 2).
+``generic``.
 
 ``target_dir`` gives the directory name under ``tuning_logs/`` that holds the target's MetaSchedule
 database. One database per target is required, not a convenience: the database lookup ignores the
-target (TVM_NOTES section 5), so records of one target would silently be applied to another.
+target, so records of one target would silently be applied to another.
 """
 from __future__ import annotations
 

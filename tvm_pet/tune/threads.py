@@ -1,8 +1,8 @@
 """TVM's CPU thread pool, sized to the physical cores this process may use.
 
 TVM sizes its pool as half the logical CPUs on x86-64: it assumes two hyper-threads per core. On
-a machine with one thread per core (many cloud VMs, and this project's 2-core machines) every
-kernel then runs on half the cores: a ResNet-18 call took 65 ms on one thread here, 36 ms on two.
+a machine with one thread per core (many cloud VMs) every kernel then runs on half the cores:
+on a 2-core VM a ResNet-18 call took 65 ms on one thread and 36 ms on two.
 :func:`size_thread_pool` sets ``TVM_NUM_THREADS`` to the physical cores, unless the user chose
 (``TVM_NUM_THREADS`` or ``OMP_NUM_THREADS`` already set). TVM reads it when a thread first runs a
 kernel, and the tuner's measuring processes inherit it, so it is set before either.

@@ -54,7 +54,7 @@ def time_interleaved(executables: Mapping[str, object], inputs: Sequence[np.ndar
     Each executable runs once untimed first. Every round then times each executable in turn with
     ``repeat`` samples, each the mean of ``number`` calls; interleaving spreads slow drifts of the
     machine evenly over the executables. Compare medians, and read ``spread`` before believing a
-    difference (shared/CALIBRATION.md: ±20-30 % between rounds here).
+    difference: on a small shared machine rounds can differ by 20-30 %.
 
     Args:
         executables: name -> ``relax.VMExecutable`` (all taking the same inputs).

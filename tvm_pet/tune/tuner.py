@@ -687,8 +687,7 @@ def _top_up(task: Task, before: int, trials: int, records_dir, work_dir: Path,
     :data:`SPATIAL_TRIALS` in all, drawn at random (:func:`_run_search`), and is then marked
     exhausted too: its space is a schedule or few, and MetaSchedule's evolutionary search,
     looking for new candidates where there are none, spent 6 minutes on a single trial of a
-    mutant's fused layout kernel (20 reshapes, slices and concatenations) on this project's
-    2-core CPU."""
+    mutant's fused layout kernel (20 reshapes, slices and concatenations) on a 2-core CPU."""
     spatial = not reduces(task)
     todo = trials - before if not spatial else min(trials, SPATIAL_TRIALS) - before
     if todo <= 0:
