@@ -94,13 +94,13 @@ def test_example_writes_a_verifiable_pair(tmp_path, capsys, name):
 @pytest.mark.parametrize("command, kept", [("verify", False), ("tune", True)])
 def test_ctrl_c_is_a_line_and_exit_130_not_a_traceback(tmp_path, capsys, monkeypatch, command,
                                                         kept):
-    import tvm_pet.cli as cli
+    from tvm_pet.cli import commands
 
     def interrupted(_args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_cmd_verify", interrupted)
-    monkeypatch.setattr(cli, "_cmd_tune", interrupted)
+    monkeypatch.setattr(commands, "_cmd_verify", interrupted)
+    monkeypatch.setattr(commands, "_cmd_tune", interrupted)
     model = str(tmp_path / "m.onnx")
     argv = ["verify", model, model] if command == "verify" else ["tune", model]
     assert main(argv) == 130

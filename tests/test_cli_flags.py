@@ -143,9 +143,9 @@ def test_every_flag_of_both_commands_is_listed_in_the_cases():
 
 def test_columns_is_accepted_says_it_does_nothing_and_is_not_passed_on(tmp_path, capsys,
                                                                        monkeypatch):
-    import tvm_pet.cli as cli
+    from tvm_pet.cli import commands
     ran = []
-    monkeypatch.setattr(cli, "_cmd_tune", lambda args: ran.append(_search_config(args)) or 0)
+    monkeypatch.setattr(commands, "_cmd_tune", lambda args: ran.append(_search_config(args)) or 0)
     assert main(["tune", str(tmp_path / "m.onnx"), "--columns"]) == 0
     (config,) = ran
     assert not hasattr(config, "columns")
@@ -413,12 +413,12 @@ def test_tune_prints_a_few_lines_and_its_json_with_verbose(tmp_path, capsys, mon
 
 def test_explore_counts_the_mutants_and_lists_them_with_verbose(tmp_path, capsys, monkeypatch):
     pytest.importorskip("tvm")
-    import tvm_pet.cli as cli
     from tests.dilated import dilated_chain
+    from tvm_pet.cli import commands
     from tvm_pet.onnx import export_model
     model = tmp_path / "chain.onnx"
     onnx.save(export_model(dilated_chain()), model)  # three convs, each a subprogram
-    monkeypatch.setattr(cli, "EXPLORE_LISTED", 1)
+    monkeypatch.setattr(commands, "EXPLORE_LISTED", 1)
     assert main(["explore", str(model), "--json"]) == 0
     found = json.loads(capsys.readouterr().out)["subprograms"]
     assert len(found) == 3 and all(s["mutants"] for s in found)
