@@ -203,7 +203,7 @@ class PetWins:
     def records_plan(self, module):
         from tvm_pet.tune.records_plan import RecordsPlan
         n = len(module.nodes)
-        return RecordsPlan("fake", "fake-records", "other", n, n - 1, 1)
+        return RecordsPlan("fake", "fake-records", ("other",), n, n - 1, 1)
 
     def coverage(self, program, searched):
         return {}
@@ -268,9 +268,25 @@ def test_the_summary_is_a_few_lines_with_the_decision_speedup_and_report(pet_win
     assert lines[2] == f"  applied 1 rewrite: {applied['mutant']}"
     kernels = report["kernels"]["total"]
     assert lines[3] == (f"  kernels: tuned, all {kernels} with records ({kernels - 1} own, 1 "
-                        "borrowed); 0 new trials")
+                        "borrowed from other); 0 new trials")
     assert lines[4].startswith("  coverage: 1 of 1 multi-linear subprograms searched; ")
     assert lines[-1].startswith(f"  wrote {tmp_path / 'out' / 'report.json'} ")
+
+
+def test_report_json_holds_the_records_plans_counts_and_the_summary_prints_them(
+        pet_wins, capsys, tmp_path, monkeypatch):
+    """The counts are data: the summary prints them from ``records_counts``, whatever words
+    the records plan's line uses."""
+    from tvm_pet.tune.records_plan import RecordsPlan
+    monkeypatch.setattr(RecordsPlan, "summary", lambda self, *args, **kwargs: "reworded")
+    lines = _optimize(capsys, pet_wins)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    kernels = report["kernels"]["total"]
+    assert report["records_plan"] == "reworded"
+    assert report["records_counts"] == {"kernels": kernels, "own": kernels - 1, "borrowed": 1,
+                                        "untuned": 0, "lenders": ["other"]}
+    assert lines[3] == (f"  kernels: tuned, all {kernels} with records ({kernels - 1} own, 1 "
+                        "borrowed from other); 0 new trials")
 
 
 def test_verbose_prints_the_full_account(pet_wins, capsys, tmp_path):

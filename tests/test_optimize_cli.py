@@ -58,6 +58,22 @@ def test_report_has_the_promised_fields(optimized):
         assert report["speedup"] == 1.0 and report["applied"] == []
 
 
+def test_report_counts_the_kernels_of_the_records_plan(optimized):
+    """An empty records folder: no kernel has records of the target's own; the compatible
+    targets' records (shipped with tvm_pet) may fill some in. ``records_counts`` holds what the
+    plan's line says."""
+    _, out = optimized
+    report = json.loads((out / "report.json").read_text())
+    counts = report["records_counts"]
+    assert set(counts) == {"kernels", "own", "borrowed", "untuned", "lenders"}
+    assert counts["kernels"] >= 1 and counts["own"] == 0
+    assert counts["own"] + counts["borrowed"] + counts["untuned"] == counts["kernels"]
+    borrowed = (f", {counts['borrowed']} borrowed from {' and '.join(counts['lenders'])}"
+                if counts["lenders"] else "")
+    assert (f"{counts['kernels']} kernels, 0 from its own records{borrowed}, "
+            f"{counts['untuned']} untuned") in report["records_plan"]
+
+
 def _libraries_match_onnxruntime(model, out, seed: int) -> None:
     """``baseline.so`` and ``optimized.so`` in ``out`` load, take the ONNX input, and compute
     what onnxruntime computes for ``model``."""

@@ -85,6 +85,12 @@ class FakePlan:
     run was told to say."""
     tasks: int
     untuned: int = 0
+    borrowed: int = 0
+    lenders: tuple = ()
+
+    @property
+    def own(self) -> int:
+        return self.tasks - self.untuned - self.borrowed
 
     def summary(self, trials=0, budget=None, *, by_default=False, default_cap=None,
                 inside_share=None):

@@ -579,16 +579,16 @@ def test_the_records_plan_says_the_mutants_are_charged_inside_the_budget(tmp_pat
     from tvm_pet.pipeline.optimize import records_plan
     options = DriverOptions(budget=WholeBudget(trials=300), charge="inside", mutant_share=0.75,
                             records_dir=str(tmp_path / "none"))
-    _, line = records_plan(StubToolchain(options.records_dir), dilated_chain(), options)
+    _, line, _ = records_plan(StubToolchain(options.records_dir), dilated_chain(), options)
     assert "tuning the whole model within 300 trials (PET's mutants inside it: 75% kept for " \
            "them) for this target first" in line
     toolchain = StubToolchain(options.records_dir)
-    _, line = records_plan(toolchain, dilated_chain(),
+    _, line, counts = records_plan(toolchain, dilated_chain(),
                            DriverOptions(budget=WholeBudget(trials=300),
                                          records_dir=options.records_dir))
     assert "within 300 trials for this target first" in line
     kernels = toolchain.records_plan(toolchain.lower(dilated_chain())).tasks
-    assert kernels == 1
+    assert kernels == counts.kernels == 1
     # the scheduler's first batch: half the budget over the kernels, at most MetaSchedule's 64
     assert ("after a first round that it does not cut short: one batch per kernel, 64 trials "
             "for its one kernel)" in line)

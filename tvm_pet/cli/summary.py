@@ -8,7 +8,6 @@ import collections
 import dataclasses
 import json
 import os
-import re
 import sys
 
 
@@ -130,11 +129,6 @@ def _applied_line(report, signs: _Signs) -> str:
             + (f" ({corrected} partly equivalent, corrected)" if corrected else ""))
 
 
-#: The counts of the records plan's line (:meth:`tvm_pet.tune.records_plan.RecordsPlan.summary`).
-_PLAN_COUNTS = re.compile(r"(\d+) from its own records(?:, (\d+) borrowed from [^,]+)?, "
-                          r"(\d+) untuned")
-
-
 def _kernels_line(report) -> str:
     """Whether the kernels the decision stands on were tuned: how many had records (the
     target's own, or borrowed from a compatible target's, as the records plan found them), and
@@ -146,16 +140,28 @@ def _kernels_line(report) -> str:
     state = ("tuned" if tuned == total else "untuned" if tuned == 0 else "partly untuned")
     line = (f"  kernels: {state}, " + (f"all {total}" if tuned == total else f"{tuned} of {total}")
             + " with records")
-    found = _PLAN_COUNTS.search(report.records_plan or "")
-    if found:
-        own, borrowed = int(found[1]), int(found[2] or 0)
-        now = tuned - own - borrowed if report.new_trials else 0
-        line += (f" ({own} own, {borrowed} borrowed" + (f", {now} tuned now" if now > 0 else "")
-                 + ")")
+    if report.records_counts is not None:
+        line += f" ({_records_words(report.records_counts, tuned, report.new_trials)})"
     if report.kept_kernels is not None and report.kept_kernels[1] < report.kept_kernels[0]:
         line += (f"; PET's program: {report.kept_kernels[1]} of {report.kept_kernels[0]} with "
                  "records")
     return line + f"; {trials}" + (" (--trials N tunes them)" if tuned < total else "")
+
+
+def _records_words(counts, tuned: int, new_trials: int) -> str:
+    """Whose records the kernels had before the run, as the records plan counted them
+    (:class:`~tvm_pet.pipeline.report.RecordsCounts`), and how many this run tuned.
+
+    >>> from tvm_pet.pipeline.report import RecordsCounts
+    >>> _records_words(RecordsCounts(5, 3, 1, 1, ("llvm-haswell-c2",)), tuned=5, new_trials=32)
+    '3 own, 1 borrowed from llvm-haswell-c2, 1 tuned now'
+    >>> _records_words(RecordsCounts(5, 5, 0, 0), tuned=5, new_trials=0)
+    '5 own, 0 borrowed'
+    """
+    now = tuned - counts.own - counts.borrowed if new_trials else 0
+    lenders = f" from {' and '.join(counts.lenders)}" if counts.borrowed else ""
+    return (f"{counts.own} own, {counts.borrowed} borrowed{lenders}"
+            + (f", {now} tuned now" if now > 0 else ""))
 
 
 def _coverage_line(facts: dict, time_limit: float) -> str:

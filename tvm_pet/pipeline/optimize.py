@@ -35,7 +35,7 @@ from tvm_pet.pipeline.options import DriverOptions
 from tvm_pet.pipeline.baseline import (BaselineLowering, align_baseline,
                                       check_against_import)
 from tvm_pet.pipeline.progress import Progress
-from tvm_pet.pipeline.report import Report, make_report, write_artifacts
+from tvm_pet.pipeline.report import RecordsCounts, Report, make_report, write_artifacts
 from tvm_pet.pipeline.search import cost_model, search
 from tvm_pet.pipeline.toolchain import Toolchain, tvm_toolchain
 from tvm_pet.pipeline.tune import TuneSummary, tune_model
@@ -75,7 +75,7 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     program = loaded.program
     check_tensor_sizes(program)
     toolchain, baseline = toolchain_for(loaded, options, toolchain, progress)
-    options, plan = records_plan(toolchain, program, options)
+    options, plan, counts = records_plan(toolchain, program, options)
     progress.note(plan)  # before anything slow: which kernels are tuned, and what happens
     mutants = MutantCache()  # one generator cache for the run: tune and search share it
     tuned_here = tuning is None
@@ -104,7 +104,8 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     searched = frozenset(s.subprogram for s in found.result.subsets)
     report = make_report(loaded, toolchain, tuning, found, confirmation, inputs, **facts,
                          total_time_s=time.perf_counter() - start,
-                         records_plan=plan, flops_coverage=toolchain.coverage(program, searched))
+                         records_plan=plan, records_counts=counts,
+                         flops_coverage=toolchain.coverage(program, searched))
     final = confirmation.chosen.program if confirmation.keep else program
     with progress.step("writing the artifacts"):
         return write_artifacts(out, report, final, toolchain, list(inputs.values()))
@@ -138,22 +139,23 @@ def optimize_model(model, out_dir, config: SearchConfig = SearchConfig(),
 
 
 def records_plan(toolchain: Toolchain, program: Program,
-                 options: DriverOptions) -> tuple[DriverOptions, str]:
-    """The records plan, stated before anything slow, and the options it leads to: where no
-    tuning was asked and some kernels have no record anywhere, they are tuned for this target
-    at ``options.untuned_trials`` per kernel, up to ``options.untuned_cap`` kernels; with
-    more, the whole model within ``options.untuned_minutes``
-    (:meth:`~tvm_pet.pipeline.options.DriverOptions.tuning_for`); with neither, the line says
-    how to tune them."""
+                 options: DriverOptions) -> tuple[DriverOptions, str, RecordsCounts]:
+    """The records plan, stated before anything slow (its line, and its counts for the report),
+    and the options it leads to: where no tuning was asked and some kernels have no record
+    anywhere, they are tuned for this target at ``options.untuned_trials`` per kernel, up to
+    ``options.untuned_cap`` kernels; with more, the whole model within
+    ``options.untuned_minutes`` (:meth:`~tvm_pet.pipeline.options.DriverOptions.tuning_for`);
+    with neither, the line says how to tune them."""
     found = toolchain.records_plan(toolchain.lower(program))
     chosen = options.tuning_for(found.untuned)
     too_many = (not options.tunes and options.untuned_trials > 0
                 and found.untuned > options.untuned_cap)
     inside = chosen.budget is not None and chosen.charge == "inside"
-    return chosen, found.summary(chosen.trials, chosen.budget,
-                                 by_default=chosen.tunes and not options.tunes,
-                                 default_cap=options.untuned_cap if too_many else None,
-                                 inside_share=chosen.mutant_share if inside else None)
+    line = found.summary(chosen.trials, chosen.budget,
+                         by_default=chosen.tunes and not options.tunes,
+                         default_cap=options.untuned_cap if too_many else None,
+                         inside_share=chosen.mutant_share if inside else None)
+    return chosen, line, RecordsCounts.of(found)
 
 
 def load_model(model, options: DriverOptions = DriverOptions(),

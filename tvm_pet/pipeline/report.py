@@ -8,7 +8,8 @@ the accuracy checks (:func:`make_report`); :meth:`Report.to_json` is ``report.js
 The report says what a reader needs to trust it: where the model came from and which TVM
 rewrites both sides had (``source``, ``tvm_rewrites``), how much of it PET saw (``coverage``),
 how many of the baseline's kernels had tuning records (``kernels``: a decision on untuned
-kernels is said so), the confirmation's budget (``confirmation``), and whether
+kernels is said so; ``records_counts``: the records plan's own, borrowed and untuned kernels
+before the run), the confirmation's budget (``confirmation``), and whether
 ``optimized.onnx`` could be written (``optimized_onnx``: its path, or why not).
 """
 from __future__ import annotations
@@ -30,13 +31,46 @@ from tvm_pet.pipeline.baseline import BaselineLowering
 from tvm_pet.pipeline.confirm import Confirmation, check_outputs
 from tvm_pet.pipeline.load import LoadedModel
 from tvm_pet.pipeline.search import Found
-from tvm_pet.pipeline.toolchain import Toolchain
+from tvm_pet.pipeline.toolchain import RecordsPlan, Toolchain
 from tvm_pet.pipeline.tune import TuneSummary
 from tvm_pet.search.optimizer import Applied
 from tvm_pet.search.partition import searchable_subprograms
 
 #: The files :func:`write_artifacts` writes.
 ARTIFACTS = ("report.json", "optimized.so", "baseline.so", "optimized.onnx", "optimized.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordsCounts:
+    """The records plan's counts, before the run: where the original's kernels get their
+    schedules (``report.json``'s ``records_counts``; ``records_plan`` says the same in words).
+
+    Args:
+        kernels: distinct kernels (tuning tasks) of the original.
+        own: kernels scheduled by the target's own records.
+        borrowed: kernels scheduled by a compatible target's records.
+        untuned: kernels with no record anywhere.
+        lenders: the compatible targets whose records fill in, the one with the most records
+            first.
+
+    >>> plan = RecordsCounts(kernels=5, own=3, borrowed=1, untuned=1, lenders=("llvm-haswell-c2",))
+    >>> plan.to_json()["lenders"]
+    ['llvm-haswell-c2']
+    """
+
+    kernels: int
+    own: int
+    borrowed: int
+    untuned: int
+    lenders: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, plan: RecordsPlan) -> "RecordsCounts":
+        """The counts of a toolchain's records plan."""
+        return cls(plan.tasks, plan.own, plan.borrowed, plan.untuned, tuple(plan.lenders))
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "lenders": list(self.lenders)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +95,7 @@ class Report:
             :func:`write_artifacts`).
         total_time_s: the run's wall time up to the report.
         records_plan: the records plan stated before the run (own, borrowed, untuned kernels).
+        records_counts: its counts.
         flops_coverage: linear FLOPs inside the searched subprograms over all
             (``Toolchain.coverage``), merged into ``coverage``.
     """
@@ -78,6 +113,7 @@ class Report:
     optimized_onnx: str | None = None
     total_time_s: float | None = None
     records_plan: str | None = None
+    records_counts: RecordsCounts | None = None
     flops_coverage: Mapping | None = None
     baseline_lowering: BaselineLowering | None = None
 
@@ -188,6 +224,8 @@ class Report:
             "coverage": ({**coverage(loaded.program), **(self.flops_coverage or {})}
                          if loaded else None),
             "records_plan": self.records_plan,
+            "records_counts": (None if self.records_counts is None
+                               else self.records_counts.to_json()),
             "baseline_lowering": (None if self.baseline_lowering is None
                                   else self.baseline_lowering.to_json()),
             "kernels": kernels, "confirmation": self.confirmation.to_json(),

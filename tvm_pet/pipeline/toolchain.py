@@ -49,6 +49,10 @@ class RecordsPlan(Protocol):
     tasks: int
     #: Kernels scheduled by the target's own records.
     own: int
+    #: Kernels scheduled by a compatible target's records.
+    borrowed: int
+    #: The compatible targets whose records fill in, the one with the most records first.
+    lenders: tuple[str, ...]
     #: Kernels with no record anywhere, own or borrowed.
     untuned: int
     #: Kernels without a record of the target's own that do not reduce (pads, copies): their

@@ -29,8 +29,8 @@ class RecordsPlan:
     Attributes:
         target: the target's key (``target_dir``).
         records_dir: the target's own records directory.
-        borrowed_from: the compatible targets' keys whose records fill in (``" and "``
-            between them, the one with the most records first), or ``None``.
+        lenders: the compatible targets' keys whose records fill in, the one with the most
+            records first (none: no compatible target has records).
         tasks: distinct kernels (tuning tasks) of the module.
         own: kernels scheduled by the target's own records.
         borrowed: kernels scheduled by the borrowed records.
@@ -48,7 +48,7 @@ class RecordsPlan:
 
     target: str
     records_dir: str
-    borrowed_from: str | None
+    lenders: tuple[str, ...]
     tasks: int
     own: int
     borrowed: int
@@ -56,6 +56,11 @@ class RecordsPlan:
     own_trials: int = 0
     tuned_s: float = 0.0
     both: int = 0
+
+    @property
+    def borrowed_from(self) -> str | None:
+        """The lenders in words (``" and "`` between them), or ``None`` when there are none."""
+        return " and ".join(self.lenders) or None
 
     @property
     def untuned(self) -> int:
@@ -80,7 +85,7 @@ class RecordsPlan:
                 charged inside it (``--charge inside``).
         """
         parts = [f"{self.own} from its own records"]
-        if self.borrowed_from is not None:
+        if self.lenders:
             parts.append(f"{self.borrowed} borrowed from {self.borrowed_from}")
         parts.append(f"{self.untuned} untuned")
         line = (f"records for {self.target}: {self.tasks} kernels, " + ", ".join(parts)
@@ -126,7 +131,7 @@ class RecordsPlan:
         spent none.
 
         >>> import types
-        >>> plan = RecordsPlan("t", "d", None, 3, 3, 0, own_trials=90, tuned_s=1805.7)
+        >>> plan = RecordsPlan("t", "d", (), 3, 3, 0, own_trials=90, tuned_s=1805.7)
         >>> plan._spent(types.SimpleNamespace(trials=None, minutes=30.0))
         ('30m05s', '')
         >>> plan._spent(types.SimpleNamespace(trials=200, minutes=None))
@@ -150,10 +155,10 @@ class RecordsPlan:
         and, in minutes, its time at the prior rate (:func:`~tvm_pet.tune.tuner.first_round`).
 
         >>> import types
-        >>> plan = RecordsPlan("t", "d", None, 62, 0, 0)
+        >>> plan = RecordsPlan("t", "d", (), 62, 0, 0)
         >>> plan._first_round(types.SimpleNamespace(trials=None, minutes=3.0))[22:]
         '1 trial for each of the 62 kernels, at random (about 1m45s at 1.7 s a trial)'
-        >>> RecordsPlan("t", "d", None, 62, 60, 0)._first_round(
+        >>> RecordsPlan("t", "d", (), 62, 60, 0)._first_round(
         ...     types.SimpleNamespace(trials=2000, minutes=None))
         'one batch per kernel, 16 trials for each of the 2 kernels without records of their own'
         """
@@ -180,7 +185,8 @@ class RecordsPlan:
             f"{PRIOR_TRIAL_S:g} s a trial)"
 
     def to_json(self) -> dict:
-        return {**asdict(self), "untuned": self.untuned}
+        return {**asdict(self), "lenders": list(self.lenders), "borrowed_from": self.borrowed_from,
+                "untuned": self.untuned}
 
 
 def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None,
@@ -197,7 +203,7 @@ def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
     target = resolve_target(target)
     tasks = extract_tasks(mod, target)
     if records_dir is None:
-        return RecordsPlan(target_dir(target), "", None, len(tasks), 0, 0,
+        return RecordsPlan(target_dir(target), "", (), len(tasks), 0, 0,
                            sum(not reduces(t) for t in tasks))
     sources = records.record_sources(records_dir, target)
     opened = sources.open() if opened is None else opened
@@ -209,6 +215,6 @@ def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
     from tvm_pet.tune.tuner import earlier_tuning
     own_trials, tuned_s = earlier_tuning(tasks, opened.own, sources.own)
     both = sum(len(srcs) > 1 for srcs in held)
-    lenders = " and ".join(lender.name for lender in sources.lenders)
-    return RecordsPlan(target_dir(target), str(sources.own), lenders or None, len(tasks),
+    lenders = tuple(lender.name for lender in sources.lenders)
+    return RecordsPlan(target_dir(target), str(sources.own), lenders, len(tasks),
                        found.count(False), found.count(True), spatial, own_trials, tuned_s, both)
