@@ -68,7 +68,7 @@ def test_help_texts_say_what_an_option_does_not_what_it_measured(capsys, command
 #: ``build_parser()``'s values of ``optimize`` with no option but ``--out``, and of ``tune``.
 DEFAULTS = {"tune": {
     "command": "tune", "model": "m.onnx", "target": "llvm", "trials": 64, "budget": None,
-    "charge": "beside", "mutant_share": 0.25, "promising": 4, "second_screen": 0,
+    "charge": "beside", "mutant_share": 0.25, "promising": 4, "second_screen": None,
     "screen_trials": None, "seed": 0, "depth": 3, "rounds": 1, "topk": 4, "winograd": False,
     "im2col": False, "columns": False, "time_limit": None, "no_tvm_rewrites": False,
     "layout": "NCHW", "fast_math": False, "input_shape": [], "progress": False, "quiet": False,
@@ -151,6 +151,24 @@ def test_columns_is_accepted_says_it_does_nothing_and_is_not_passed_on(tmp_path,
     assert not hasattr(config, "columns")
     err = capsys.readouterr().err.strip()
     assert err == "tvm-pet tune: --columns no longer has an effect; the search runs without it"
+
+
+def test_the_second_screen_flags_are_accepted_say_they_do_nothing_and_are_not_passed_on(
+        tmp_path, capsys, monkeypatch):
+    from tvm_pet.cli import commands
+    ran = []
+    monkeypatch.setattr(commands, "_cmd_tune", lambda args: ran.append(_driver_options(args)) or 0)
+    assert main(["tune", str(tmp_path / "m.onnx"), "--second-screen", "0",
+                 "--screen-trials", "16"]) == 0
+    (options,) = ran
+    assert not hasattr(options, "second_screen") and not hasattr(options, "screen_trials")
+    assert capsys.readouterr().err.splitlines() == [
+        "tvm-pet tune: --second-screen no longer has an effect; the screen alone ranks the "
+        "mutants",
+        "tvm-pet tune: --screen-trials no longer has an effect; no mutant is short-tuned to "
+        "rank it"]
+    assert main(["tune", str(tmp_path / "m.onnx")]) == 0
+    assert capsys.readouterr().err == ""  # neither given: nothing said
 
 
 # ----------------------------------------------------------------- the summary and --verbose

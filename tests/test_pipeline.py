@@ -19,7 +19,7 @@ from tvm_pet.ir import Op
 from tvm_pet.pipeline import DriverOptions, TuneSummary, optimize, tune_model
 from tvm_pet.pipeline.confirm import CPU_SHARED_ABOVE, confirm
 from tvm_pet.cost.model import RewriteScreen
-from tvm_pet.pipeline.plan import Screened, rank_mutants, reach_s, short_list
+from tvm_pet.pipeline.plan import Screened, rank_mutants
 from tvm_pet.pipeline.search import search
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.mutant_cache import MutantCache
@@ -431,28 +431,6 @@ def test_mutants_that_align_an_awkward_side_take_half_the_places_until_tuned():
     # the third is ranked by its expected saving, not for its alignment: its reason says so
     assert [p.aligns for p in picks] == [True, True, False]
     assert picks[2].reason.startswith("screened: expected to save -0.80 ms")
-
-
-def test_the_second_screen_short_lists_kernels_shared_by_layers_first():
-    def row(sub, replaced, keys, ratio=1.0, tuned=None):
-        return (sub, RewriteScreen(replaced, ratio, tuned, frozenset(keys)))
-
-    rows = [row("sub0", 62e-3, {"a"}),            # one layer's rewrite, 62 ms replaced
-            row("sub1", 32e-3, {"b"}),            # one new kernel, three layers of 32 ms
-            row("sub1", 32e-3, {"b"}),            # the same with its bias: counted once
-            row("sub2", 32e-3, {"b"}), row("sub3", 32e-3, {"b"}),
-            row("sub4", 70e-3, {"c"}, ratio=2.5),  # slower untuned than the threshold
-            row("sub5", 80e-3, {"d"}, tuned=1e-3),  # tuned before: ranked by its records
-            row("sub6", 40e-3, {"e"})]
-    screened = [Screened(sub, ("M",), screen, k) for k, (sub, screen) in enumerate(rows)]
-    assert reach_s(screened)[frozenset({"b"})] == pytest.approx(96e-3)
-    short = short_list(screened, (), 5, screen_ratio=2.0)
-    # one per set of new kernels, the shared one first; never the tuned or the too slow
-    assert [s.index for s in short] == [1, 0, 7]
-    assert [s.index for s in short_list(screened, (), 2, screen_ratio=2.0)] == [1, 0]
-    # a pick's kernels are tuned anyway: no mutant adding only those is short-listed
-    (pick,) = rank_mutants([screened[0]], promising=1, screen_ratio=2.0)
-    assert [s.index for s in short_list(screened, (pick,), 5, screen_ratio=2.0)] == [1, 7]
 
 
 def test_the_tune_stage_and_the_search_share_one_generator_cache():

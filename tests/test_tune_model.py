@@ -320,67 +320,6 @@ def test_the_report_counts_a_built_module_from_its_build(tmp_path, monkeypatch):
     assert len(applied) == 4
 
 
-class ShortTunedToolchain(StubToolchain):
-    """Untuned, every mutant times like the original (ratio 1: no expected saving); once
-    anything besides the original was tuned, the mutants with more operators save more."""
-
-    def cost_model(self):
-        from tvm_pet.ir.keys import canonical
-        short_tuned = len(self.trials) > 1  # the original is tuned first
-
-        class Cost(StubCost):
-            def screen(self, before, after, by_flops=False):
-                c = self.cost(before)
-                key = frozenset({canonical(after)[0]})
-                if not short_tuned:
-                    return RewriteScreen(c, 1.0, new_kernels=key)
-                return RewriteScreen(c, 1.0, c * (1 - 0.01 * len(after.nodes)), key)
-        return Cost()
-
-
-def test_the_second_screen_ranks_short_tuned_mutants_by_their_tuned_time(tmp_path):
-    """The second screen short-tunes the mutants the plan did not pick, screens them again on
-    their records, and the plan then picks by what they save tuned."""
-    options = DriverOptions(trials=4, records_dir=str(tmp_path / "none"), promising=1,
-                            second_screen=3, screen_trials=2)
-    toolchain = ShortTunedToolchain(options.records_dir)
-    summary = tune_model(dilated_chain(layers=1), SearchConfig(rounds=1, time_limit=120),
-                         options, toolchain)
-    short = summary.plan.short_tuned
-    assert 1 <= short <= 3 and summary.screen_trials == 2
-    # the original at 4, the second screen at 2 per task, then the pick at 4
-    assert toolchain.trials == [4] + [2] * short + [4] * len(summary.plan.picks)
-    (pick,) = summary.plan.picks
-    assert pick.tuned_before and pick.expected_saving_ms > 0
-    assert summary.to_json()["short_tuned"] == short
-
-
-def test_no_second_screen_when_it_is_off(tmp_path):
-    options = DriverOptions(trials=4, records_dir=str(tmp_path / "none"), promising=1,
-                            second_screen=0)
-    toolchain = ShortTunedToolchain(options.records_dir)
-    summary = tune_model(dilated_chain(layers=1), SearchConfig(rounds=1, time_limit=120),
-                         options, toolchain)
-    (pick,) = summary.plan.picks
-    assert summary.plan.short_tuned == 0 and not pick.tuned_before
-    assert toolchain.trials == [4, 4]
-
-
-def test_the_cli_turns_the_second_screen_on_only_when_asked():
-    from tvm_pet.cli import _driver_options, build_parser
-    for command in ("optimize", "tune"):
-        base = [command, "m.onnx"] + (["--out", "o"] if command == "optimize" else [])
-        assert _driver_options(build_parser().parse_args(base)).second_screen == 0
-        asked = build_parser().parse_args(base + ["--second-screen", "5", "--trials", "32"])
-        assert _driver_options(asked).second_screen == 5
-        assert _driver_options(asked).second_screen_trials == 8  # the default screen
-        longer = build_parser().parse_args(base + ["--second-screen", "5", "--trials", "32",
-                                                   "--screen-trials", "32"])
-        assert _driver_options(longer).second_screen_trials == 32
-        with pytest.raises(PetError, match="--screen-trials 0"):
-            _driver_options(build_parser().parse_args(base + ["--screen-trials", "0"]))
-
-
 def test_the_cli_tunes_with_the_seed_asked_for():
     from tvm_pet.cli import _driver_options, build_parser
     for command in ("optimize", "tune"):

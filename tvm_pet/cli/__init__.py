@@ -49,7 +49,7 @@ from tvm_pet.cli.commands import tune_lines
 from tvm_pet.cli.options import (BUDGET_TIME_LIMIT_PER_MINUTE, DEFAULT_UNTUNED_MINUTES,
                                  DEFAULT_UNTUNED_TRIALS, _default_time_limit, _driver_options,
                                  _search_config)
-from tvm_pet.cli.parser import EXAMPLES, build_parser, parse_input_shape
+from tvm_pet.cli.parser import EXAMPLES, build_parser, parse_input_shape, retired_lines
 from tvm_pet.cli.summary import (FAST_MATH_KINDS, _fast_math_hint, _layout_hint, _Signs,
                                  summary_lines)
 from tvm_pet.errors import PetError
@@ -72,9 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "columns", False):
-        print(f"tvm-pet {args.command}: --columns no longer has an effect; the search runs "
-              "without it", file=sys.stderr)
+    for line in retired_lines(args):
+        print(line, file=sys.stderr)
     try:
         _default_time_limit(args)
         return args.func(args)

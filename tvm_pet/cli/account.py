@@ -142,8 +142,6 @@ def _screen_line(tuning: dict) -> str:
     return (f"screen: {tuning['screened_mutants']} mutants compared from their fusion "
             f"regions ({tuning['screened_mutants'] - by_flops} timed untuned, {by_flops} by "
             f"FLOPs: kernels too large to time untuned, or Winograd and window forms)"
-            + (f"; short-tuned {tuning['short_tuned']} more at {tuning['screen_trials']} "
-               f"trials per kernel to rank them tuned" if tuning.get("short_tuned") else "")
             + _picked_line(picked))
 
 

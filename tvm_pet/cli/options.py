@@ -36,8 +36,6 @@ def _driver_options(args: argparse.Namespace):
         raise PetError(f"--promising {args.promising}: at least 1")
     if getattr(args, "second_look_kernels", 0) < 0:
         raise PetError(f"--second-look-kernels {args.second_look_kernels}: at least 0")
-    if getattr(args, "screen_trials", None) is not None and args.screen_trials < 1:
-        raise PetError(f"--screen-trials {args.screen_trials}: at least 1")
     shapes = getattr(args, "input_shape", [])
     named = [name for name, _ in shapes]
     if len(set(named)) < len(named):
@@ -55,11 +53,8 @@ def _driver_options(args: argparse.Namespace):
                          second_look=not getattr(args, "no_second_look", False),
                          second_look_kernels=getattr(args, "second_look_kernels", 8),
                          replicate=not getattr(args, "no_replication", False),
-                         second_screen=getattr(args, "second_screen", 0),
                          promising=getattr(args, "promising", 4),
                          seed=getattr(args, "seed", 0),
-                         **({} if getattr(args, "screen_trials", None) is None
-                            else {"screen_trials": args.screen_trials}),
                          timing_processes=getattr(args, "timing_processes", 2),
                          confirm=getattr(args, "confirm", 3), time_limit=args.time_limit,
                          confirm_every=not getattr(args, "first_kept", False),

@@ -12,6 +12,13 @@ from tvm_pet.cli.options import (BASE_TIME_LIMIT, BUDGET_TIME_LIMIT_PER_MINUTE,
 EXAMPLES = ("figure1", "figure3", "figure3-partial", "weight-changed", "off-by-one-slice",
             "wrong-padding", "equivalent")
 
+#: Options of ``optimize`` and ``tune`` that no longer have an effect, accepted so that earlier
+#: command lines still run: each one given prints a line on stderr saying what the run does
+#: without it (:func:`retired_lines`).
+RETIRED = {"--columns": "the search runs without it",
+           "--second-screen": "the screen alone ranks the mutants",
+           "--screen-trials": "no mutant is short-tuned to rank it"}
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tvm-pet`` parser. Each subcommand's ``func`` is its ``_cmd_*`` of
@@ -178,13 +185,12 @@ def _tuning_flags(g) -> None:
                    "expected saving; --winograd tunes up to N more, convolutions by "
                    "Winograd's algorithm, and --im2col up to N more, convolutions as a product "
                    "over their windows)")
-    _advanced(g, "--second-screen", type=int, default=0, metavar="N",
-              help="short-tune N more mutants (--screen-trials per kernel), those whose new "
-                   "kernels replace the most time across the model, and rank them by their "
-                   "tuned time before choosing the ones to tune (default 0: off)")
+    _advanced(g, "--second-screen", type=int, metavar="N",
+              help="no longer has an effect (mutants are not short-tuned to rank them any "
+                   "more); accepted so that earlier command lines still run")
     _advanced(g, "--screen-trials", type=int, metavar="T",
-              help="trials per kernel of --second-screen (default 8; at most --trials); few "
-                   "trials can rank a large kernel wrongly")
+              help="no longer has an effect (it set the trials of --second-screen); accepted "
+                   "so that earlier command lines still run")
     _advanced(g, "--charge", choices=("beside", "inside"), default="beside",
               help="with --budget N (trials): PET's mutant trials beside the budget (default: "
                    "TVM's kernels get all N), or inside it: the original first gets 1 - "
@@ -290,6 +296,21 @@ class _HelpAll(argparse.Action):
             for action in hidden:
                 action.help = argparse.SUPPRESS
         parser.exit()
+
+
+def retired_lines(args: argparse.Namespace) -> list[str]:
+    """A line for each option of :data:`RETIRED` on the command line ``args``, saying that it
+    no longer has an effect.
+
+    >>> retired_lines(argparse.Namespace(command="tune", columns=False, second_screen=0))
+    ['tvm-pet tune: --second-screen no longer has an effect; the screen alone ranks the mutants']
+    """
+    lines = []
+    for flag, instead in RETIRED.items():
+        given = getattr(args, flag[2:].replace("-", "_"), None)
+        if given is not None and given is not False:
+            lines.append(f"tvm-pet {args.command}: {flag} no longer has an effect; {instead}")
+    return lines
 
 
 def _advanced(group, *flags: str, help: str, **kwargs) -> None:

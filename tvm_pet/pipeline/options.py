@@ -90,12 +90,6 @@ class DriverOptions:
             cheapest).
         screen_ratio: largest untuned time of a mutant's new kernels over the replaced ones
             for it to be tuned.
-        second_screen: mutants short-tuned besides the screen's picks, those whose new kernels
-            replace the most tuned time across the model first, so that they are ranked by their
-            tuned time (untuned, a rewrite's kernels often time like the original's, and tuned
-            they do not); 0, the default, turns the second screen off (on the whole CSRNet, 8
-            of them took 10 minutes of tuning and the rewrite they found measured x0.98).
-        screen_trials: trials per task of the second screen (at most ``trials``).
         timing_rounds: interleaved rounds of a first look.
         timing_number: calls averaged into one timing sample.
         timing_repeat: samples per module per round.
@@ -149,8 +143,6 @@ class DriverOptions:
     promising: int = 4
     screen_per_subset: int = 3
     screen_ratio: float = 2.0
-    second_screen: int = 0
-    screen_trials: int = 8
     timing_rounds: int = 5
     timing_number: int = 3
     timing_repeat: int = 3
@@ -229,18 +221,6 @@ class DriverOptions:
         if self.untuned_minutes > 0:
             return dataclasses.replace(self, budget=WholeBudget(minutes=self.untuned_minutes))
         return self
-
-    @property
-    def second_screen_trials(self) -> int:
-        """Trials per task of the second screen: ``screen_trials``, at most ``trials``; 0 when
-        it is off.
-
-        >>> DriverOptions(trials=32, second_screen=4).second_screen_trials
-        8
-        >>> DriverOptions(trials=32).second_screen_trials
-        0
-        """
-        return min(self.screen_trials, self.trials) if self.second_screen else 0
 
     def first_look_budget(self) -> Budget:
         """The tuning budget of the first look: ``trials`` per task with ``seed``."""

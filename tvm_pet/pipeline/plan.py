@@ -75,11 +75,6 @@ class Screened:
     #: (:mod:`tvm_pet.ir.im2col`): untuned, a naive product; tuned, it can run faster
     windows: bool = False
 
-    @property
-    def reserved(self) -> bool:
-        """Whether it competes for the places kept for mutants the untuned screen cannot rank."""
-        return self.aligns or self.winograd or self.windows
-
 
 @dataclasses.dataclass(frozen=True)
 class Pick:
@@ -92,9 +87,8 @@ class Pick:
             ones'); None for the combination.
         index: its :attr:`Screened.index` (-1 for the combination).
         expected_saving_ms: the screen's expected saving per run (None for the combination).
-        tuned_before: its kernels had records already (an earlier run, or this run's second
-            screen, tuned it): tuned again only up to this run's trials per task (nothing, at
-            the same budget, for an earlier run's).
+        tuned_before: its kernels had records already (an earlier run tuned it): tuned again
+            only up to this run's trials per task (nothing, at the same budget).
         basis: what ``untuned_ratio`` compares (:attr:`RewriteScreen.basis`): the kernels'
             untuned times, or their FLOPs where they are too large to time untuned.
         aligns: it took one of the places kept for mutants that align an awkward side
@@ -120,8 +114,8 @@ class Pick:
         if self.subprogram == COMBINED:
             return "the tuned mutants that improve, applied together"
         if self.tuned_before:
-            return (f"has records already, from an earlier run or this run's second screen "
-                    f"(tuned, it saves {self.expected_saving_ms:.2f} ms per run)")
+            return (f"has records already, from an earlier run (tuned, it saves "
+                    f"{self.expected_saving_ms:.2f} ms per run)")
         compared = ("the FLOPs (too large to time untuned)" if self.basis == "flops"
                     else "the time untuned")
         if self.winograd:
@@ -150,13 +144,12 @@ class Pick:
 @dataclasses.dataclass(frozen=True)
 class TuningPlan:
     """The mutants tuned besides the original, in the order they were chosen, how many the
-    screen looked at, how many of those it compared by FLOPs (kernels too large to time
-    untuned), and how many the second screen short-tuned (ranked by their tuned time)."""
+    screen looked at, and how many of those it compared by FLOPs (kernels too large to time
+    untuned)."""
 
     picks: tuple[Pick, ...] = ()
     screened: int = 0
     by_flops: int = 0
-    short_tuned: int = 0
 
     def to_json(self) -> list[dict]:
         """One entry per pick (``tuned_mutants`` of the tuning summary)."""
@@ -294,52 +287,6 @@ def _aligning(s: Screened) -> bool:
     """Whether ``s`` competes for the aligning places: it aligns a side, and has no places of
     its own (:func:`_own_places`)."""
     return s.aligns and not _own_places(s)
-
-
-def short_list(screened: Sequence[Screened], picks: Sequence[Pick], count: int,
-               screen_ratio: float) -> list[Screened]:
-    """Choose the mutants the second screen short-tunes: untuned ones within ``screen_ratio``,
-    those that align an awkward side first, then those whose new kernels could replace the
-    most tuned time across the model.
-
-    Tuning a kernel tunes it for every layer of its shape, so a mutant is ranked by the time
-    its new kernels replace in every subprogram whose mutants add them (:func:`reach_s`): on
-    CSRNet, ``Pad -> Conv`` of the back end's three 512-channel dilated convs (32 ms each, one
-    new kernel) comes before a single layer's rewrite replacing 62 ms. One mutant per set of new
-    kernels; none whose new kernels a pick or an earlier short-listed mutant adds.
-
-    >>> screen = lambda s, keys: RewriteScreen(s, 1.0, new_kernels=frozenset(keys))
-    >>> screened = [Screened("conv0", ("Pad", "Conv", "Slice"), screen(0.062, "a"), 0),
-    ...             Screened("conv1", ("Pad", "Conv"), screen(0.032, "b"), 1),
-    ...             Screened("conv2", ("Pad", "Conv"), screen(0.032, "b"), 2),
-    ...             Screened("conv3", ("Pad", "Conv"), screen(0.032, "b"), 3)]
-    >>> [(s.subprogram, s.mutant) for s in short_list(screened, (), 2, 2.0)]
-    [('conv1', ('Pad', 'Conv')), ('conv0', ('Pad', 'Conv', 'Slice'))]
-
-    Args:
-        screened: every mutant the screen measured (``screened[k].index == k``).
-        picks: the plan's picks so far (their kernels are tuned anyway).
-        count: mutants to short-tune at most.
-        screen_ratio: the screen's threshold on the untuned ratio.
-
-    Returns:
-        The mutants to short-tune, best first.
-    """
-    picked = {p.index for p in picks}
-    covered = set().union(*(screened[k].screen.new_kernels for k in picked if k >= 0))
-    reach = reach_s(screened)
-    short: list[Screened] = []
-    for s in sorted(screened, key=lambda s: (not s.reserved,
-                                             -reach.get(s.screen.new_kernels, 0.0),
-                                             -s.screen.replaced_s, s.index)):
-        if len(short) >= count:
-            break
-        if (s.index in picked or s.screen.tuned or s.screen.untuned_ratio > screen_ratio
-                or not s.screen.new_kernels or s.screen.new_kernels <= covered):
-            continue
-        covered |= s.screen.new_kernels
-        short.append(s)
-    return short
 
 
 def reach_s(screened: Sequence[Screened]) -> dict[frozenset, float]:

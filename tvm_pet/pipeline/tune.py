@@ -13,12 +13,9 @@ Steps 1 and 2 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`), and al
    original's records (:meth:`~tvm_pet.tune.measured_cost.MeasuredCost.screen`). The plan
    (:func:`~tvm_pet.pipeline.plan.rank_mutants`) ranks them across the whole model by the
    milliseconds they are expected to save and picks the best ``promising``, tuned with the same
-   trials per task as the original. Untuned, a rewrite's kernels often time like the replaced
-   ones, and tuned they do not; so an optional **second screen** (``second_screen``, off by
-   default) first short-tunes that many more mutants (those whose new kernels replace the most
-   time across the model, at ``screen_trials`` per task), and the plan ranks them by what they
-   save tuned. They are tuned in the whole model, as TVM fuses them there (a mutant's last
-   kernel takes the bias and ReLU after it), so that their records match the final build.
+   trials per task as the original. They are tuned in the whole model, as TVM fuses them there
+   (a mutant's last kernel takes the bias and ReLU after it), so that their records match the
+   final build.
    Then the tuned mutants that beat the original by themselves, this run's picks and every
    other mutant whose kernels hold records (from earlier runs, or kernels the picks share), are
    applied together (:func:`~tvm_pet.pipeline.plan.combination`), and that combination, which
@@ -42,7 +39,7 @@ from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.options import DriverOptions, WholeBudget
 from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, combined_pick,
-                                   rank_mutants, short_list)
+                                   rank_mutants)
 from tvm_pet.pipeline.toolchain import Toolchain, Tuned, tvm_toolchain
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.moves import aligns_extents
@@ -67,13 +64,12 @@ class TuneSummary:
             with ``trials`` per task.
         mutant_trials: the new trials of PET's mutant kernels, reported beside the budget (the
             budget is the TVM baseline's; the mutants' tasks get the trials per task the
-            original's had, the second screen's ``screen_trials``).
-        screen_trials: trials per task of the second screen.
+            original's had).
         inside: with ``--charge inside``, the mutants' allowance (:meth:`Allowance.to_json`);
             None when they are charged beside the budget.
         original_s: seconds of the tuning calls of the original's kernels (the budget's, and
             with ``--charge inside`` its top-up).
-        mutants_s: seconds of the tuning calls of PET's mutants (the second screen's too).
+        mutants_s: seconds of the tuning calls of PET's mutants.
             The rest of ``tuning_time_s`` went to generating, lowering and screening mutants.
     """
 
@@ -85,7 +81,6 @@ class TuneSummary:
     plan: TuningPlan = TuningPlan()
     budget: str | None = None
     mutant_trials: int = 0
-    screen_trials: int = 0
     inside: dict | None = None
     original_s: float = 0.0
     mutants_s: float = 0.0
@@ -110,8 +105,7 @@ class TuneSummary:
                 "budget": self.budget, "tasks": self.tasks, "new_trials": self.new_trials,
                 "mutant_trials": self.mutant_trials, "tuning_time_s": self.tuning_time_s,
                 "screened_mutants": self.plan.screened,
-                "screened_by_flops": self.plan.by_flops, "short_tuned": self.plan.short_tuned,
-                "screen_trials": self.screen_trials, "tuned_mutants": self.plan.to_json(),
+                "screened_by_flops": self.plan.by_flops, "tuned_mutants": self.plan.to_json(),
                 "charge": "beside" if self.inside is None else "inside",
                 "inside_budget": self.inside, "original_s": self.original_s,
                 "mutants_s": self.mutants_s, "screen_s": self.screen_s}
@@ -149,8 +143,8 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
     mutants = MutantCache() if mutants is None else mutants
     start = time.perf_counter()
     first, options, allowance = _tune_original(toolchain, program, options, progress)
-    picks, tuned, stats, screened, short = _tune_promising(program, config, options, toolchain,
-                                                           mutants, progress, allowance)
+    picks, tuned, stats, screened = _tune_promising(program, config, options, toolchain, mutants,
+                                                    progress, allowance)
     combined = combination(program, tuned, toolchain.cost_model())
     if combined is not None:
         combined_stats = _tune_mutant(toolchain, combined, options.trials, options, progress,
@@ -168,10 +162,9 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
                        tasks=first.tasks + sum(s.tasks for s in stats),
                        trials_per_task=options.trials,
                        plan=TuningPlan(tuple(picks), len(screened),
-                                       sum(s.screen.basis == "flops" for s in screened), short),
+                                       sum(s.screen.basis == "flops" for s in screened)),
                        budget=None if options.budget is None else str(options.budget),
                        mutant_trials=mutant_trials,
-                       screen_trials=options.second_screen_trials,
                        inside=None if allowance is None else allowance.to_json(),
                        original_s=sum(r.wall_s for r in [first, *rest]),
                        mutants_s=sum(s.wall_s for s in stats))
@@ -303,15 +296,13 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
                     toolchain: Toolchain, mutants: MutantCache,
                     progress: Callable[[str], None] | None = None,
                     allowance: Allowance | None = None
-                    ) -> tuple[list[Pick], list[tuple], list[Tuned], list[Screened], int]:
-    """Screen the model's mutants, short-tune those the screen cannot rank untuned
-    (:func:`_second_screen`), rank them across the model, and tune the plan's picks (those the
-    ``allowance`` holds, with one).
+                    ) -> tuple[list[Pick], list[tuple], list[Tuned], list[Screened]]:
+    """Screen the model's mutants, rank them across the model, and tune the plan's picks (those
+    the ``allowance`` holds, with one).
 
     Returns:
         The picks tuned; ``(subprogram, whole program, corrected mutant)`` per mutant tuned now
-        or before; what each tuning call did (the second screen's first); the mutants screened;
-        and how many the second screen short-tuned.
+        or before; what each tuning call did; and the mutants screened.
     """
     cost = toolchain.cost_model()
     listing = Optimizer(config, cost, mutants)
@@ -337,11 +328,7 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
                 candidates.append((part, corrected))
         eta.update(done, f"{len(screened)} mutants screened")
     picks = rank_mutants(screened, options.promising, options.screen_ratio)
-    screened, stats = _second_screen(program, screened, candidates, picks, options, toolchain,
-                                     progress, allowance)
-    short = len(stats)
-    if stats:  # ranked again, the short-tuned ones by what they save tuned
-        picks = rank_mutants(screened, options.promising, options.screen_ratio)
+    stats: list[Tuned] = []
     kept: list[Pick] = []
     tuned: list[tuple] = []
     for n, pick in enumerate(picks, 1):
@@ -360,7 +347,7 @@ def _tune_promising(program: Program, config: SearchConfig, options: DriverOptio
             tuned.append((part, whole, corrected))
             kept.append(pick)
     tuned += _also_tuned(program, screened, candidates, {p.index for p in kept}, toolchain)
-    return kept, tuned, stats, screened, short
+    return kept, tuned, stats, screened
 
 
 def _also_tuned(program: Program, screened: list[Screened], candidates: list[tuple],
@@ -388,49 +375,6 @@ def _also_tuned(program: Program, screened: list[Screened], candidates: list[tup
         if screen is not None and screen.tuned and screen.expected_saving_s > 0:
             also.append((part, replace_subprogram(program, part, corrected), corrected))
     return also
-
-
-def _second_screen(program: Program, screened: list[Screened], candidates: list[tuple],
-                   picks: tuple[Pick, ...], options: DriverOptions, toolchain: Toolchain,
-                   progress: Callable[[str], None] | None = None,
-                   allowance: Allowance | None = None
-                   ) -> tuple[list[Screened], list[Tuned]]:
-    """Short-tune the mutants the screen cannot tell apart untuned, and screen them again.
-
-    Untuned, a rewrite's new kernels often take what the replaced ones take (``Pad -> Conv`` of
-    a dilated conv: x1.02), and tuned they do not (x0.44 on the CSRNet back end). So besides the
-    picks, up to ``options.second_screen`` untuned mutants within ``screen_ratio`` are tuned in
-    the whole model at ``options.screen_trials`` per task, then screened again on those
-    records: those whose new kernels replace the most tuned time across the model first, a
-    kernel shared by several layers counted in each (:func:`~tvm_pet.pipeline.plan.short_list`).
-
-    Returns:
-        The screened mutants with the short-tuned ones screened again, and what each short
-        tuning did (none when there was nothing to short-tune).
-    """
-    trials = options.second_screen_trials
-    short = (short_list(screened, picks, options.second_screen, options.screen_ratio)
-             if trials >= 1 else [])
-    if not short:
-        return screened, []
-    stats: list[Tuned] = []
-    for n, s in enumerate(short, 1):
-        if progress is not None:
-            progress(f"second screen {n}/{len(short)} ({s.subprogram}: {' '.join(s.mutant)}): "
-                     f"{trials} trials per new kernel")
-        part, corrected = candidates[s.index]
-        done = _tune_mutant(toolchain, replace_subprogram(program, part, corrected), trials,
-                            options, progress, allowance)
-        if done is not None:
-            stats.append(done)
-    cost = toolchain.cost_model()  # the records the short tuning added
-    again = list(screened)
-    for s in short:
-        part, corrected = candidates[s.index]
-        screen = _screen(cost, fusion_region(program, part), part, corrected)
-        if screen is not None:
-            again[s.index] = dataclasses.replace(s, screen=screen)
-    return again, stats
 
 
 def _screen(cost, region, part, corrected, by_flops: bool = False):
