@@ -8,6 +8,8 @@
                                                TVM (``relax/`` and ``tune/``), on first use
 :mod:`~tvm_pet.pipeline.plan`                  which mutants get tuned, and why (pure, no TVM)
 :mod:`~tvm_pet.pipeline.tune`                  steps 1-2: tune the original and the promising few
+:mod:`~tvm_pet.pipeline.mutant_budget`         what the tune stage's mutants get: trials per
+                                               task, and an allowance inside a budget
 :mod:`~tvm_pet.pipeline.search`                step 3: the search with the run's cost model
 :mod:`~tvm_pet.pipeline.confirm`               steps 4-5: the decision rule, runners-up, looks
 :mod:`~tvm_pet.pipeline.report`                the typed report and the written artifacts

@@ -124,9 +124,6 @@ class DriverOptions:
         input_shapes: the shapes of an ONNX model's inputs with dynamic dimensions, as
             ``(name, dims)`` pairs (name None: the model's only input);
             :func:`~tvm_pet.relax.frontends.set_input_shapes`.
-        budget_tuned: set by :func:`~tvm_pet.pipeline.tune.tune_model` after a whole-model
-            ``budget``: the original's kernels (workloads) it tuned, which a mutant's tuning
-            then leaves as the budget left them.
     """
 
     target: str = "llvm"
@@ -160,7 +157,6 @@ class DriverOptions:
     fast_math: bool = False
     progress: bool = False
     input_shapes: tuple = ()
-    budget_tuned: frozenset = frozenset()
 
     def search_limit(self, search_limit: float | None, elapsed_s: float = 0.0) -> float | None:
         """The search's time limit, ``elapsed_s`` into the run: its own, within ``time_limit``

@@ -1,26 +1,36 @@
 """The tune stage: the original's kernels, then those of the most promising mutants.
 
 Steps 1 and 2 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`), and all of
-``tvm-pet tune``:
+``tvm-pet tune``. :func:`tune_model` runs four steps in order, each a function from typed
+values to typed values:
 
-1. **Tune the original.** Its kernels are tuned with MetaSchedule (``trials`` per task) into
-   ``tuning_logs/<target>/``; records are reused with zero new trials afterwards.
-2. **Screen cheaply, tune the promising few.** The generator lists verified mutants per subset;
-   the analytic model keeps the ``screen_per_subset`` cheapest of each subset. Each of those is
-   screened from its fusion region (:mod:`tvm_pet.search.region`): the kernels it removes and
-   those it adds, timed *untuned* on both sides (compared by FLOPs instead where a kernel is too
-   large to time untuned, such as a 3-D convolution), and the removed ones' tuned time from the
-   original's records (:meth:`~tvm_pet.tune.measured_cost.MeasuredCost.screen`). The plan
+1. **Tune the original** (:func:`tune_original`). Its kernels are tuned with MetaSchedule
+   (``trials`` per task, or within a whole-model ``budget``) into ``tuning_logs/<target>/``;
+   records are reused with zero new trials afterwards. This step decides, once, what every
+   mutant's tuning gets (:class:`~tvm_pet.pipeline.mutant_budget.MutantBudget`): the trials per
+   task the original had, and with ``--charge inside`` the mutants'
+   :class:`~tvm_pet.pipeline.mutant_budget.Allowance`.
+2. **Screen and rank the mutants** (:func:`screen_and_rank`). The generator lists verified
+   mutants per subset; the analytic model keeps the ``screen_per_subset`` cheapest of each
+   subset. Each of those is screened from its fusion region (:mod:`tvm_pet.search.region`): the
+   kernels it removes and those it adds, timed *untuned* on both sides (compared by FLOPs
+   instead where a kernel is too large to time untuned, such as a 3-D convolution), and the
+   removed ones' tuned time from the original's records
+   (:meth:`~tvm_pet.tune.measured_cost.MeasuredCost.screen`). The plan
    (:func:`~tvm_pet.pipeline.plan.rank_mutants`) ranks them across the whole model by the
-   milliseconds they are expected to save and picks the best ``promising``, tuned with the same
-   trials per task as the original. They are tuned in the whole model, as TVM fuses them there
-   (a mutant's last kernel takes the bias and ReLU after it), so that their records match the
-   final build.
-   Then the tuned mutants that beat the original by themselves, this run's picks and every
-   other mutant whose kernels hold records (from earlier runs, or kernels the picks share), are
-   applied together (:func:`~tvm_pet.pipeline.plan.combination`), and that combination, which
-   the search's combine step will cost, is tuned as well: so a rerun, whose picks may differ,
-   combines the same mutants and tunes nothing new.
+   milliseconds they are expected to save and picks the best ``promising``.
+3. **Tune the picks** (:func:`tune_picks`), with the same trials per task as the original. They
+   are tuned in the whole model, as TVM fuses them there (a mutant's last kernel takes the bias
+   and ReLU after it), so that their records match the final build.
+4. **Tune the combination** (:func:`tune_combination`). The tuned mutants that beat the
+   original by themselves, this run's picks and every other mutant whose kernels hold records
+   (from earlier runs, or kernels the picks share), are applied together
+   (:func:`~tvm_pet.pipeline.plan.combination`), and that combination, which the search's
+   combine step will cost, is tuned as well: so a rerun, whose picks may differ, combines the
+   same mutants and tunes nothing new.
+
+With ``--charge inside``, the original's tasks then share what the mutants left of the budget
+(:meth:`~tvm_pet.pipeline.mutant_budget.Allowance.top_up`).
 
 The mutants are listed through the run's :class:`~tvm_pet.search.mutant_cache.MutantCache`,
 so that the search after this stage does not generate them again.
@@ -28,16 +38,15 @@ so that the search after this stage does not generate them again.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 
 from tvm_pet.cost.analytic import AnalyticCost
-from tvm_pet.errors import PetError
 from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
-from tvm_pet.pipeline.options import DriverOptions, WholeBudget
+from tvm_pet.pipeline.mutant_budget import Allowance, MutantBudget
+from tvm_pet.pipeline.options import DriverOptions
 from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, combined_pick,
                                    rank_mutants)
 from tvm_pet.pipeline.toolchain import Toolchain, Tuned, tvm_toolchain
@@ -45,7 +54,7 @@ from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.moves import aligns_extents
 from tvm_pet.search.mutant_cache import MutantCache
 from tvm_pet.search.optimizer import Optimizer, operator_subsets
-from tvm_pet.search.partition import partition, replace_subprogram
+from tvm_pet.search.partition import Subprogram, partition, replace_subprogram
 from tvm_pet.search.region import fusion_region
 
 
@@ -65,8 +74,9 @@ class TuneSummary:
         mutant_trials: the new trials of PET's mutant kernels, reported beside the budget (the
             budget is the TVM baseline's; the mutants' tasks get the trials per task the
             original's had).
-        inside: with ``--charge inside``, the mutants' allowance (:meth:`Allowance.to_json`);
-            None when they are charged beside the budget.
+        inside: with ``--charge inside``, the mutants' allowance
+            (:meth:`~tvm_pet.pipeline.mutant_budget.Allowance.to_json`); None when they are
+            charged beside the budget.
         original_s: seconds of the tuning calls of the original's kernels (the budget's, and
             with ``--charge inside`` its top-up).
         mutants_s: seconds of the tuning calls of PET's mutants.
@@ -119,10 +129,11 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
     With ``options.budget`` the original's tasks share that whole-model budget (what the TVM
     baseline gets), and the mutants' new tasks are then tuned at the trials per task the
     original's had; their trials are reported beside the budget (``mutant_trials``). With
-    ``options.charge`` ``"inside"`` they are charged within it (:class:`Allowance`): the
-    original first gets the trials per task that ``1 - mutant_share`` of the budget pays for,
-    the mutants' new kernels as many each while the reserve holds them, and the original's
-    tasks then share what is left, by the task scheduler.
+    ``options.charge`` ``"inside"`` they are charged within it
+    (:class:`~tvm_pet.pipeline.mutant_budget.Allowance`): the original first gets the trials
+    per task that ``1 - mutant_share`` of the budget pays for, the mutants' new kernels as many
+    each while the reserve holds them, and the original's tasks then share what is left, by the
+    task scheduler.
 
     Args:
         program: the model.
@@ -140,218 +151,236 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
     if toolchain is None:
         toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
                                   run_here=False)
-    mutants = MutantCache() if mutants is None else mutants
+    stage = Stage(program, config, toolchain, MutantCache() if mutants is None else mutants,
+                  progress)
     start = time.perf_counter()
-    first, options, allowance = _tune_original(toolchain, program, options, progress)
-    picks, tuned, stats, screened = _tune_promising(program, config, options, toolchain, mutants,
-                                                    progress, allowance)
-    combined = combination(program, tuned, toolchain.cost_model())
-    if combined is not None:
-        combined_stats = _tune_mutant(toolchain, combined, options.trials, options, progress,
-                                      allowance)
-        if combined_stats is not None:
-            stats.append(combined_stats)
-            picks.append(combined_pick(combined))
-    rest = [] if allowance is None else [allowance.top_up(toolchain, program, options.seed,
-                                                          progress)]
-    mutant_trials = sum(s.new_trials for s in stats)
-    return TuneSummary(records=str(toolchain.records_dir),
-                       tuning_time_s=time.perf_counter() - start,
-                       new_trials=first.new_trials + mutant_trials + sum(r.new_trials
-                                                                          for r in rest),
-                       tasks=first.tasks + sum(s.tasks for s in stats),
-                       trials_per_task=options.trials,
-                       plan=TuningPlan(tuple(picks), len(screened),
-                                       sum(s.screen.basis == "flops" for s in screened)),
-                       budget=None if options.budget is None else str(options.budget),
-                       mutant_trials=mutant_trials,
-                       inside=None if allowance is None else allowance.to_json(),
-                       original_s=sum(r.wall_s for r in [first, *rest]),
-                       mutants_s=sum(s.wall_s for s in stats))
+    original = tune_original(stage, options)
+    ranked = screen_and_rank(stage, options)
+    picked = tune_picks(stage, ranked, original.budget)
+    tuned = tune_combination(stage, ranked, picked)
+    topped_up = _top_up(stage, tuned.budget)
+    return _summary(stage, original, ranked, tuned, topped_up, time.perf_counter() - start)
 
 
-def _tune_original(toolchain: Toolchain, program: Program, options: DriverOptions,
-                   progress: Callable[[str], None] | None
-                   ) -> tuple[Tuned, DriverOptions, "Allowance | None"]:
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """What every step of the tune stage works on: the model, the generator's budgets and the
+    run's generator cache, the compiler, and where progress lines go."""
+
+    program: Program
+    config: SearchConfig
+    toolchain: Toolchain
+    mutants: MutantCache
+    progress: Callable[[str], None] | None = None
+
+    def say(self, line: str) -> None:
+        """Send ``line`` to ``progress``, if any."""
+        if self.progress is not None:
+            self.progress(line)
+
+
+@dataclasses.dataclass(frozen=True)
+class OriginalTuned:
+    """Step 1's result: the original's tuning call, and what each mutant's tuning gets."""
+
+    tuned: Tuned
+    budget: MutantBudget
+
+
+def tune_original(stage: Stage, options: DriverOptions) -> OriginalTuned:
     """Step 1: the original's kernels tuned at ``trials`` per task, or within a whole-model
-    budget; the options with the trials per task the mutants then get, and their allowance
-    where they are charged inside the budget."""
+    ``budget`` (with ``charge`` ``"inside"``, at the allowance's trials per task first); and
+    the budget of the mutants' tuning, decided here once."""
+    toolchain, program = stage.toolchain, stage.program
     if options.charge == "inside":
         allowance = Allowance.of(toolchain, program, options)
-        options = dataclasses.replace(options, trials=allowance.trials_per_task)
-        first = _tune(toolchain, program, options, progress)
-        allowance.original = frozenset(t.workload for t in first.per_task)
-        return first, options, allowance
+        first = toolchain.tune(toolchain.lower(program), allowance.trials_per_task,
+                               seed=options.seed, progress=stage.progress)
+        allowance = dataclasses.replace(allowance,
+                                        original=frozenset(t.workload for t in first.per_task))
+        return OriginalTuned(first, MutantBudget(options.budget, allowance.trials_per_task,
+                                                 options.seed, allowance=allowance))
     if options.budget is not None:
         first = toolchain.tune_whole(toolchain.lower(program), options.budget,
-                                     seed=options.seed, progress=progress)
-        per_task = max(1, round(first.records_per_task))
+                                     seed=options.seed, progress=stage.progress)
         # a mutant's tuning then tops up its new kernels only: the original's keep what the
         # scheduler gave them (topping them up took 20 minutes in swin_t's first mutant, and
         # gave the baseline trials beyond its budget, counted as PET's)
-        budgeted = frozenset(t.workload for t in first.per_task)
-        return first, dataclasses.replace(options, trials=per_task, budget_tuned=budgeted), None
-    return _tune(toolchain, program, options, progress), options, None
+        return OriginalTuned(first, MutantBudget(
+            options.budget, max(1, round(first.records_per_task)), options.seed,
+            skip=frozenset(t.workload for t in first.per_task)))
+    first = toolchain.tune(toolchain.lower(program), options.trials, seed=options.seed,
+                           progress=stage.progress)
+    return OriginalTuned(first, MutantBudget(None, options.trials, options.seed))
 
 
-@dataclasses.dataclass
-class Allowance:
-    """PET's mutants charged inside a whole-model budget in trials (``--charge inside``).
+@dataclasses.dataclass(frozen=True)
+class Ranked:
+    """Step 2's result: the mutants screened across the model, and the plan's picks.
 
-    The original's kernels first get the same trials per task, what ``1 - share`` of the budget
-    pays for over its tasks (rounded down: the rest of the budget is the mutants' reserve), so
-    that tuning a mutant in the whole model tops up none of them.
-    The mutants' new kernels (those of workloads the original lacks) then get as many each,
-    one mutant at a time, while the reserve holds its new kernels (estimated at one trial for a
-    kernel that does not reduce, a pad or a copy, whose search space MetaSchedule exhausts at
-    one); a mutant it cannot hold is not tuned (``skipped``). What the new kernels hold is
-    charged, counted from their records (so a second run charges the same without measuring
-    anything); the original's tasks then share ``budget`` less that charge, by the task
-    scheduler (:meth:`top_up`).
+    Args:
+        screened: what the screen measured of each mutant (``screened[k].index == k``).
+        candidates: ``(subprogram, corrected mutant)`` of each, by the same index.
+        picks: the mutants to tune (:func:`~tvm_pet.pipeline.plan.rank_mutants`).
     """
 
-    budget: int
-    reserve: int
-    trials_per_task: int
-    original: frozenset[str] = frozenset()
-    held: dict[str, int] = dataclasses.field(default_factory=dict)
-    skipped: int = 0
-
-    @classmethod
-    def of(cls, toolchain: Toolchain, program: Program, options: DriverOptions) -> "Allowance":
-        """The allowance of ``options.budget`` (trials) for ``program``'s kernels."""
-        budget = options.budget.trials
-        tasks = max(1, toolchain.records_plan(toolchain.lower(program)).tasks)
-        # the original's share rounded down to whole trials per task, the rest reserved
-        original = int(round(budget * (1 - options.mutant_share), 6))
-        per_task = original // tasks
-        if per_task < 1:
-            raise PetError(f"--budget {budget}: {original} trials for the original "
-                           f"({1 - options.mutant_share:.0%} of it) do not give its {tasks} "
-                           f"kernels one each; give at least "
-                           f"{math.ceil(tasks / (1 - options.mutant_share))}")
-        return cls(budget, budget - per_task * tasks, per_task)
-
-    @property
-    def spent(self) -> int:
-        """Trials the mutants' new kernels hold."""
-        return sum(self.held.values())
-
-    def affords(self, plan, trials: int) -> bool:
-        """Whether the reserve holds the kernels of a mutant's records ``plan`` that have no
-        record of the target's own: ``trials`` each for those that reduce, one for the others
-        (a pad's search space is exhausted at one trial; what they hold is charged)."""
-        spatial = plan.unowned_spatial  # a part of the kernels without own records
-        return self.spent + (plan.tasks - plan.own - spatial) * trials + spatial <= self.reserve
-
-    def charge(self, tuned) -> None:
-        """Charge the new kernels of a mutant's tuning call with what they hold."""
-        for t in tuned.per_task:
-            if t.workload not in self.original:
-                self.held[t.workload] = t.records_before + t.new_trials
-
-    def top_up(self, toolchain: Toolchain, program: Program, seed: int,
-               progress: Callable[[str], None] | None = None):
-        """The original's tasks tuned up to ``budget`` less the charge, by the task scheduler
-        (it counts their records: nothing is measured when they hold it already)."""
-        return toolchain.tune_whole(toolchain.lower(program),
-                                    WholeBudget(trials=max(1, self.budget - self.spent)),
-                                    seed=seed, progress=progress)
-
-    def to_json(self) -> dict:
-        return {"budget": self.budget, "reserve": self.reserve,
-                "trials_per_task": self.trials_per_task, "charged_to_mutants": self.spent,
-                "mutants_not_tuned": self.skipped}
+    screened: tuple[Screened, ...]
+    candidates: tuple[tuple[Subprogram, Program], ...]
+    picks: tuple[Pick, ...]
 
 
-def _tune_mutant(toolchain: Toolchain, program: Program, trials: int, options: DriverOptions,
-                 progress: Callable[[str], None] | None, allowance: Allowance | None):
-    """Tune a mutant in the whole model at ``trials`` per task; with an ``allowance``, only
-    where its reserve holds the mutant's kernels without records of their own (else None),
-    charged."""
-    module = toolchain.lower(program)
-    if allowance is not None:
-        plan = toolchain.records_plan(module)
-        if not allowance.affords(plan, trials):
-            allowance.skipped += 1
-            if progress is not None:
-                progress(f"not tuned: its new kernels at {trials} trials each (one for a pad or "
-                         f"copy) do not fit what is left of the mutants' reserve "
-                         f"({allowance.reserve - allowance.spent} of {allowance.reserve} trials)")
-            return None
-    stats = toolchain.tune(module, trials, seed=options.seed, progress=progress,
-                           skip=options.budget_tuned)
-    if allowance is not None:
-        allowance.charge(stats)
-    return stats
-
-
-def _tune(toolchain: Toolchain, program: Program, options: DriverOptions,
-          progress: Callable[[str], None] | None = None) -> Tuned:
-    return toolchain.tune(toolchain.lower(program), options.trials, seed=options.seed,
-                          progress=progress)
-
-
-def _tune_promising(program: Program, config: SearchConfig, options: DriverOptions,
-                    toolchain: Toolchain, mutants: MutantCache,
-                    progress: Callable[[str], None] | None = None,
-                    allowance: Allowance | None = None
-                    ) -> tuple[list[Pick], list[tuple], list[Tuned], list[Screened]]:
-    """Screen the model's mutants, rank them across the model, and tune the plan's picks (those
-    the ``allowance`` holds, with one).
-
-    Returns:
-        The picks tuned; ``(subprogram, whole program, corrected mutant)`` per mutant tuned now
-        or before; what each tuning call did; and the mutants screened.
-    """
-    cost = toolchain.cost_model()
-    listing = Optimizer(config, cost, mutants)
+def screen_and_rank(stage: Stage, options: DriverOptions) -> Ranked:
+    """Step 2: screen the cheapest mutants of every subset (``screen_per_subset``, and those
+    the untuned screen cannot rank), and rank them across the model (``promising``,
+    ``screen_ratio``)."""
+    program = stage.program
+    cost = stage.toolchain.cost_model()
+    listing = Optimizer(stage.config, cost, stage.mutants)
     subsets = [(sub, subset) for sub in partition(program)
-               for subset in operator_subsets(program, sub, config.max_subset)]
+               for subset in operator_subsets(program, sub, stage.config.max_subset)]
     screened: list[Screened] = []
     candidates: list[tuple] = []  # (subprogram, corrected mutant) per screened mutant
-    eta = _Eta(len(subsets), progress)
+    eta = _Eta(len(subsets), stage.progress)
     for done, (sub, subset) in enumerate(subsets, 1):
         part, found = listing.mutants_of(program, subset, sub.name)
-        region = fusion_region(program, part) if found else None
-        aligned = [aligns_extents(part.program, corrected) for _, corrected in found]
-        winograd = [wino.uses(corrected) for _, corrected in found]
-        windows = [im2col.uses(corrected) for _, corrected in found]
-        reserved = [any(flags) for flags in zip(aligned, winograd, windows)]
-        for k in _cheapest(found, options.screen_per_subset, reserved):
-            mutant, corrected = found[k]
-            screen = None if region is None else _screen(cost, region, part, corrected,
-                                                         winograd[k] or windows[k])
-            if screen is not None:  # a region too large, or not compilable alone: not screened
-                screened.append(Screened(sub.name, mutant.ops, screen, len(candidates),
-                                         aligned[k], winograd[k], windows=windows[k]))
-                candidates.append((part, corrected))
+        for row, corrected in _screen_subset(program, cost, sub.name, part, found,
+                                             options.screen_per_subset, len(screened)):
+            screened.append(row)
+            candidates.append((part, corrected))
         eta.update(done, f"{len(screened)} mutants screened")
-    picks = rank_mutants(screened, options.promising, options.screen_ratio)
-    stats: list[Tuned] = []
-    kept: list[Pick] = []
+    return Ranked(tuple(screened), tuple(candidates),
+                  rank_mutants(screened, options.promising, options.screen_ratio))
+
+
+def _screen_subset(program: Program, cost, name: str, part, found: list[tuple], keep: int,
+                   first: int) -> list[tuple[Screened, Program]]:
+    """The screen of one subset's mutants ``found`` (``(mutant, corrected mutant)`` pairs of
+    subprogram ``name``, cut out as ``part``): the ``keep`` the analytic model finds cheapest
+    and those the untuned screen cannot rank (:func:`_cheapest`), each with its corrected
+    mutant, numbered from ``first``; none where the fusion region cannot take them."""
+    region = fusion_region(program, part) if found else None
+    if region is None:  # no mutant, or a region too large: nothing screened
+        return []
+    aligned = [aligns_extents(part.program, corrected) for _, corrected in found]
+    winograd = [wino.uses(corrected) for _, corrected in found]
+    windows = [im2col.uses(corrected) for _, corrected in found]
+    reserved = [any(flags) for flags in zip(aligned, winograd, windows)]
+    rows: list[tuple[Screened, Program]] = []
+    for k in _cheapest(found, keep, reserved):
+        mutant, corrected = found[k]
+        screen = _screen(cost, region, part, corrected, winograd[k] or windows[k])
+        if screen is not None:  # a region too large, or not compilable alone: not screened
+            rows.append((Screened(name, mutant.ops, screen, first + len(rows), aligned[k],
+                                  winograd[k], windows=windows[k]), corrected))
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class MutantsTuned:
+    """Steps 3 and 4's result: the mutants tuned, and the budget left.
+
+    Args:
+        picks: the picks tuned (those the allowance held, with one), the combination's last.
+        tuned: ``(subprogram, whole program, corrected mutant)`` of each pick tuned.
+        calls: what each tuning call did.
+        budget: the mutants' budget after them (the allowance charged).
+    """
+
+    picks: tuple[Pick, ...]
+    tuned: tuple[tuple[Subprogram, Program, Program], ...]
+    calls: tuple[Tuned, ...]
+    budget: MutantBudget
+
+
+def tune_picks(stage: Stage, ranked: Ranked, budget: MutantBudget) -> MutantsTuned:
+    """Step 3: each of the plan's picks tuned in place in the whole model (TVM fuses its kernels
+    with their neighbours, and those fused kernels are what gets tuned and run), at the
+    ``budget``'s trials per task: those tuned before too, topped up to them as the original's
+    kernels are (the tuner measures nothing for a task that has them, or whose search ran
+    out)."""
+    picks: list[Pick] = []
     tuned: list[tuple] = []
-    for n, pick in enumerate(picks, 1):
-        part, corrected = candidates[pick.index]
-        if progress is not None:
-            progress(f"mutant {n}/{len(picks)} ({pick.subprogram}: {' '.join(pick.mutant)}): "
-                     f"{pick.reason}")
-        # the mutant in place in the whole model: TVM fuses its kernels with their neighbours,
-        # and those fused kernels are what gets tuned and run
-        whole = replace_subprogram(program, part, corrected)
-        # tuned before too: topped up to this run's trials per task, as the original's kernels
-        # are (the tuner measures nothing for a task that has them, or whose search ran out)
-        done = _tune_mutant(toolchain, whole, options.trials, options, progress, allowance)
-        if done is not None:
-            stats.append(done)
+    calls: list[Tuned] = []
+    for n, pick in enumerate(ranked.picks, 1):
+        part, corrected = ranked.candidates[pick.index]
+        stage.say(f"mutant {n}/{len(ranked.picks)} ({pick.subprogram}: "
+                  f"{' '.join(pick.mutant)}): {pick.reason}")
+        whole = replace_subprogram(stage.program, part, corrected)
+        call, budget = _tune_mutant(stage, whole, budget)
+        if call is not None:
+            calls.append(call)
             tuned.append((part, whole, corrected))
-            kept.append(pick)
-    tuned += _also_tuned(program, screened, candidates, {p.index for p in kept}, toolchain)
-    return kept, tuned, stats, screened
+            picks.append(pick)
+    return MutantsTuned(tuple(picks), tuple(tuned), tuple(calls), budget)
 
 
-def _also_tuned(program: Program, screened: list[Screened], candidates: list[tuple],
-                picked: set[int], toolchain: Toolchain) -> list[tuple]:
+def tune_combination(stage: Stage, ranked: Ranked, picked: MutantsTuned) -> MutantsTuned:
+    """Step 4: the tuned mutants that beat the original by themselves, the picks and the others
+    whose kernels hold records (:func:`_also_tuned`), applied together
+    (:func:`~tvm_pet.pipeline.plan.combination`) and tuned in the whole model; ``picked`` with
+    the combination's pick and call added (as it was where there is none, or the allowance
+    cannot hold it)."""
+    also = _also_tuned(stage, ranked, {p.index for p in picked.picks})
+    combined = combination(stage.program, picked.tuned + also, stage.toolchain.cost_model())
+    if combined is None:
+        return picked
+    call, budget = _tune_mutant(stage, combined, picked.budget)
+    if call is None:
+        return dataclasses.replace(picked, budget=budget)
+    return MutantsTuned(picked.picks + (combined_pick(combined),), picked.tuned,
+                        picked.calls + (call,), budget)
+
+
+def _top_up(stage: Stage, budget: MutantBudget) -> Tuned | None:
+    """With ``--charge inside``: the original's tasks tuned up to the budget less what the
+    mutants' new kernels hold (:meth:`~tvm_pet.pipeline.mutant_budget.Allowance.top_up`); else
+    None."""
+    if budget.allowance is None:
+        return None
+    return budget.allowance.top_up(stage.toolchain, stage.program, budget.seed, stage.progress)
+
+
+def _summary(stage: Stage, original: OriginalTuned, ranked: Ranked, mutants: MutantsTuned,
+             topped_up: Tuned | None, seconds: float) -> TuneSummary:
+    """The stage's summary, from its steps' results and the ``seconds`` it took."""
+    rest = [original.tuned] + ([] if topped_up is None else [topped_up])
+    mutant_trials = sum(c.new_trials for c in mutants.calls)
+    budget = mutants.budget
+    return TuneSummary(records=str(stage.toolchain.records_dir), tuning_time_s=seconds,
+                       new_trials=sum(r.new_trials for r in rest) + mutant_trials,
+                       tasks=original.tuned.tasks + sum(c.tasks for c in mutants.calls),
+                       trials_per_task=budget.trials,
+                       plan=TuningPlan(mutants.picks, len(ranked.screened),
+                                       sum(s.screen.basis == "flops" for s in ranked.screened)),
+                       budget=None if budget.whole is None else str(budget.whole),
+                       mutant_trials=mutant_trials,
+                       inside=None if budget.allowance is None else budget.allowance.to_json(),
+                       original_s=sum(r.wall_s for r in rest),
+                       mutants_s=sum(c.wall_s for c in mutants.calls))
+
+
+def _tune_mutant(stage: Stage, program: Program,
+                 budget: MutantBudget) -> tuple[Tuned | None, MutantBudget]:
+    """Tune a mutant in the whole model (``program``) at the ``budget``'s trials per task; with
+    an allowance, only where its reserve holds the mutant's kernels without records of their
+    own. Returns the call (None where it was not tuned) and the budget after it (the allowance
+    charged, or counting one more mutant not tuned)."""
+    module = stage.toolchain.lower(program)
+    allowance = budget.allowance
+    if allowance is not None and not allowance.affords(stage.toolchain.records_plan(module),
+                                                       budget.trials):
+        stage.say(f"not tuned: its new kernels at {budget.trials} trials each (one for a pad "
+                  f"or copy) do not fit what is left of the mutants' reserve "
+                  f"({allowance.reserve - allowance.spent} of {allowance.reserve} trials)")
+        return None, dataclasses.replace(budget, allowance=allowance.skipping())
+    call = stage.toolchain.tune(module, budget.trials, seed=budget.seed, progress=stage.progress,
+                                skip=budget.skip)
+    if allowance is not None:
+        budget = dataclasses.replace(budget, allowance=allowance.charged(call))
+    return call, budget
+
+
+def _also_tuned(stage: Stage, ranked: Ranked, picked: set[int]) -> tuple[tuple, ...]:
     """``(subprogram, whole program, corrected mutant)`` of the screened mutants besides the
     ``picked`` ones whose new kernels all hold records now, and that save time on them: those
     tuned before, and those whose new kernels the picks' tuning gave records (they and the
@@ -362,19 +391,20 @@ def _also_tuned(program: Program, screened: list[Screened], candidates: list[tup
     made of this run's picks alone, a rerun of CSRNet with ``--winograd`` combined others, whose
     new fused kernels took 710 s (two trials, and a search space spent in a loop).
     """
-    now = set().union(*(s.screen.new_kernels for s in screened if s.index in picked))
+    program = stage.program
+    now = set().union(*(s.screen.new_kernels for s in ranked.screened if s.index in picked))
     cost, also = None, []
-    for s in screened:
+    for s in ranked.screened:
         if s.index in picked or not s.screen.new_kernels:
             continue
-        part, corrected = candidates[s.index]
+        part, corrected = ranked.candidates[s.index]
         screen = s.screen
         if screen.new_kernels & now:  # records this run added: screened again on them
-            cost = toolchain.cost_model() if cost is None else cost
+            cost = stage.toolchain.cost_model() if cost is None else cost
             screen = _screen(cost, fusion_region(program, part), part, corrected)
         if screen is not None and screen.tuned and screen.expected_saving_s > 0:
             also.append((part, replace_subprogram(program, part, corrected), corrected))
-    return also
+    return tuple(also)
 
 
 def _screen(cost, region, part, corrected, by_flops: bool = False):
