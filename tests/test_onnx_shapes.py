@@ -167,8 +167,9 @@ def test_torchvision_shufflenet_blocks_build_and_give_onnxruntimes_outputs(tmp_p
 @pytest.mark.slow
 def test_torchvision_shufflenet_v2_builds_and_gives_onnxruntimes_outputs(tmp_path):
     torch = pytest.importorskip("torch")
-    from tvm_pet.testing.real_models import build_torch_model
-    pytest.importorskip("torchvision")
+    from tvm_pet.testing.real_models import build_torch_model, stub_torchvision_meta
+    stub_torchvision_meta()
+    pytest.importorskip("torchvision.models")
     model, (x,) = build_torch_model("shufflenet_v2_x1_0", size=64)
     path = str(tmp_path / "shufflenet_v2_x1_0.onnx")
     with torch.no_grad():
