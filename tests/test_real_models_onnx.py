@@ -213,7 +213,7 @@ class PadToWindows(torch.nn.Module):
 def test_static_shape_arithmetic_tvm_cannot_import_is_folded_first(tmp_path):
     # torch.onnx writes the pads and the view's shape as arithmetic on Shape even for static
     # inputs; TVM 0.27's from_onnx fails on it ("Reshape expects the input tensor to have known
-    # shape"), as on swin_t: the import is tried again with it folded
+    # shape"), as on swin_t: tvm-pet folds it before the import
     # (tvm_pet.relax.onnx_prepare.fold_shape_computations)
     from tvm.relax.frontend.onnx import from_onnx
     torch.manual_seed(0)

@@ -19,8 +19,9 @@ an ``IRModule``    taken as it is                                       \\-
 =================  ===================================================  =======================
 
 An ONNX model is first made ready for ``from_onnx`` by :mod:`tvm_pet.relax.onnx_prepare` (the
-input shapes asked for set, the shape arithmetic of its dynamic axes folded, what TVM 0.27 reads
-wrongly mended); onnxruntime's reference outputs come from the model with its shapes set.
+input shapes asked for set, its shape arithmetic folded into constants, what TVM 0.27 reads
+wrongly mended); onnxruntime's reference outputs come from the model with its shapes set. Where
+a tensor's shape is known only at run time, the error names the operator that makes it so.
 
 Before lifting, TVM's own graph rewrites (:func:`~tvm_pet.relax.rewrites.tvm_rewrites`) run on
 the imported module unless turned off: the baseline and PET then start from the same module.
@@ -29,10 +30,14 @@ With a ``layout`` other than NCHW, every program is lowered into that layout
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import io
 import os
 import pathlib
+import re
+import sys
 import warnings
 
 import tvm
@@ -41,8 +46,8 @@ from tvm import relax
 from tvm_pet.errors import ModelError, PetError
 from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import Lifted, from_relax, region_to_module, to_relax
-from tvm_pet.relax.onnx_prepare import (fold_shape_computations, mend_onnx_model,
-                                        set_input_shapes)
+from tvm_pet.relax.onnx_prepare import (dynamic_shape_cause, fold_shape_computations,
+                                        mend_onnx_model, set_input_shapes)
 from tvm_pet.relax.rewrites import LAYOUTS, REWRITES, convert_layout, fast_math, tvm_rewrites
 
 #: The TVM frontend used for each kind of model, in words for the report.
@@ -196,6 +201,20 @@ def import_model(model, *, rewrites: bool = True, layout: str = "NCHW",
     if layout not in LAYOUTS:
         raise PetError(f"layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
     module, kind, onnx_model = _read(model, input_shapes)
+    try:
+        return _lifted(module, kind, onnx_model, model, rewrites, layout, fast_math)
+    except PetError:
+        binding = _unknown_shape(module) if onnx_model is not None else None
+        if binding is None:
+            raise
+        error = _shape_error(onnx_model, _name(model), binding)
+    raise error
+
+
+def _lifted(module: tvm.IRModule, kind: str, onnx_model, model, rewrites: bool, layout: str,
+            fast_math: bool) -> Imported:
+    """The rest of :func:`import_model` once TVM imported the model: the rewrites, the lift,
+    and the original lowered in its layout."""
     if rewrites:
         module = _run(tvm_rewrites, module, "TVM's graph rewrites")
     if "main" not in [gv.name_hint for gv in module.functions]:
@@ -210,6 +229,43 @@ def import_model(model, *, rewrites: bool = True, layout: str = "NCHW",
     imported = Imported(module, lifted, kind, done, onnx_model, layout, fast_math)
     imported.lowering(lifted.program)  # the original in its layout: a failure shows here
     return imported
+
+
+def _unknown_shape(module: tvm.IRModule) -> str | None:
+    """The first binding of ``main`` in ``module`` whose tensor shape is not static, in words
+    (``'lv55' (R.dynamic_strided_slice)``); None when every one is static or there is no
+    ``main``."""
+    if "main" not in [gv.name_hint for gv in module.functions]:
+        return None
+    main = module["main"]
+    for block in getattr(main.body, "blocks", ()):
+        for binding in block.bindings:
+            ty = binding.var.ty
+            if isinstance(ty, relax.TensorType) and not _static(ty):
+                op = getattr(getattr(binding.value, "op", None), "name", None)
+                return f"{binding.var.name!r}" + (f" ({op})" if op else "")
+    return None
+
+
+def _static(ty: relax.TensorType) -> bool:
+    if ty.shape is None:
+        return False
+    try:
+        return all(isinstance(int(d), int) for d in ty.shape)
+    except TypeError:
+        return False
+
+
+def _shape_error(onnx_model, name: str, binding: str | None = None) -> ModelError | None:
+    """The error for an ONNX model with a tensor whose shape cannot be made static: the
+    operator and why (:func:`~tvm_pet.relax.onnx_prepare.dynamic_shape_cause`), else the
+    binding of TVM's import without a static shape; None when neither is known."""
+    cause = dynamic_shape_cause(onnx_model)
+    if cause is None and binding is not None:
+        cause = (f"TVM's import leaves {binding} without a static shape, and folding the "
+                 f"model's shape arithmetic does not make it static; tvm-pet compiles tensors "
+                 f"of static shapes only: export the model with its shapes written as constants")
+    return ModelError(f"{name}: {cause}") if cause else None
 
 
 def _non_float_inputs(func: relax.Function, error: PetError) -> ModelError | None:
@@ -243,24 +299,34 @@ def _read(model, input_shapes: dict | None = None) -> tuple[tvm.IRModule, str, o
 
 
 def _from_onnx_with_shapes(onnx_model, input_shapes: dict | None, name: str):
-    """(module, "onnx", the ONNX model with its input shapes set): where shapes were set, the
-    shape arithmetic of its dynamic dimensions is folded for TVM first
-    (:func:`~tvm_pet.relax.onnx_prepare.fold_shape_computations`). A model whose shapes were
-    static already is imported as it is, and folded only when TVM's import fails: torchvision's
-    swin_t through ``torch.onnx`` ("Reshape expects the input tensor to have known shape")."""
+    """(module, "onnx", the ONNX model with its input shapes set).
+
+    With every input's shape static (set from ``input_shapes`` where it was dynamic), the
+    model's shape arithmetic is folded first
+    (:func:`~tvm_pet.relax.onnx_prepare.fold_shape_computations`): TVM 0.27 imports a ``Shape``
+    of a static tensor as a computation it cannot make static again. torchvision's
+    shufflenet_v2 through ``torch.onnx`` splits its channels with ``chunk``, a ``Slice`` whose
+    ends are computed from ``Shape``: the import leaves a ``dynamic_strided_slice`` of unknown
+    shape, then TVM's graph rewrites fail in ``emit_te`` and ``tvm.compile`` at VM code
+    generation (``R.concat``); swin_t fails in ``from_onnx`` itself.
+
+    Where the folded model does not import, the model as given is tried; where neither does, a
+    tensor whose shape cannot be made static is named (:func:`_shape_error`), else TVM's error
+    on the folded model is given.
+    """
     fixed = set_input_shapes(onnx_model, input_shapes or {}, name)
-    if fixed is not onnx_model:
-        return _from_onnx(fold_shape_computations(fixed), name), "onnx", fixed
+    _check_onnx_inputs(fixed, name)
+    folded = fold_shape_computations(fixed)
     try:
-        return _from_onnx(fixed, name), "onnx", fixed
-    except ModelError as first:
-        folded = fold_shape_computations(fixed)
-        if folded is fixed:
-            raise
+        return _from_onnx(folded, name), "onnx", fixed
+    except ModelError as e:
+        error = e
+    if folded is not fixed:
         try:
-            return _from_onnx(folded, name), "onnx", fixed
+            return _from_onnx(fixed, name), "onnx", fixed
         except ModelError:
-            raise first from None
+            pass
+    raise _shape_error(fixed, name) or error
 
 
 def _load_onnx(path: pathlib.Path):
@@ -308,10 +374,24 @@ def _example_dims(shape) -> str:
 
 
 def _from_onnx(onnx_model, name: str) -> tvm.IRModule:
+    """``from_onnx`` on the mended model. As it fails, TVM's frontend prints the operator it
+    could not convert with its inputs as Relax, lines long: that print is dropped, and the
+    operator is named in the error."""
     from tvm.relax.frontend.onnx import from_onnx
-    _check_onnx_inputs(onnx_model, name)
-    return _run(lambda m: from_onnx(m, keep_params_in_input=False), mend_onnx_model(onnx_model),
-                f"TVM's ONNX frontend on {name}")
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            module = _run(lambda m: from_onnx(m, keep_params_in_input=False),
+                          mend_onnx_model(onnx_model), f"TVM's ONNX frontend on {name}")
+    except ModelError as e:
+        failed = re.search(r"Error converting operator (\w+)", printed.getvalue())
+        if failed is None:
+            sys.stdout.write(printed.getvalue())
+            raise
+        raise ModelError(str(e).replace(" failed: ", f" failed converting {failed[1]}: ", 1)
+                         ) from None
+    sys.stdout.write(printed.getvalue())
+    return module
 
 
 def _from_pt2(path: pathlib.Path) -> tvm.IRModule:

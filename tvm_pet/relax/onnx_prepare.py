@@ -4,9 +4,12 @@ wrongly mended (:mod:`tvm_pet.relax.frontends` calls these before every ONNX imp
 - :func:`set_input_shapes`: ``--input-shape``, the static shapes of inputs with dynamic
   dimensions (a ``torch.onnx.export`` batch axis);
 - :func:`fold_shape_computations`: with those shapes set, the shape arithmetic an exporter wrote
-  for the dynamic dimensions (``Shape``, ``Gather``, ``Concat``, ``Equal``, ``Where``, ...) folded
-  into constants, as TVM's frontend cannot compare the symbolic shapes it would otherwise make;
-- :func:`mend_onnx_model`: operators TVM's converters import wrongly.
+  (``Shape``, ``Gather``, ``Concat``, ``Equal``, ``Where``, ...) folded into constants: TVM's
+  frontend cannot compare the symbolic shapes it would make of dynamic dimensions, and imports
+  some of that arithmetic on static shapes as computations it cannot make static again;
+- :func:`mend_onnx_model`: operators TVM's converters import wrongly;
+- :func:`dynamic_shape_cause`: where no folding can help, the operator whose output shape is
+  known only at run time, and why, for the error ``tvm-pet`` gives.
 """
 from __future__ import annotations
 
@@ -149,12 +152,18 @@ def fold_shape_computations(onnx_model):
     (``Gather``, ``Concat``, ``Equal``, ``Where``, ...); with the inputs' shapes set
     (:func:`set_input_shapes`) they are constants, but TVM 0.27's ``from_onnx`` folds them only
     in part and then fails comparing the symbolic shapes left (``Expand`` on transformers'
-    BERT). A node folds when it is a ``Shape`` or ``Size`` of a tensor whose shape ONNX's shape
+    BERT). ``torch.onnx`` writes such arithmetic at static shapes too, for the sizes a model
+    reads in ``forward``: torchvision's shufflenet_v2 splits its channels with ``chunk``, a
+    ``Slice`` whose ends TVM imports as a computation, of unknown shape.
+
+    A node folds when it is a ``Shape`` or ``Size`` of a tensor whose shape ONNX's shape
     inference makes static, or when every input is such an integer constant (and it makes
     integers or booleans of at most :data:`FOLD_LIMIT` elements): it runs in ONNX's reference
     evaluator. Float computation is left to TVM. Shape inference runs again on what is folded,
     until nothing more folds (it infers more once the shapes it read are constants).
     """
+    if not any(n.op_type in ("Shape", "Size") for n in onnx_model.graph.node):
+        return onnx_model
     for _ in range(FOLD_ROUNDS):
         folded = _fold_once(onnx_model)
         if folded is onnx_model:
@@ -235,3 +244,121 @@ def _fold(node, known: dict, static: dict, opsets: dict) -> list | None:
     if all(v.dtype.kind in "iub" and v.size <= FOLD_LIMIT for v in values):
         return values
     return None
+
+
+#: Operators whose output's size depends on the values of their inputs, not on their shapes.
+VALUE_SIZED = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression"})
+#: The inputs that set an operator's output shape (by position, what each holds): a static
+#: output shape needs each to be a constant.
+SHAPE_INPUTS = {
+    "Reshape": {1: "new shape"}, "Expand": {1: "shape"}, "Tile": {1: "repeats"},
+    "ConstantOfShape": {0: "shape"}, "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"},
+    "Range": {0: "start", 1: "limit", 2: "delta"}, "Resize": {2: "scales", 3: "sizes"},
+    "Upsample": {1: "scales"}, "Pad": {1: "pads", 3: "axes"}, "OneHot": {1: "depth"},
+    "TopK": {1: "k"}, "Squeeze": {1: "axes"}, "Unsqueeze": {1: "axes"}, "Split": {1: "split"},
+    "CenterCropPad": {1: "shape"},
+    **{op: {1: "axes"} for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+                                  "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                                  "ReduceLogSumExp", "ReduceSumSquare")}}
+
+
+def dynamic_shape_cause(onnx_model) -> str | None:
+    """Why ``onnx_model`` (its inputs' shapes static) has a tensor whose shape no folding makes
+    static, and what to try, in one line; None when there is no such tensor.
+
+    After :func:`fold_shape_computations`, the first operator, in graph order, that makes a
+    tensor sized by values (:data:`VALUE_SIZED`: ``NonZero``, ...), or whose shape-giving input
+    (:data:`SHAPE_INPUTS`: a ``Reshape``'s new shape, a ``Slice``'s starts, ...) is still not a
+    constant. For the latter, the value is traced back to where it comes from: a graph input, a
+    float tensor's values, a value-sized operator, or the shape of a tensor that ONNX's shape
+    inference leaves unknown.
+
+    >>> import onnx
+    >>> from onnx import TensorProto, helper
+    >>> g = helper.make_graph(
+    ...     [helper.make_node("Reshape", ["x", "s"], ["y"], name="flat")], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+    ...      helper.make_tensor_value_info("s", TensorProto.INT64, [1])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
+    >>> print(dynamic_shape_cause(helper.make_model(g)))  # doctest: +ELLIPSIS
+    Reshape node 'flat' takes its new shape from graph input 's', a value given when the model...
+    """
+    import onnx
+    folded = fold_shape_computations(onnx_model)
+    graph = folded.graph
+    try:
+        inferred = onnx.shape_inference.infer_shapes(folded, data_prop=True).graph
+    except Exception:  # onnx's own error types: the graph as it is, without inferred types
+        inferred = graph
+    consts = {t.name for t in graph.initializer}
+    consts |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    inputs = {vi.name for vi in graph.input} - consts
+    producers = {o: n for n in graph.node for o in n.output if o}
+    static, dtypes = set(consts), {}
+    for vi in (*inferred.input, *inferred.value_info, *inferred.output):
+        tensor = vi.type.tensor_type
+        dtypes[vi.name] = tensor.elem_type
+        if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
+            static.add(vi.name)
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in VALUE_SIZED:
+            return (f"{_node_text(node)} makes a tensor whose size depends on its input's "
+                    f"values, known only at run time; {_STATIC_ONLY}: {_cut(node)}")
+        for index, role in SHAPE_INPUTS.get(node.op_type, {}).items():
+            if index < len(node.input) and node.input[index] \
+                    and node.input[index] not in consts:
+                origin, advice = _origin(node, node.input[index], producers, consts, inputs,
+                                         static, dtypes)
+                return (f"{_node_text(node)} takes its {role} from {origin}, so its output's "
+                        f"shape is known only at run time; {_STATIC_ONLY}: {advice}")
+    return None
+
+
+_STATIC_ONLY = "tvm-pet compiles tensors of static shapes only"
+
+
+def _node_text(node) -> str:
+    """A node in words: ``Reshape node '/Reshape'`` (its first output when it has no name)."""
+    return f"{node.op_type} node {node.name or node.output[0]!r}"
+
+
+def _cut(node) -> str:
+    return (f"export the model so that its shapes do not depend on tensor values, or cut the "
+            f"graph before {node.name or node.output[0]!r} (onnx.utils.extract_model)")
+
+
+def _origin(node, tensor: str, producers: dict, consts: set, inputs: set, static: set,
+            dtypes: dict) -> tuple[str, str]:
+    """Where the non-constant value ``tensor`` that ``node`` reads comes from, in words, and
+    what to try: the nearest graph input, float tensor, value-sized operator or shape left
+    unknown, going back through the integer computation that makes it."""
+    from onnx import TensorProto
+    floats = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
+    todo, seen = [tensor], set()
+    while todo:
+        name = todo.pop(0)
+        if not name or name in seen or name in consts:
+            continue
+        seen.add(name)
+        if name in inputs:
+            return (f"graph input {name!r}, a value given when the model runs",
+                    f"make {name!r} a constant of the model (an initializer), or export it "
+                    f"with that value fixed")
+        if dtypes.get(name) in floats:
+            return (f"the values of {name!r}, a float tensor", _cut(node))
+        source = producers.get(name)
+        if source is None:
+            continue
+        if source.op_type in VALUE_SIZED:
+            return (f"the output of {_node_text(source)}, whose size depends on values",
+                    _cut(source))
+        if source.op_type in ("Shape", "Size"):
+            if source.input[0] not in static:
+                return (f"the shape of {source.input[0]!r}, which ONNX's shape inference "
+                        f"leaves unknown", "export the model with that shape written as "
+                        f"constants (a fixed input shape, no shapes read from tensors)")
+            continue
+        todo.extend(source.input)
+    return (f"{tensor!r}, computed at run time", _cut(node))
