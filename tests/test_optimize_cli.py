@@ -56,6 +56,9 @@ def test_report_has_the_promised_fields(optimized):
     assert report["new_trials"] == 0 and report["kept"] in ("original", "optimized")
     if report["kept"] == "original":
         assert report["speedup"] == 1.0 and report["applied"] == []
+    # both sides built as TVM's best CPU build, and the full account says so
+    assert report["build"] == "TVM best: weights prepacked"
+    assert "both sides built as TVM best: weights prepacked" in (out / "summary.txt").read_text()
 
 
 def _libraries_match_onnxruntime(model, out, seed: int) -> None:

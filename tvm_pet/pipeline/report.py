@@ -63,6 +63,8 @@ class Report:
         records_plan: the records plan stated before the run (own, borrowed, untuned kernels).
         flops_coverage: linear FLOPs inside the searched subprograms over all
             (``Toolchain.coverage``), merged into ``coverage``.
+        build: the build both sides got (``Toolchain.build_name``): "TVM best: weights
+            prepacked" or "TVM default".
     """
 
     model: str
@@ -80,6 +82,7 @@ class Report:
     records_plan: str | None = None
     flops_coverage: Mapping | None = None
     baseline_lowering: BaselineLowering | None = None
+    build: str | None = None
 
     @property
     def untuned(self) -> bool:
@@ -89,9 +92,10 @@ class Report:
 
     def kernels_line(self) -> str:
         """The baseline's kernels and records (and the kept candidate's, when some of its
-        kernels are untuned), in words."""
+        kernels are untuned), and the build both sides got, in words."""
+        built = f"; both sides built as {self.build}" if self.build else ""
         if self.kernels is None:
-            return "kernels: not counted"
+            return "kernels: not counted" + built
         total, tuned = self.kernels
         line = (f"decided on untuned kernels ({tuned} of {total} had records)" if tuned < total
                 else f"decided on tuned kernels (all {total} had records)")
@@ -99,7 +103,7 @@ class Report:
             kept_total, kept_tuned = self.kept_kernels
             line += (f"; the kept module's: {kept_tuned} of {kept_total} had a record that "
                      f"computes what its kernel does")
-        return line
+        return line + built
 
     @property
     def kept(self) -> str:
@@ -187,7 +191,7 @@ class Report:
             "tvm_rewrites": list(loaded.rewrites) if loaded else [],
             "coverage": ({**coverage(loaded.program), **(self.flops_coverage or {})}
                          if loaded else None),
-            "records_plan": self.records_plan,
+            "records_plan": self.records_plan, "build": self.build,
             "baseline_lowering": (None if self.baseline_lowering is None
                                   else self.baseline_lowering.to_json()),
             "kernels": kernels, "confirmation": self.confirmation.to_json(),
@@ -230,7 +234,8 @@ def make_report(loaded: LoadedModel, toolchain: Toolchain, tuning: TuneSummary, 
     onnx_model = loaded.onnx_model if loaded.kind == "onnx" else None
     ort = onnxruntime_error(onnx_model, list(inputs.values()), outputs) if onnx_model else None
     return Report(loaded.source, toolchain.target_name, tuning, found, confirmation,
-                  max_abs_err(reference, outputs), ort, loaded, **facts)
+                  max_abs_err(reference, outputs), ort, loaded, build=toolchain.build_name,
+                  **facts)
 
 
 def _applied_json(a: Applied) -> dict:

@@ -145,7 +145,7 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
     """
     if toolchain is None:
         toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
-                                  run_here=False)
+                                  run_here=False, prepack=options.prepack)
     mutants = MutantCache() if mutants is None else mutants
     start = time.perf_counter()
     first, options, allowance = _tune_original(toolchain, program, options, progress)
