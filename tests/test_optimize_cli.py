@@ -2,6 +2,7 @@
 import contextlib
 import io
 import json
+import re
 
 import numpy as np
 import onnx
@@ -278,8 +279,8 @@ def test_a_model_tvm_cannot_compile_is_named_as_such_without_a_traceback(tmp_pat
     assert "TVM cannot build the model as imported, before any PET rewrite" in err
     assert "TVM cannot compile it for llvm" in err and "FCmp" in err
     assert "Traceback" not in err
-    if cost == "measured":
-        assert "kernel `fused_matmul_greater_less_equal_cast_multiply`" in err
+    if cost == "measured":  # named as TVM names it (its prepacked form's copy ends in a digit)
+        assert re.search(r"kernel `fused_matmul_greater_less_equal_cast_multiply\d*`", err), err
 
 
 def test_a_search_out_of_time_before_any_subprogram_says_so(tmp_path, capsys, monkeypatch):

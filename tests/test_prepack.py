@@ -159,6 +159,20 @@ def test_a_prepacked_kernel_is_costed_with_its_plain_twins_record_and_time():
     assert [t.shash for t in packed] != [t.shash for t in plain]
 
 
+def test_an_untuned_prepacked_kernel_is_timed_as_its_plain_twin():
+    """Unscheduled, the layout-free mark changes no code: one time serves both forms."""
+    mod, calls, cache = matmul_module(8, 8, 8), [], UntunedTimes()
+
+    def measure(task_mod, _target, repeat):
+        calls.append(task_mod)
+        return 1e-3
+
+    times = [kernel_times(mod, TARGET, cache=cache, database=OpenRecords(None),
+                          measure_untuned=measure, prepack=prepack) for prepack in (False, True)]
+    assert len(calls) == 1 and LAYOUT_FREE_ATTR not in calls[0]["main"].attrs
+    assert [(t.source, t.seconds) for t in times[1]] == [("untuned", 1e-3)]
+
+
 @pytest.mark.parametrize("verdict", [True, False])
 def test_the_verdict_on_a_plain_record_holds_for_its_twin(tmp_path, verdict):
     mod = matmul_module(8, 8, 8)

@@ -122,7 +122,7 @@ def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = N
         record, lender = chosen_record(opened, task, target, cache, repeat=repeat,
                                        measure_untuned=measure)
         source = "untuned" if record is None else "borrowed" if lender else "tuned"
-        seconds = _time(_timed_as(task, record), record, lender, target, cache, measure, repeat)
+        seconds = _time(timed_as(task, record), record, lender, target, cache, measure, repeat)
         times.append(KernelTime(task.name, task.weight, seconds, source, task.shash))
     return times
 
@@ -179,10 +179,11 @@ def _plain_twin(task: Task) -> Task | None:
     return Task(task.name, task.weight, twin, int(tvm_ffi.structural_hash(twin)))
 
 
-def _timed_as(task: Task, record: ms.database.TuningRecord | None) -> Task:
-    """The task a chosen record's kernel is timed as: its plain twin for a twin's record (a
-    plain schedule of a prepacked task), else the task itself."""
-    if record is None or has_layout_free(record.workload.mod["main"]):
+def timed_as(task: Task, record: ms.database.TuningRecord | None = None) -> Task:
+    """The task whose kernel time (and its cache entry) a task built with ``record`` has: a
+    prepacked task's plain twin where the kernel is the plain one (untuned, ``record`` None, or
+    built with a twin's record: the layout-free mark alone changes no code), else the task."""
+    if record is not None and has_layout_free(record.workload.mod["main"]):
         return task
     return _plain_twin(task) or task
 

@@ -40,7 +40,7 @@ from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import program_to_module, region_to_module
 from tvm_pet.tune import records
 from tvm_pet.tune.compile import Task, extract_tasks
-from tvm_pet.tune.kernels import kernel_times, task_times
+from tvm_pet.tune.kernels import kernel_times, task_times, timed_as
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.targets import resolve_target
 
@@ -217,7 +217,7 @@ class MeasuredCost:
         """Whether timing these kernels untuned means a kernel above the FLOP limit that is not
         in the untuned-times cache yet."""
         cache = self._open()[1]
-        return any(cache.get(self.target, t.shash) is None
+        return any(cache.get(self.target, timed_as(t).shash) is None
                    and _task_flops(t) > self.untuned_flop_limit for t, _ in tasks)
 
     def _change(self, before: Program, after: Program
