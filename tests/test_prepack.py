@@ -30,7 +30,7 @@ from tvm_pet.tune import dbfile, extract_tasks, kernel_times, prepare
 from tvm_pet.tune.compile import Task, apply_records, build_applied
 from tvm_pet.tune.kernels import chosen_record
 from tvm_pet.tune.prepack import LAYOUT_FREE_ATTR, fold_packing, is_prepacked, plain_twin
-from tvm_pet.tune.record_check import CHECKS_FILE, record_key, schedule_agrees, scheduled
+from tvm_pet.tune.record_check import CHECKS_FILE, record_key, schedule_agrees
 from tvm_pet.tune.records import (OpenRecords, RecordChecks, RecordSources, UntunedTimes,
                                   costing_sources, db_dir, record_sources)
 from tvm_pet.tune.shipped import shipped_records_dir

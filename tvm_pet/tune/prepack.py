@@ -58,8 +58,8 @@ def to_form(prepared: tvm.IRModule, prepack: bool) -> tvm.IRModule:
     if prepack:
         return relax.transform.AttachAttrLayoutFreeBuffers()(prepared).with_attr(
             PREPACKED_ATTR, True)
-    plain = tvm.IRModule({gv: _without_layout_free(func) for gv, func in prepared.functions.items()},
-                         attrs=prepared.attrs, global_infos=prepared.global_infos)
+    functions = {gv: _without_layout_free(func) for gv, func in prepared.functions.items()}
+    plain = tvm.IRModule(functions, attrs=prepared.attrs, global_infos=prepared.global_infos)
     return plain.without_attr(PREPACKED_ATTR)
 
 
