@@ -36,6 +36,9 @@ def main() -> int:
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--records", default=str(ROOT / "tvm_pet" / "tuning_logs"))
     parser.add_argument("--keep", type=int, default=4, help="records kept per workload")
+    parser.add_argument("--tvm-default", action="store_true",
+                        help="tune the kernels of TVM's default build (default: the prepacked "
+                             "ones optimize builds, tvm_pet.tune.prepack)")
     args = parser.parse_args()
 
     from tvm_pet.models import build_model
@@ -49,7 +52,7 @@ def main() -> int:
     from check_records import check
 
     target = resolve_target(args.target)
-    options = DriverOptions(target=args.target)
+    options = DriverOptions(target=args.target, prepack=not args.tvm_default)
     for name in args.models.split(","):
         start = time.perf_counter()
         print(f"== {name}: importing", flush=True)
@@ -58,11 +61,12 @@ def main() -> int:
         # (tvm_pet.pipeline.baseline; for ResNet3D-18, records tuned on the import's kernels
         # matched only 3 of the 18 kernels optimize builds)
         loaded = load_model(build_model(name), options)
-        toolchain, aligned = toolchain_for(loaded, options, tvm_toolchain(args.target, None))
+        toolchain, aligned = toolchain_for(loaded, options, tvm_toolchain(
+            args.target, None, prepack=options.prepack))
         if aligned is not None:
             print(f"  {name}: {aligned.line()}", flush=True)
         mod = toolchain.lower(loaded.program)
-        stats = tune(mod, target, args.trials, args.records,
+        stats = tune(mod, target, args.trials, args.records, prepack=options.prepack,
                      progress=lambda line: print(f"  {name}: {line}", flush=True))
         work_dir = db_dir(args.records, target)
         wrong = check(work_dir, target, drop=True)

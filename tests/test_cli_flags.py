@@ -71,8 +71,8 @@ DEFAULTS = {"tune": {
     "charge": "beside", "mutant_share": 0.25, "promising": 4, "second_screen": None,
     "screen_trials": None, "seed": 0, "depth": 3, "rounds": 1, "topk": 4, "winograd": False,
     "im2col": False, "columns": False, "time_limit": None, "no_tvm_rewrites": False,
-    "layout": "NCHW", "fast_math": False, "input_shape": [], "progress": False, "quiet": False,
-    "records": None, "rpc": None}}
+    "layout": "NCHW", "fast_math": False, "tvm_default": False, "input_shape": [],
+    "progress": False, "quiet": False, "records": None, "rpc": None}}
 DEFAULTS["optimize"] = {
     **DEFAULTS["tune"], "command": "optimize", "trials": None, "out": "o", "cost": "measured",
     "confirm": 3, "first_kept": False, "no_second_look": False, "second_look_kernels": 8,
@@ -99,6 +99,7 @@ BOTH = [
     (["--no-tvm-rewrites"], {"no_tvm_rewrites": True}),
     (["--layout", "NHWC"], {"layout": "NHWC"}),
     (["--fast-math"], {"fast_math": True}),
+    (["--tvm-default"], {"tvm_default": True}),
     (["--input-shape", "x:1,3,8,8", "--input-shape", "y:2"],
      {"input_shape": [("x", (1, 3, 8, 8)), ("y", (2,))]}),
     (["--progress"], {"progress": True}),
@@ -132,6 +133,7 @@ def test_every_flag_parses_to_the_values_it_did(command, words, values):
     args.time_limit = args.time_limit or 240.0
     assert _search_config(args).depth == args.depth
     assert _driver_options(args).seed == args.seed
+    assert _driver_options(args).prepack is not args.tvm_default
 
 
 def test_every_flag_of_both_commands_is_listed_in_the_cases():
@@ -207,6 +209,7 @@ class PetWins:
     timing process and x1.3 in the other."""
 
     target_name = "fake"
+    build_name = "fake build"
     records_dir = "fake-records"
 
     def with_lowering(self, lower):

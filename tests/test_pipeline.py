@@ -103,6 +103,7 @@ class FakeToolchain:
     on the NumPy interpreter, and timings (one scripted ratio per call) and tuning are noted."""
 
     target_name = "fake"
+    build_name = "fake build"
 
     def __init__(self, ratios=(), records_dir="fake-records", untuned=0):
         self.records_dir, self.untuned = records_dir, untuned

@@ -61,6 +61,7 @@ def _driver_options(args: argparse.Namespace):
                          tvm_rewrites=not args.no_tvm_rewrites,
                          layout=getattr(args, "layout", "NCHW"),
                          fast_math=getattr(args, "fast_math", False),
+                         prepack=not getattr(args, "tvm_default", False),
                          input_shapes=tuple(shapes), progress=_progress(args))
 
 

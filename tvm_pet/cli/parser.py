@@ -119,6 +119,10 @@ def _build_flags(g) -> None:
     g.add_argument("--fast-math", action="store_true",
                    help="lower both sides with TVM's FastMathTransform: erf, exp, tanh and "
                         "softmax by vectorized polynomial approximations")
+    _advanced(g, "--tvm-default", action="store_true",
+              help="build both sides as TVM's default pipeline does, the weights in the "
+                   "model's layouts (default on a CPU: TVM's best build, the weights prepacked "
+                   "into the layouts the tuned kernels read)")
     g.add_argument("--winograd", action="store_true",
                    help="also offer each 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) "
                         "(a quarter of the multiplications, another rounding), kept where its "

@@ -183,7 +183,8 @@ def toolchain_for(loaded: LoadedModel, options: DriverOptions, toolchain: Toolch
     are (:func:`~tvm_pet.pipeline.baseline.align_baseline`), how."""
     if toolchain is None:
         toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
-                                  timing_processes=options.timing_processes)
+                                  timing_processes=options.timing_processes,
+                                  prepack=options.prepack)
     toolchain = toolchain.with_lowering(loaded.lower)
     try:
         toolchain.lower(loaded.program)

@@ -120,6 +120,10 @@ class DriverOptions:
         fast_math: TVM's ``FastMathTransform`` run on every program as it is lowered, both sides
             alike (fast ``erf``, ``exp``, ``tanh`` and ``softmax``; their kernels are other
             workloads, with records of their own).
+        prepack: build both sides as TVM's best CPU build does, the weights prepacked
+            (:mod:`tvm_pet.tune.prepack`; llvm targets only, ignored on others); off, TVM's
+            default build. Tuning tunes the prepacked kernels; a prepacked kernel without
+            records of its own is built with its plain form's.
         progress: print a progress line for each long step on stderr.
         input_shapes: the shapes of an ONNX model's inputs with dynamic dimensions, as
             ``(name, dims)`` pairs (name None: the model's only input);
@@ -155,6 +159,7 @@ class DriverOptions:
     tvm_rewrites: bool = True
     layout: str = "NCHW"
     fast_math: bool = False
+    prepack: bool = True
     progress: bool = False
     input_shapes: tuple = ()
 

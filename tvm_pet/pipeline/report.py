@@ -98,6 +98,8 @@ class Report:
         records_counts: its counts.
         flops_coverage: linear FLOPs inside the searched subprograms over all
             (``Toolchain.coverage``), merged into ``coverage``.
+        build: the build both sides got (``Toolchain.build_name``): "TVM best: weights
+            prepacked" or "TVM default".
     """
 
     model: str
@@ -116,6 +118,7 @@ class Report:
     records_counts: RecordsCounts | None = None
     flops_coverage: Mapping | None = None
     baseline_lowering: BaselineLowering | None = None
+    build: str | None = None
 
     @property
     def untuned(self) -> bool:
@@ -125,9 +128,10 @@ class Report:
 
     def kernels_line(self) -> str:
         """The baseline's kernels and records (and the kept candidate's, when some of its
-        kernels are untuned), in words."""
+        kernels are untuned), and the build both sides got, in words."""
+        built = f"; both sides built as {self.build}" if self.build else ""
         if self.kernels is None:
-            return "kernels: not counted"
+            return "kernels: not counted" + built
         total, tuned = self.kernels
         line = (f"decided on untuned kernels ({tuned} of {total} had records)" if tuned < total
                 else f"decided on tuned kernels (all {total} had records)")
@@ -135,7 +139,7 @@ class Report:
             kept_total, kept_tuned = self.kept_kernels
             line += (f"; the kept module's: {kept_tuned} of {kept_total} had a record that "
                      f"computes what its kernel does")
-        return line
+        return line + built
 
     @property
     def kept(self) -> str:
@@ -226,6 +230,7 @@ class Report:
             "records_plan": self.records_plan,
             "records_counts": (None if self.records_counts is None
                                else self.records_counts.to_json()),
+            "build": self.build,
             "baseline_lowering": (None if self.baseline_lowering is None
                                   else self.baseline_lowering.to_json()),
             "kernels": kernels, "confirmation": self.confirmation.to_json(),
@@ -268,7 +273,8 @@ def make_report(loaded: LoadedModel, toolchain: Toolchain, tuning: TuneSummary, 
     onnx_model = loaded.onnx_model if loaded.kind == "onnx" else None
     ort = onnxruntime_error(onnx_model, list(inputs.values()), outputs) if onnx_model else None
     return Report(loaded.source, toolchain.target_name, tuning, found, confirmation,
-                  max_abs_err(reference, outputs), ort, loaded, **facts)
+                  max_abs_err(reference, outputs), ort, loaded, build=toolchain.build_name,
+                  **facts)
 
 
 def _applied_json(a: Applied) -> dict:

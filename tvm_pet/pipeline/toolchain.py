@@ -88,6 +88,8 @@ class Toolchain(Protocol):
 
     #: The target, in words, for the report.
     target_name: str
+    #: The build both sides get, in words, for the report ("TVM best: weights prepacked").
+    build_name: str
     #: The tuning records folder.
     records_dir: str
 
@@ -166,7 +168,7 @@ class Toolchain(Protocol):
 
 def tvm_toolchain(target: str = "llvm", records_dir: str | None = None,
                   rpc: str | None = None, *, run_here: bool = True,
-                  timing_processes: int = 1) -> Toolchain:
+                  timing_processes: int = 1, prepack: bool = True) -> Toolchain:
     """The TVM toolchain for a target (imports TVM, here and nowhere else in the application).
 
     Args:
@@ -176,10 +178,12 @@ def tvm_toolchain(target: str = "llvm", records_dir: str | None = None,
         run_here: fail now when this machine cannot run the target's code (``optimize`` runs
             it; ``tune`` may tune over ``rpc`` alone).
         timing_processes: fresh processes a CPU timing is spread over (1: this process).
+        prepack: both sides built with their weights prepacked, TVM's best CPU build (llvm
+            targets only); off, TVM's default build.
 
     Returns:
         A :class:`tvm_pet.pipeline.tvm_backend.TVMToolchain`.
     """
     from tvm_pet.pipeline.tvm_backend import TVMToolchain
     return TVMToolchain(target, records_dir, rpc, run_here=run_here,
-                        timing_processes=timing_processes)
+                        timing_processes=timing_processes, prepack=prepack)

@@ -150,7 +150,7 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
     """
     if toolchain is None:
         toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
-                                  run_here=False)
+                                  run_here=False, prepack=options.prepack)
     stage = Stage(program, config, toolchain, MutantCache() if mutants is None else mutants,
                   progress)
     start = time.perf_counter()

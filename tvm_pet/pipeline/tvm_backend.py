@@ -38,6 +38,7 @@ from tvm_pet.relax.onnx_outside import outside_prelude
 from tvm_pet.tune.compile import apply_records, build_applied, extract_tasks
 from tvm_pet.tune.contention import CpuWatch
 from tvm_pet.tune.measured_cost import MeasuredCost, kernel_change
+from tvm_pet.tune.prepack import prepacks
 from tvm_pet.tune.process_timing import time_in_processes
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.records_plan import RecordsPlan, records_plan
@@ -81,6 +82,9 @@ class TVMToolchain:
         timing_processes: fresh processes a CPU timing of two or more executables is spread
             over (:mod:`tvm_pet.tune.process_timing`: each is one draw of the address layout,
             which sets some binaries' speed for a whole process); 1 times in this process.
+        prepack: build, cost and tune every module with its weights prepacked, TVM's best CPU
+            build (:mod:`tvm_pet.tune.prepack`; on llvm targets only); off, TVM's default
+            build, weights in the layouts the model gives them.
 
     Raises:
         PetError: for an unknown target, or (``run_here``) one this machine cannot run: a
@@ -89,8 +93,9 @@ class TVMToolchain:
     """
 
     def __init__(self, target="llvm", records_dir: str | None = None, rpc: str | None = None,
-                 *, run_here: bool = True, timing_processes: int = 1):
+                 *, run_here: bool = True, timing_processes: int = 1, prepack: bool = True):
         self.target = resolve_target(target)
+        self.prepack = prepacks(self.target, prepack)
         if self.target.kind.name == "llvm":
             size_thread_pool()  # every physical core, before the first kernel runs or is tuned
         self.records_dir = str(records_dir or default_records_dir(self.target))
@@ -121,6 +126,11 @@ class TVMToolchain:
         """The target in full, for the report."""
         return str(self.target)
 
+    @property
+    def build_name(self) -> str:
+        """The build both sides get, for the report."""
+        return "TVM best: weights prepacked" if self.prepack else "TVM default"
+
     def with_lowering(self, lower: Callable[[Program], tvm.IRModule] | None) -> "TVMToolchain":
         """A copy that lowers (and so builds, costs and tunes) programs with ``lower``: a loaded
         model's lowering into the module TVM imported (None: each program on its own)."""
@@ -134,7 +144,8 @@ class TVMToolchain:
 
     def records_plan(self, module: tvm.IRModule) -> RecordsPlan:
         """The records plan of ``module`` (:func:`~tvm_pet.tune.records_plan.records_plan`)."""
-        return records_plan(module, self.target, self.records_dir, self._records()[0])
+        return records_plan(module, self.target, self.records_dir, self._records()[0],
+                            prepack=self.prepack)
 
     def lower_original_as_candidates(self, program: Program) -> tuple[int, int] | None:
         """Lower the original ``program`` as its candidates are from now on, where that gives
@@ -158,7 +169,7 @@ class TVMToolchain:
         return getattr(self._lower, "imported", None)
 
     def _kernels(self, module: tvm.IRModule) -> dict:
-        return {t.shash: t for t in extract_tasks(module, self.target)}
+        return {t.shash: t for t in extract_tasks(module, self.target, self.prepack)}
 
     def coverage(self, program: Program, searched: frozenset[str]) -> dict:
         """Linear FLOPs searched over all, from the imported module (:mod:`tvm_pet.relax.coverage`);
@@ -193,7 +204,7 @@ class TVMToolchain:
     def _apply(self, module: tvm.IRModule) -> tuple[tvm.IRModule, tuple[int, int]]:
         """The module with the records applied, and ``(kernels, kernels scheduled)``."""
         applied, tuned = apply_records(module, self.target, self.records_dir,
-                                       sources=self._records())
+                                       sources=self._records(), prepack=self.prepack)
         total = sum(1 for _, f in applied.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
         return applied, (total, tuned)
 
@@ -217,7 +228,7 @@ class TVMToolchain:
         opened = sources[0]
         stats = tune(module, self.target, trials, self.records_dir, seed=seed, rpc=self.rpc,
                      progress=progress, database=None if opened is None else opened.own,
-                     skip=skip)
+                     skip=skip, prepack=self.prepack)
         if not stats.new_trials:
             self._sources = sources
         return stats
@@ -230,9 +241,9 @@ class TVMToolchain:
         self._sources = None
         if budget.trials is not None:
             return tune_budget(module, self.target, budget.trials, self.records_dir, seed=seed,
-                               rpc=self.rpc, progress=progress)
+                               rpc=self.rpc, progress=progress, prepack=self.prepack)
         return tune_minutes(module, self.target, budget.minutes, self.records_dir, seed=seed,
-                            rpc=self.rpc, progress=progress)
+                            rpc=self.rpc, progress=progress, prepack=self.prepack)
 
     def time(self, executables: Mapping[str, relax.VMExecutable], inputs: Sequence[np.ndarray],
              *, rounds: int, number: int, repeat: int) -> dict[str, Timing]:
@@ -305,7 +316,7 @@ class TVMToolchain:
     def cost_model(self) -> MeasuredCost:
         """The measured cost: record times where they exist, from the records opened once."""
         return MeasuredCost(self.target, self.records_dir, lower=self._lower,
-                            sources=self._records())
+                            sources=self._records(), prepack=self.prepack)
 
 
 def _export_library(executable: relax.VMExecutable, path: str) -> None:

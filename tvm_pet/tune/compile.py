@@ -6,7 +6,9 @@ The one rule that makes tuning records reusable: tasks are always taken from ``p
 fused form the final build compiles, both when tuning (:func:`tvm_pet.tune.tuner.tune`) and when
 applying the records (:func:`build_with_records`). MetaSchedule keys a task by the structural hash
 of its PrimFunc, attributes included, so tuning one pipeline stage and applying at another
-silently finds nothing.
+silently finds nothing. The prepared form comes plain or prepacked (``prepare(..., prepack=True)``:
+TVM's CPU weight prepacking, :mod:`tvm_pet.tune.prepack`); a build asked for one form tunes,
+costs and applies that form's tasks, a prepacked task taking its plain twin's records too.
 
 Typical use::
 
@@ -28,6 +30,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.errors import PetError
 from tvm_pet.tune import cuda, records
+from tvm_pet.tune import prepack as packing
 from tvm_pet.tune.targets import resolve_target
 
 #: Module attribute that marks the output of ``prepare`` (so that ``prepare`` is idempotent).
@@ -51,26 +54,34 @@ def reduces(task: Task) -> bool:
     text = task.mod["main"].script()
     return "T.axis.reduce" in text or bool(re.search(r'T\.axis\.remap\("[SR]*R', text))
 
-def prepare(mod: tvm.IRModule, target=None) -> tvm.IRModule:
+def prepare(mod: tvm.IRModule, target=None, prepack: bool | None = None) -> tvm.IRModule:
     """Return the canonical pre-tuning form of a Relax module: legalised, folded and fused.
 
     Runs the target's library dispatch, ``DecomposeOpsForInference`` (inference batch-norm),
     ``CanonicalizeBindings``, then the CPU/GPU default pipeline's legalisation stage
     (``LegalizeOps``, ``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``) and
     ``DeadCodeElimination``. The result is what ``relax.get_default_pipeline(target)`` compiles,
-    before any schedule; tune and build both start from it. Already prepared modules are returned
-    unchanged.
+    before any schedule; tune and build both start from it. In the prepacked form (``prepack``
+    on an llvm target) ``AttachAttrLayoutFreeBuffers`` ends it: the kernels' weights may take a
+    packed layout (:mod:`tvm_pet.tune.prepack`). Already prepared modules are returned in the
+    asked form.
 
     Args:
         mod: a Relax module with a ``main`` function.
         target: a target or spec for ``resolve_target`` (legalisation may depend on it).
+        prepack: the prepacked form (True), the plain one (False), or, for None, a prepared
+            module's own form and the plain form for any other.
 
     Returns:
-        The prepared module, marked with the ``PREPARED_ATTR`` module attribute.
+        The prepared module, marked with the ``PREPARED_ATTR`` module attribute (and
+        ``prepack.PREPACKED_ATTR`` in the prepacked form).
     """
-    if mod.attrs is not None and PREPARED_ATTR in mod.attrs:
-        return mod
     target = resolve_target(target)
+    if mod.attrs is not None and PREPARED_ATTR in mod.attrs:
+        if prepack is None:
+            return mod
+        with target:
+            return packing.to_form(mod, packing.prepacks(target, prepack))
     _check_main(mod)
     passes = [
         *relax.pipeline.library_dispatch_passes(target),
@@ -84,23 +95,24 @@ def prepare(mod: tvm.IRModule, target=None) -> tvm.IRModule:
         relax.transform.DeadCodeElimination(),
     ]
     with target, tvm.transform.PassContext(opt_level=3):
-        prepared = tvm.transform.Sequential(passes)(mod)
-    return prepared.with_attr(PREPARED_ATTR, True)
+        prepared = tvm.transform.Sequential(passes)(mod).with_attr(PREPARED_ATTR, True)
+        return packing.to_form(prepared, packing.prepacks(target, bool(prepack)))
 
 
-def extract_tasks(mod: tvm.IRModule, target=None) -> list[Task]:
+def extract_tasks(mod: tvm.IRModule, target=None, prepack: bool | None = None) -> list[Task]:
     """Return the distinct tuning tasks of a module, from its prepared form.
 
     Args:
         mod: a Relax module (prepared or not).
         target: a target or spec.
+        prepack: the form, as :func:`prepare` takes it.
 
     Returns:
         One ``Task`` per structurally distinct kernel; ``weight`` counts its calls. Kernels that are
         already scheduled (``tirx.is_scheduled``) are not tasks.
     """
     target = resolve_target(target)
-    extracted = ms.relax_integration.extract_tasks(prepare(mod, target), target,
+    extracted = ms.relax_integration.extract_tasks(prepare(mod, target, prepack), target,
                                                    module_equality=records.MODULE_EQUALITY)
     tasks = []
     for ext in extracted:
@@ -113,7 +125,8 @@ def extract_tasks(mod: tvm.IRModule, target=None) -> list[Task]:
 
 
 def apply_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None, *,
-                  sources: tuple | None = None) -> tuple[tvm.IRModule, int]:
+                  sources: tuple | None = None, prepack: bool | None = None
+                  ) -> tuple[tvm.IRModule, int]:
     """Return the prepared module with the records' schedules applied, and how many applied.
 
     A kernel takes the target's own record, or a compatible target's where it has none
@@ -121,6 +134,8 @@ def apply_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None
     faster here (``kernels.chosen_record``: timed once, cached). It is its fastest record that
     computes what the kernel does (:mod:`tvm_pet.tune.record_check`: checked once per record on
     an llvm target, the verdict cached); a kernel none of whose records agree is built untuned.
+    In the prepacked form a kernel's records are those of its form and those of its plain twin
+    (:mod:`tvm_pet.tune.prepack`), the faster here taken.
 
     Args:
         mod: a Relax module.
@@ -128,12 +143,13 @@ def apply_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None
         records_dir: the records root, or ``None`` for no records.
         sources: ``records.costing_sources(records_dir, target)``, opened already (a caller
             building many modules opens the records once: loading them takes seconds).
+        prepack: the form, as :func:`prepare` takes it.
 
     Returns:
         (module, number of PrimFuncs scheduled from the records).
     """
     target = resolve_target(target)
-    prepared = prepare(mod, target)
+    prepared = prepare(mod, target, prepack)
     opened, cache = sources or records.costing_sources(records_dir, target)
     if opened is None:
         return prepared, 0
@@ -153,25 +169,28 @@ def checked_database(mod: tvm.IRModule, target, opened: records.OpenRecords,
 
     Each record is committed with its own workload module: structurally equal to the task's, so
     the build finds it, and named as the record's trace names its blocks (another model's kernel
-    can be the same one under other block names: ``record_check.scheduled``)."""
+    can be the same one under other block names: ``record_check.scheduled``); a plain twin's
+    given the task's layout-free buffers (``prepack.as_task_form``)."""
     from tvm_pet.tune.kernels import chosen_record  # kernels builds on this module
     cache = records.UntunedTimes(None) if cache is None else cache
     database = ms.database.MemoryDatabase(module_equality=records.MODULE_EQUALITY)
     for task in extract_tasks(mod, target):
         record, _ = chosen_record(opened, task, target, cache)
         if record is not None:
-            workload = database.commit_workload(record.workload.mod)
+            workload = database.commit_workload(packing.as_task_form(record.workload.mod,
+                                                                     task.mod))
             database.commit_tuning_record(ms.database.TuningRecord(
                 record.trace, workload, record.run_secs, target, record.args_info))
     return database
 
 
 def build_with_records(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None, *,
-                       sources: tuple | None = None):
+                       sources: tuple | None = None, prepack: bool | None = None):
     """Compile a Relax module for the target, with the tuned schedules when records exist.
 
     The module is prepared, the records applied (``apply_records``), and the rest of the target's
-    default pipeline runs: on GPUs dlight's default schedules for untuned kernels, then dataflow
+    default pipeline runs (:func:`build_applied`): in the prepacked form the weights packed into
+    new constants, on GPUs dlight's default schedules for untuned kernels, then dataflow
     lowering and finalisation. Untuned CPU kernels stay naive loop nests.
 
     Args:
@@ -179,19 +198,24 @@ def build_with_records(mod: tvm.IRModule, target=None, records_dir: str | Path |
         target: a target or spec.
         records_dir: the records root, or ``None`` to build untuned.
         sources: the records, opened already (as :func:`apply_records` takes them).
+        prepack: the form, as :func:`prepare` takes it.
 
     Returns:
-        A ``relax.VMExecutable``; run it with ``relax.VirtualMachine(ex, device)``.
+        A ``relax.VMExecutable``; run it with ``relax.VirtualMachine(ex, device)``; its ``main``
+        takes the module's inputs, in either form.
     """
     target = resolve_target(target)
-    applied, _ = apply_records(mod, target, records_dir, sources=sources)
+    applied, _ = apply_records(mod, target, records_dir, sources=sources, prepack=prepack)
     return build_applied(applied, target)
 
 
 def build_applied(applied: tvm.IRModule, target=None):
     """Compile a module :func:`apply_records` returned: the rest of the target's default
-    pipeline, as :func:`build_with_records` runs it."""
+    pipeline, as :func:`build_with_records` runs it; a prepacked module's weights packed first,
+    at build time (:func:`tvm_pet.tune.prepack.fold_packing`)."""
     target = resolve_target(target)
+    with target, tvm.transform.PassContext(opt_level=3):
+        applied = packing.fold_packing(applied)
     backend = _backend_pipeline(target)
     already_run = {"LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR"}
     rest = [p for p in backend.legalize_passes(target) if p.info.name not in already_run]

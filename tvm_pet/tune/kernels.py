@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
+import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pet.errors import KernelBuildError, PetError
@@ -32,6 +33,7 @@ from tvm_pet.tune import records
 from tvm_pet.tune.builder import fast_build
 from tvm_pet.tune.compile import Task, extract_tasks
 from tvm_pet.tune.contention import CpuWatch
+from tvm_pet.tune.prepack import has_layout_free, plain_twin
 from tvm_pet.tune.record_check import random_args, scheduled
 from tvm_pet.tune.targets import require_runs_here, resolve_target
 
@@ -73,7 +75,8 @@ class KernelTime:
 def kernel_times(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None, *,
                  cache: records.UntunedTimes | None = None, repeat: int = 3,
                  database: records.OpenRecords | ms.database.Database | None = None,
-                 measure_untuned: Callable[..., float] | None = None) -> list[KernelTime]:
+                 measure_untuned: Callable[..., float] | None = None,
+                 prepack: bool | None = None) -> list[KernelTime]:
     """Estimate the time of each task of a module, measured here: tuned, borrowed or untuned.
 
     A task with a valid record (the target's own, else a compatible target's) is built with the
@@ -91,12 +94,13 @@ def kernel_times(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
         database: the records, already open (a caller costing many modules opens them once;
             loading them takes seconds); default: opened from ``records_dir``.
         measure_untuned: times one task module, as :func:`measure_primfunc` (the default) does.
+        prepack: the form of the module's kernels (``compile.prepare``).
 
     Returns:
         One ``KernelTime`` per task; the module's estimate is ``sum(k.weight * k.seconds)``.
     """
     target = resolve_target(target)
-    return task_times(extract_tasks(mod, target), target, records_dir, cache=cache,
+    return task_times(extract_tasks(mod, target, prepack), target, records_dir, cache=cache,
                       repeat=repeat, database=database, measure_untuned=measure_untuned)
 
 
@@ -118,7 +122,7 @@ def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = N
         record, lender = chosen_record(opened, task, target, cache, repeat=repeat,
                                        measure_untuned=measure)
         source = "untuned" if record is None else "borrowed" if lender else "tuned"
-        seconds = _time(task, record, lender, target, cache, measure, repeat)
+        seconds = _time(timed_as(task, record), record, lender, target, cache, measure, repeat)
         times.append(KernelTime(task.name, task.weight, seconds, source, task.shash))
     return times
 
@@ -130,25 +134,58 @@ def chosen_record(opened: records.OpenRecords, task: Task, target,
     """Return the record a task's kernel is built with, and the key of the target it is
     borrowed from (``None`` where it is the target's own, or where there is none): of the
     task's records that compute what the kernel does, the fastest of each source
-    (:meth:`records.OpenRecords.checked_by_source`: the target's own, each lender's); where
+    (:meth:`records.OpenRecords.checked_by_source`: the target's own, each lender's; for a
+    prepacked task, each of its plain twin's too, :mod:`tvm_pet.tune.prepack`); where
     there are two or more, whichever runs fastest here, each timed once and cached as
     :func:`kernel_times` caches it (a tie keeps the first read: the own, then the lenders in
-    order).
+    order, the task's form before its twin's).
 
     The build (``compile.checked_database``) and the costing (:func:`task_times`) both ask
     this, so a kernel is costed with the schedule it is built with. An own record is not always
     the faster: Haswell records tuned at 32 trials per kernel ran ×0.75 of the Skylake-AVX512
     ones tuned at 192, under the Haswell target, on conv5x5, and ×3.78 on the CSRNet back end
     (benchmarks/results/compatible_records_haswell_own32*.md); nor is one lender's for a target
-    that borrows from two (a 4-core AVX2 target reads the Skylake and the Haswell records)."""
-    found = opened.checked_by_source(task.mod, task.shash, target)
+    that borrows from two (a 4-core AVX2 target reads the Skylake and the Haswell records); nor
+    a prepacked record beside its plain twin's tuned with more trials."""
+    found = _checked_records(opened, task, target)
     if len(found) < 2:
-        return next(iter(found.values()), None), next(iter(found), None)
+        return (found[0][2], found[0][1]) if found else (None, None)
     measure = measure_untuned or measure_primfunc
-    seconds = {source: _time(task, record, source, target, cache, measure, repeat)
-               for source, record in found.items()}
-    fastest = min(seconds, key=seconds.get)  # the first of equals: dicts keep their order
-    return found[fastest], fastest
+    seconds = [_time(timed, record, source, target, cache, measure, repeat)
+               for timed, source, record in found]
+    fastest = seconds.index(min(seconds))  # the first of equals
+    return found[fastest][2], found[fastest][1]
+
+
+def _checked_records(opened: records.OpenRecords, task: Task, target
+                     ) -> list[tuple[Task, str | None, ms.database.TuningRecord]]:
+    """The task's records that compute what its kernel does, the fastest of each source:
+    ``(the task they are timed and checked as, source, record)``, the task's own form's first,
+    then a prepacked task's plain twin's (checked and timed as the twin: the plain form's
+    verdicts and times hold for it)."""
+    found = []
+    for form in (task, _plain_twin(task)):
+        if form is not None:
+            found += [(form, source, record) for source, record
+                      in opened.checked_by_source(form.mod, form.shash, target).items()]
+    return found
+
+
+def _plain_twin(task: Task) -> Task | None:
+    """A prepacked task's plain twin as a task (``prepack.plain_twin``); None for another."""
+    twin = plain_twin(task.mod)
+    if twin is None:
+        return None
+    return Task(task.name, task.weight, twin, int(tvm_ffi.structural_hash(twin)))
+
+
+def timed_as(task: Task, record: ms.database.TuningRecord | None = None) -> Task:
+    """The task whose kernel time (and its cache entry) a task built with ``record`` has: a
+    prepacked task's plain twin where the kernel is the plain one (untuned, ``record`` None, or
+    built with a twin's record: the layout-free mark alone changes no code), else the task."""
+    if record is not None and has_layout_free(record.workload.mod["main"]):
+        return task
+    return _plain_twin(task) or task
 
 
 def _time(task: Task, record: ms.database.TuningRecord | None, lender: str | None,
@@ -233,7 +270,8 @@ def _measure_checked(measure: Callable[..., float], task_mod: tvm.IRModule, targ
 def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
                      seed: int = 0) -> float:
     """Build a task's PrimFunc (as it is, or scheduled) and return its median time in seconds on
-    random inputs."""
+    random inputs. A prepacked schedule is built and timed without its packing block, on
+    weights already packed (the build packs them once, into constants)."""
     target = resolve_target(target)
     if target.kind.name == "cuda":  # dlight's default schedule, timed on GPU 0 (tune/cuda.py)
         from tvm_pet.tune.cuda import measure_primfunc_cuda
@@ -247,7 +285,7 @@ def measure_primfunc(task_mod: tvm.IRModule, target=None, *, repeat: int = 3,
     except Exception as e:  # TVM raises its own error types (InternalError, TVMError, ...)
         raise KernelBuildError.compiling(target.kind.name, e) from None
     device = tvm.cpu()
-    args = random_args(task_mod, device, seed)
+    args = random_args(task_mod, device, seed, packed=True)  # as fast_build built it
     # one untimed call first; each sample lasts at least MIN_SAMPLE_MS (a fast kernel is averaged
     # over several calls), so that one cold or interrupted call does not become the cached cost
     timer = rt_mod.time_evaluator("main", device, number=1, repeat=repeat,

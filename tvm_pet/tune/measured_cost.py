@@ -40,7 +40,7 @@ from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import program_to_module, region_to_module
 from tvm_pet.tune import records
 from tvm_pet.tune.compile import Task, extract_tasks
-from tvm_pet.tune.kernels import kernel_times, task_times
+from tvm_pet.tune.kernels import kernel_times, task_times, timed_as
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.targets import resolve_target
 
@@ -76,6 +76,8 @@ class MeasuredCost:
             that shares them (default: opened on first use).
         untuned_flop_limit: the largest kernel :meth:`screen` times untuned, in floating-point
             operations per call (default :data:`UNTUNED_FLOP_LIMIT`).
+        prepack: cost the kernels in the prepacked form (``compile.prepare``), as a build
+            asked to prepack builds them.
     """
 
     name = "measured"
@@ -88,7 +90,7 @@ class MeasuredCost:
                  lower: Callable[[Program], tvm.IRModule] | None = None,
                  measure_untuned: Callable[..., float] | None = None,
                  sources: tuple | None = None,
-                 untuned_flop_limit: float = UNTUNED_FLOP_LIMIT):
+                 untuned_flop_limit: float = UNTUNED_FLOP_LIMIT, prepack: bool | None = None):
         self.target = resolve_target(target)
         self.lower = lower or program_to_module
         self.lower_region = getattr(self.lower, "region", region_to_module)
@@ -107,6 +109,7 @@ class MeasuredCost:
         self.unbuildable = 0
         self._opened = sources  # (database or None, untuned-times cache), opened on first use
         self.untuned_flop_limit = untuned_flop_limit
+        self.prepack = prepack
 
     def cost(self, program: Program) -> float:
         """Seconds per run: ``sum(weight * seconds)`` over the program's distinct kernels."""
@@ -119,7 +122,7 @@ class MeasuredCost:
             database, cache = self._open()
             times = kernel_times(self.lower(program), self.target, self.records_dir,
                                  cache=cache, database=database,
-                                 measure_untuned=self.measure_untuned)
+                                 measure_untuned=self.measure_untuned, prepack=self.prepack)
             self._memo[key] = {t.shash: (t.weight, t.seconds) for t in times}
         return self._memo[key]
 
@@ -178,7 +181,7 @@ class MeasuredCost:
 
     def _tasks(self, mod: tvm.IRModule) -> dict[int, Task]:
         """A module's fused kernels by structural hash."""
-        return {t.shash: t for t in extract_tasks(mod, self.target)}
+        return {t.shash: t for t in extract_tasks(mod, self.target, self.prepack)}
 
     def screen(self, before: Program, after: Program,
                by_flops: bool = False) -> RewriteScreen | None:
@@ -214,7 +217,7 @@ class MeasuredCost:
         """Whether timing these kernels untuned means a kernel above the FLOP limit that is not
         in the untuned-times cache yet."""
         cache = self._open()[1]
-        return any(cache.get(self.target, t.shash) is None
+        return any(cache.get(self.target, timed_as(t).shash) is None
                    and _task_flops(t) > self.untuned_flop_limit for t, _ in tasks)
 
     def _change(self, before: Program, after: Program

@@ -9,7 +9,9 @@ output check catches it only when the memory happens not to hold zeros.
 
 So before a record's schedule is applied, it is run once on random inputs beside the kernel as
 it is (the naive loop nest, the kernel's meaning) and compared output for output; the output
-buffers start as random values, so an element a schedule does not write is caught. The verdict is
+buffers start as random values, so an element a schedule does not write is caught. A prepacked
+schedule (:mod:`tvm_pet.tune.prepack`) runs with its packing block, on the weights as the
+kernel takes them, so the packing is checked with the rest. The verdict is
 cached per task and schedule (``record_checks.json`` in the target's records directory), so each
 record is checked once. The shipped records' verdicts ship with them, and a target that borrows a
 compatible target's records reads that target's verdicts too (a schedule computes the same values
@@ -96,12 +98,18 @@ def scheduled(record: ms.database.TuningRecord) -> tvm.IRModule:
     return schedule.mod
 
 
-def random_args(task_mod: tvm.IRModule, device, seed: int = 0) -> list:
+def random_args(task_mod: tvm.IRModule, device, seed: int = 0, *, packed: bool = False) -> list:
     """Arguments for a task's ``main`` on ``device``: standard normal floats, and zeros for
-    integer arguments (indices of take or gather: zeros are always in bounds)."""
+    integer arguments (indices of take or gather: zeros are always in bounds).
+
+    ``packed``: a prepacked schedule's weights in their packed shapes, as the kernel takes them
+    once its packing blocks are taken out (``builder.fast_build``, MetaSchedule's runner);
+    otherwise in the shapes the kernel's parameters have (the packing blocks kept)."""
     rng = np.random.default_rng(seed)
     args = []
-    for info in ms.arg_info.ArgInfo.from_prim_func(task_mod["main"]):
+    infos = (ms.arg_info.ArgInfo.from_entry_func(task_mod, remove_preproc=True) if packed
+             else ms.arg_info.ArgInfo.from_prim_func(task_mod["main"]))
+    for info in infos:
         shape, dtype = [int(d) for d in info.shape], str(info.dtype)
         value = (rng.standard_normal(shape) if dtype.startswith(("float", "bfloat"))
                  else np.zeros(shape))

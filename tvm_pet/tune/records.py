@@ -28,6 +28,9 @@ one canonical fused form; extraction and ``MetaScheduleApplyDatabase`` both rena
 ``main``, so the kernel's name in the Relax module does not matter. ``"anchor-block"`` would also
 survive a change of pipeline stage, but it keys on the conv or matmul alone and would apply a
 conv+add+relu schedule to a conv+relu kernel of the same shape, and measure the wrong thing.
+The prepacked form's tasks (:mod:`tvm_pet.tune.prepack`) are other workloads than the plain
+form's, in the same directory; :class:`OpenRecords` counts a prepacked task's plain twin's
+records as the task's (``best``, ``sources_of``).
 
 Faults (``dbfile`` has the details). MetaSchedule never writes the shared database: each task
 is tuned into a private database under ``pending/`` (``pending_database``), seeded with the task's
@@ -57,6 +60,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm_pet.errors import PetError
 from tvm_pet.io import dir_lock
 from tvm_pet.tune import dbfile
+from tvm_pet.tune.prepack import plain_twin
 from tvm_pet.tune.record_check import CHECKS_FILE, RecordChecks
 from tvm_pet.tune.shipped import shipped_records_dir
 from tvm_pet.tune.targets import compatible_dirs, target_dir
@@ -426,23 +430,28 @@ class OpenRecords:
 
     def best(self, task_mod: tvm.IRModule) -> tuple[ms.database.TuningRecord | None, bool]:
         """Return the task's fastest valid record not known to be wrong, own before borrowed,
-        and whether it is borrowed: what records a kernel has (the plan, the screen). The one it
-        is built with is :func:`tvm_pet.tune.kernels.chosen_record`'s."""
-        shash = tvm_ffi.structural_hash(task_mod)
-        for record, source in self.ranked(task_mod):
-            if not self.checks.known_wrong(shash, record):
-                return record, source is not None
+        and whether it is borrowed: what records a kernel has (the plan, the screen). A
+        prepacked task's own form's records come first, then its plain twin's
+        (:mod:`tvm_pet.tune.prepack`). The one it is built with is
+        :func:`tvm_pet.tune.kernels.chosen_record`'s."""
+        for form in _forms(task_mod):
+            shash = tvm_ffi.structural_hash(form)
+            for record, source in self.ranked(form):
+                if not self.checks.known_wrong(shash, record):
+                    return record, source is not None
         return None, False
 
     def sources_of(self, task_mod: tvm.IRModule) -> list[str | None]:
         """The sources with a record of the task not known to be wrong, in the order they are
-        read (``None`` for the target's own, else a lender's key); read off the records and
-        their verdicts, nothing checked."""
-        shash = tvm_ffi.structural_hash(task_mod)
+        read (``None`` for the target's own, else a lender's key; a prepacked task's plain
+        twin's records count as the task's); read off the records and their verdicts, nothing
+        checked."""
         found: list[str | None] = []
-        for record, source in self.ranked(task_mod):
-            if source not in found and not self.checks.known_wrong(shash, record):
-                found.append(source)
+        for form in _forms(task_mod):
+            shash = tvm_ffi.structural_hash(form)
+            for record, source in self.ranked(form):
+                if source not in found and not self.checks.known_wrong(shash, record):
+                    found.append(source)
         return found
 
     def checked_by_source(self, task_mod: tvm.IRModule, shash: int, target: tvm.target.Target
@@ -461,12 +470,18 @@ class OpenRecords:
     def ranked(self, task_mod: tvm.IRModule
                ) -> Iterator[tuple[ms.database.TuningRecord, str | None]]:
         """The task's valid records, fastest first: the target's own, then each lender's (each
-        with its source: ``None`` for the own, else the lender's key)."""
+        with its source: ``None`` for the own, else the lender's key); of this form only."""
         for source, database in ((None, self.own), *self.lent):
             if database is not None and database.has_workload(task_mod):
                 workload = database.commit_workload(task_mod)  # the existing one; writes nothing
                 for record in database.get_top_k(workload, RANKED_RECORDS):
                     yield record, source
+
+
+def _forms(task_mod: tvm.IRModule) -> list[tvm.IRModule]:
+    """The task, and a prepacked task's plain twin after it (``prepack.plain_twin``)."""
+    twin = plain_twin(task_mod)
+    return [task_mod] if twin is None else [task_mod, twin]
 
 
 def record_sources(records_dir: str | Path, target: tvm.target.Target) -> RecordSources:

@@ -190,7 +190,8 @@ class RecordsPlan:
 
 
 def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None = None,
-                 opened: records.OpenRecords | None = None) -> RecordsPlan:
+                 opened: records.OpenRecords | None = None,
+                 prepack: bool | None = None) -> RecordsPlan:
     """Look up every task of ``mod`` in the target's records, own then borrowed.
 
     Args:
@@ -199,9 +200,11 @@ def records_plan(mod: tvm.IRModule, target=None, records_dir: str | Path | None 
         records_dir: the records root or the target's directory (``None``: no records).
         opened: those records as the caller opened them (``records.costing_sources``); opened
             here when None.
+        prepack: the form of the module's kernels (``compile.prepare``); a prepacked kernel
+            has the records of its plain twin too (:mod:`tvm_pet.tune.prepack`).
     """
     target = resolve_target(target)
-    tasks = extract_tasks(mod, target)
+    tasks = extract_tasks(mod, target, prepack)
     if records_dir is None:
         return RecordsPlan(target_dir(target), "", (), len(tasks), 0, 0,
                            sum(not reduces(t) for t in tasks))

@@ -33,7 +33,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm_pet.errors import PetError
 from tvm_pet.tune import dbfile, intrinsics, records
 from tvm_pet.tune.builder import make_builder
-from tvm_pet.tune.compile import Task, extract_tasks, reduces
+from tvm_pet.tune.compile import Task, extract_tasks, prepare, reduces
 from tvm_pet.tune.targets import resolve_target, target_dir
 
 #: Trials per task of a :func:`tune_minutes` step; its first round's batches hold half of them.
@@ -88,18 +88,18 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
          max_workers: int = 2, timeout_s: float = 60.0, rpc: str | None = None,
          trials_per_iter: int = 64, builder: ms.builder.Builder | None = None,
          runner: ms.runner.Runner | None = None, progress: Callable[[str], None] | None = None,
-         database: ms.database.Database | None = None, skip: frozenset = frozenset()
-         ) -> TuneStats:
+         database: ms.database.Database | None = None, skip: frozenset = frozenset(),
+         prepack: bool | None = None) -> TuneStats:
     """Tune every task of a module with MetaSchedule, topping each task up to ``trials`` records.
 
     A task with ``trials`` records (failed and pruned ones included) is skipped, so a second
     call measures nothing; so is one whose search space ran out (``_top_up``). Records borrowed
-    from a compatible target do not count: tuning for the target itself measured 6-24 % faster
-    than borrowed ones (benchmarks/results/compatible_records_own.md). Failed candidates are
-    recorded as failures. An interrupted run keeps its records (module docstring).
+    from a compatible target do not count (tuning for the target itself measured 6-24 % faster,
+    benchmarks/results/compatible_records_own.md), nor do a prepacked task's plain twin's.
+    Failed candidates are recorded as failures; an interrupted run keeps its records.
 
     Args:
-        mod, target: a Relax module; a target or spec.
+        mod, target, prepack: a Relax module; a target or spec; its form (``compile.prepare``).
         trials: the number of records each task should have (the per-task budget).
         records_dir: the records root or the target's directory (``records.db_dir``).
         seed: the tuning seed; tasks get seeds forked from it.
@@ -120,7 +120,7 @@ def tune(mod: tvm.IRModule, target=None, trials: int = 64,
         raise PetError(f"trials={trials}: the tuning budget must be at least 1 per task")
     start = time.perf_counter()
     target = resolve_target(target)
-    tasks = extract_tasks(mod, target)
+    tasks = extract_tasks(mod, target, prepack)
     if records.recover_pending(records_dir, target) or database is None:
         database = records.open_database(records_dir, target, lazy=True)
     work_dir = records.db_dir(records_dir, target)
@@ -156,7 +156,8 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
                 trials_per_iter: int = 64,
                 progress: Callable[[str], None] | None = None,
                 progress_line: Callable[[int, int, float], str] | None = None,
-                deadline: float | None = None, first_batch: int | None = None) -> TuneStats:
+                deadline: float | None = None, first_batch: int | None = None,
+                prepack: bool | None = None) -> TuneStats:
     """Tune a whole module within ``budget`` trials in all, allocated across its tasks by
     MetaSchedule's gradient task scheduler (more trials where they save more time), and, given
     a ``deadline`` (a ``time.perf_counter()`` time), no longer than a measured batch past it.
@@ -181,6 +182,7 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
         first_batch: the trials of a kernel's first batch when it has no records, drawn at
             random (:class:`_WholeModelSearch`); None: a whole batch, by the evolutionary
             search.
+        prepack: the form of the tasks, as :func:`tune` takes it.
 
     Returns:
         ``TuneStats`` with one entry per task.
@@ -193,7 +195,8 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
     database = records.open_database(records_dir, target, lazy=True)
     work_dir = records.db_dir(records_dir, target)
     pruned, exhausted = dbfile.pruned_counts(work_dir), dbfile.exhausted(work_dir)
-    before = {task: _trials_done(task, database, pruned) for task in extract_tasks(mod, target)}
+    before = {task: _trials_done(task, database, pruned)
+              for task in extract_tasks(mod, target, prepack)}
     remaining = budget - sum(before.values())
     searchable = [task for task in before if str(task.shash) not in exhausted]
     if searchable and remaining > 0:
@@ -216,7 +219,8 @@ def tune_budget(mod: tvm.IRModule, target=None, budget: int = 1000,
 def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
                  records_dir: str | Path = records.DEFAULT_RECORDS_DIR, *, seed: int = 0,
                  step_per_task: int = STEP_PER_TASK, rpc: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> TuneStats:
+                 progress: Callable[[str], None] | None = None,
+                 prepack: bool | None = None) -> TuneStats:
     """Tune a whole module for about ``minutes``: :func:`tune_budget` in steps of at most
     ``step_per_task`` trials per task (the gradient scheduler spreads each step), until the time
     is spent or a step measures nothing (every search space exhausted). The task scheduler's
@@ -231,7 +235,8 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
 
     The minutes count this module's earlier runs on the same records
     (:class:`MinutesSpent`): a second run with the same budget measures nothing, and one with
-    a larger budget tunes for the difference.
+    a larger budget tunes for the difference. ``prepack``: the form of the tasks, as
+    :func:`tune` takes it.
 
     Returns:
         ``TuneStats`` over all steps: each task's records before the first step, and the new
@@ -241,6 +246,7 @@ def tune_minutes(mod: tvm.IRModule, target=None, minutes: float = 10.0,
         raise PetError(f"minutes={minutes}: the tuning time must be positive")
     start = time.perf_counter()
     target = resolve_target(target)
+    mod = prepare(mod, target, prepack)  # each step tunes this form
     tasks = extract_tasks(mod, target)
     work_dir = records.db_dir(records_dir, target)
     # this module's earlier runs on these records count
