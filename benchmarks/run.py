@@ -9,12 +9,20 @@
 For each model (built from code, seeded) and batch size, one child process runs
 ``tvm_pet.pipeline.optimize_model``: PET's search with the measured cost, the end-to-end
 confirmation (the optimized module is kept only when it wins beyond the noise) and the export of
-``baseline.so`` and ``optimized.so``. The child then times the three contenders interleaved,
-A B C A B C ..., each sample the mean of ``number`` calls of a wall-clock timer around the call:
+``baseline.so`` and ``optimized.so``; on a CPU it also builds ``default.so``. The child then
+times the contenders interleaved, A B C D A B C D ..., each sample the mean of ``number`` calls of
+a wall-clock timer around the call:
 
-- ``tvm``: ``baseline.so``, the original model built by TVM's pipeline with the records;
+- ``tvm_default``: ``default.so``, the original built by TVM's default pipeline with the records,
+  the weights as the model holds them (``tvm-pet optimize --tvm-default``'s baseline);
+- ``tvm``: ``baseline.so``, TVM's best build of the original with the records (on a CPU, the
+  weights prepacked into the layouts the tuned kernels read);
 - ``pet``: ``optimized.so``, what PET kept (the baseline itself when it kept the original);
-- ``onnxruntime``: the same ONNX model in onnxruntime's CPU provider.
+- ``onnxruntime``: the same ONNX model in onnxruntime's CPU provider (all graph optimizations,
+  the same threads).
+
+Each contender's share of the machine's peak FLOP/s is the model's linear FLOPs over its median
+time (:mod:`tvm_pet.tune.peak` says how the peak is computed).
 
 The tuning budget held equal is **trials per task**: both TVM and PET+TVM build with the same
 records directory. ``--quick`` uses the shipped records (32 trials per task, no new tuning);
@@ -58,7 +66,7 @@ WHOLE = [m for m in PAPER if m != "csrnet_backend"]
 TABLE3 = ["conv5x5", "dilated_conv", "two_1x1_convs", "three_matmuls"]
 #: --quick: the graphs the shipped records cover, at batch 1 (the README's table).
 QUICK = TABLE3 + ["csrnet_backend"]
-CONTENDERS = ("tvm", "pet", "onnxruntime")
+CONTENDERS = ("tvm_default", "tvm", "pet", "onnxruntime")
 #: Seconds of untimed interleaved rounds before the timed ones (``time_interleaved``).
 SETTLE_S = 2.0
 #: Models whose untuned TVM run takes seconds: timed with one call per sample.
@@ -98,15 +106,19 @@ def _child(args) -> dict:
                                 timing_processes=args.timing_processes, layout=args.layout,
                                 fast_math=args.fast_math, promising=args.promising)
         report = optimize_model(path, pathlib.Path(tmp) / "out", config, options)
+        if options.prepack and args.target.split()[0] == "llvm":
+            _build_default(path, options, pathlib.Path(tmp) / "out" / "default.so")
         rng = np.random.default_rng(0)
         feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
                  .astype(np.float32) for i in model.graph.input}
         np.savez(pathlib.Path(tmp) / "feeds.npz", **feeds)
         processes = args.timing_processes if args.target.split()[0] == "llvm" else 1
         groups, others_share = _time_row(tmp, args, processes)
-    samples = {k: [v for g in groups for v in g[k]] for k in CONTENDERS}
+    timed = [k for k in CONTENDERS if k in groups[0]]
+    samples = {k: [v for g in groups for v in g[k]] for k in timed}
     times = {k: summary(v) for k, v in samples.items()}
-    by_process = [{k: 1e3 * statistics.median(g[k]) for k in CONTENDERS} for g in groups]
+    by_process = [{k: 1e3 * statistics.median(g[k]) for k in timed} for g in groups]
+    flops = (report.get("coverage") or {}).get("linear_flops")
 
     def speedup(slow: str, fast: str) -> float:
         # within each timing process, never across: the geometric mean of their ratios
@@ -132,6 +144,15 @@ def _child(args) -> dict:
                                           if processes > 1 else None),
         "speedup_pet_vs_onnxruntime": speedup("onnxruntime", "pet"),
         "speedup_tvm_vs_onnxruntime": speedup("onnxruntime", "tvm"),
+        # TVM's best build (weights prepacked) over its default build, the same records
+        "speedup_tvm_best_vs_default": (speedup("tvm_default", "tvm") if "tvm_default" in timed
+                                        else None),
+        "build": report.get("build"),
+        # linear FLOPs (convolutions and products) of one run, and the share of the machine's
+        # peak FLOP/s each contender reaches at its median (tvm_pet.tune.peak)
+        "linear_flops": flops,
+        "peak_share": ({k: _peak(args.target).share(flops, times[k]["median"] / 1e3)
+                        for k in timed} if flops and args.target.split()[0] == "llvm" else None),
         "max_abs_err": report["max_abs_err"],
         "max_abs_err_vs_onnxruntime": report["max_abs_err_vs_onnxruntime"],
         "search_time_s": report["search_time_s"], "tuning_time_s": report["tuning_time_s"],
@@ -150,6 +171,26 @@ def _child(args) -> dict:
     }
 
 
+def _build_default(path: pathlib.Path, options, out: pathlib.Path) -> None:
+    """TVM's default build of the original (no weight prepacking: ``tvm-pet optimize
+    --tvm-default``'s baseline) from the same records, exported to ``out``."""
+    import dataclasses
+
+    from tvm_pet.pipeline.optimize import load_model, toolchain_for
+    default = dataclasses.replace(options, prepack=False)
+    loaded = load_model(path, default)
+    toolchain, _ = toolchain_for(loaded, default, None)
+    toolchain.export(toolchain.build(toolchain.lower(loaded.program)), str(out))
+
+
+def _peak(target: str):
+    """The machine's peak at the target's cores (:func:`tvm_pet.tune.peak.machine_peak`)."""
+    from tvm_pet.tune.peak import machine_peak
+    from tvm_pet.tune.targets import resolve_target
+    cores = resolve_target(target).attrs.get("num-cores")
+    return machine_peak(None if cores is None else int(cores))
+
+
 def _time_row(folder: str, args, processes: int) -> tuple[list[dict], float | None]:
     """Time the row in ``folder``: each process's samples (:func:`time_contenders`, in
     ``processes`` fresh processes or in this one), and the share of the CPU other processes used
@@ -165,7 +206,7 @@ def _time_row(folder: str, args, processes: int) -> tuple[list[dict], float | No
 
 
 def time_contenders(folder: str, target: str, rounds: int, number: int) -> dict[str, list]:
-    """Time the three contenders of the row in ``folder`` (``model.onnx``, ``feeds.npz``,
+    """Time the contenders of the row in ``folder`` (``model.onnx``, ``feeds.npz``,
     ``out/baseline.so`` and ``out/optimized.so``) interleaved in this process."""
     import numpy as np
     import onnxruntime as ort
@@ -179,16 +220,21 @@ def time_contenders(folder: str, target: str, rounds: int, number: int) -> dict[
         feeds = {name: npz[name] for name in npz.files}
     args_tvm = [tvm.runtime.tensor(v, device) for v in feeds.values()]
     vms = {k: relax.VirtualMachine(tvm.runtime.load_module(str(folder / "out" / f)), device)
-           for k, f in (("tvm", "baseline.so"), ("pet", "optimized.so"))}
+           for k, f in (("tvm_default", "default.so"), ("tvm", "baseline.so"),
+                        ("pet", "optimized.so")) if (folder / "out" / f).exists()}
     options_ort = ort.SessionOptions()
     # onnxruntime's idle threads spin after a run by default and would steal the next
     # contender's cores on this 2-core machine
     options_ort.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options_ort.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if on_cpu:  # the threads TVM's build runs on
+        from tvm_pet.tune.targets import resolve_target
+        cores = resolve_target(target).attrs.get("num-cores")
+        options_ort.intra_op_num_threads = int(cores) if cores else 0
     session = ort.InferenceSession(str(folder / "model.onnx"), options_ort,
                                    providers=["CPUExecutionProvider"])
-    calls = {"tvm": lambda: vms["tvm"]["main"](*args_tvm),
-             "pet": lambda: vms["pet"]["main"](*args_tvm),
-             "onnxruntime": lambda: session.run(None, feeds)}
+    calls = {k: (lambda vm=vm: vm["main"](*args_tvm)) for k, vm in vms.items()}
+    calls["onnxruntime"] = lambda: session.run(None, feeds)
     if not on_cpu:  # GPU calls are asynchronous: wait for each
         calls = {k: (lambda f=f: (f(), device.sync())) for k, f in calls.items()}
     return time_interleaved(calls, rounds, number)
@@ -293,7 +339,10 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
         "target": run["target"], "run": run,
         "machine": _machine(run["target"]),
         "budget_held_equal": budget_words(run, ok),
-        "timing": f"{run['rounds']} interleaved rounds of tvm, pet, onnxruntime, the order "
+        "peak": (_peak(run["target"]).describe() if run["target"].split()[0] == "llvm"
+                 else None),
+        "timing": f"{run['rounds']} interleaved rounds of TVM default, TVM best, PET + TVM best "
+                  f"and onnxruntime, the order "
                   f"rotating every round, after {SETTLE_S:.0f} s of untimed rounds; each sample "
                   f"the mean of {run['number']} calls (1 for the slow models); wall-clock timer"
                   + (f"; the rounds spread over {run['timing_processes']} fresh processes (a "
@@ -362,27 +411,33 @@ def _machine(target: str) -> str:
 
 
 def markdown(rows: list[dict], result: dict) -> str:
-    lines = ["| model | batch | kept | TVM ms | PET+TVM ms | onnxruntime ms | PET / TVM | "
-             "PET / onnxruntime | search s | tuning s | peak MB | max abs err (orig / ort) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | batch | kept | TVM default ms | TVM best ms | PET + TVM best ms | "
+             "onnxruntime ms | best / default | PET / TVM best | PET / onnxruntime | "
+             "% of peak (default, best, PET, ort) | search s | tuning s | max abs err "
+             "(orig / ort) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['batch']} | failed: {r['error'][:80]} |"
-                         + " |" * 9)
+                         + " |" * 11)
             continue
         t = r["times_ms"]
-        cell = {k: f"{t[k]['median']:.2f} [{t[k]['min']:.2f}–{t[k]['max']:.2f}]"
-                for k in CONTENDERS}
+        cell = {k: (f"{t[k]['median']:.2f} [{t[k]['min']:.2f}–{t[k]['max']:.2f}]"
+                    if k in t else "–") for k in CONTENDERS}
+        best = r.get("speedup_tvm_best_vs_default")
         lines.append(
-            f"| {r['model']} | {r['batch']} | {kept(r)} | {cell['tvm']} | {cell['pet']} "
-            f"| {cell['onnxruntime']} | {pet_vs_tvm(r)} "
-            f"| ×{r['speedup_pet_vs_onnxruntime']:.3f} | {r['search_time_s']:.1f} "
-            f"| {r['tuning_time_s']:.1f} | {r['peak_rss_mb']:.0f} "
+            f"| {r['model']} | {r['batch']} | {kept(r)} | {cell['tvm_default']} | {cell['tvm']} "
+            f"| {cell['pet']} | {cell['onnxruntime']} | "
+            f"{'–' if best is None else f'×{best:.3f}'} | {pet_vs_tvm(r)} "
+            f"| ×{r['speedup_pet_vs_onnxruntime']:.3f} | {peak_cell(r)} "
+            f"| {r['search_time_s']:.1f} | {r['tuning_time_s']:.1f} "
             f"| {r['max_abs_err']:.1e} / {r['max_abs_err_vs_onnxruntime']:.1e} |")
     geo = result["table3_geomean_pet_vs_tvm"]
     lines += ["", f"Target {result['target']}; budget held equal: {result['budget_held_equal']}; "
               f"{result['timing']}. Times are median [min–max]."]
     lines += [f"Kept or not: {result['decision']}."] if result.get("decision") else []
+    lines += [f"Peak: {result['peak']}; a share is the row's linear FLOPs (convolutions and "
+              "products) over its median time."] if result.get("peak") else []
     # where rows were rerun into this run (--update), the budget line above is the first run's
     # (its records folder, say); what each later run changed is its note
     lines += [f"Run notes: {result['run']['note']}"] if result.get("run", {}).get("note") else []
@@ -409,6 +464,14 @@ def markdown(rows: list[dict], result: dict) -> str:
         lines.append(f"Table-3 geo-mean PET / TVM: ×{geo:.3f} (×1 where the original was kept; "
                      f"geo-mean of the measured ratios ×{result['table3_geomean_measured_ratios']:.3f}).")
     return "\n".join(lines) + "\n"
+
+
+def peak_cell(row: dict) -> str:
+    """The shares of the machine's peak FLOP/s the row's contenders reach, in percent."""
+    shares = row.get("peak_share")
+    if not shares:
+        return "–"
+    return ", ".join(f"{100 * shares[k]:.0f}" if k in shares else "–" for k in CONTENDERS)
 
 
 def kept(row: dict) -> str:

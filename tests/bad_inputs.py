@@ -1,7 +1,7 @@
 """Bad input at tvm_pet's three entry points: a clear error or an unchanged pass-through, never a
 crash or a hang.
 
-The inputs (issue 6, item 3): a corrupt ONNX file, an unsupported operator, dynamic or symbolic
+The inputs: a corrupt ONNX file, an unsupported operator, dynamic or symbolic
 dimensions, zero-size dimensions, mismatched ``verify`` pairs, non-float32 dtypes and huge shapes.
 The entry points:
 
@@ -375,7 +375,7 @@ CASES: tuple[Case, ...] = (
     Case("corrupt/api-optimize", "api", _raises(_optimize_model(
         lambda t: corrupt_model(t / "cut.onnx")), ModelError, "cut.onnx", "not a valid")),
     # an unsupported operator
-    # an operator PET cannot lift: optimize takes TVM's import and leaves it opaque (issue 12)
+    # an operator PET cannot lift: optimize takes TVM's import and leaves it opaque
     Case("unsupported-op/cli-optimize", "cli", _goes_through(_optimize_argv(unsupported_model))),
     Case("unsupported-op/api-optimize", "api", _goes_through(
         _optimize_model(lambda t: unsupported_model()))),

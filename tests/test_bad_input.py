@@ -13,7 +13,7 @@ from tvm_pet.verify.limits import MAX_TENSOR_ELEMENTS  # noqa: E402
 
 NEW = [c for c in CASES if c.covered_by is None]
 EXPECTED = {"cli": "clear_error", "api": "clear_error", "pass": "passed_through"}
-#: Cases whose model TVM imports and runs: optimize takes them through (issue 12), the
+#: Cases whose model TVM imports and runs: optimize takes them through, the
 #: operator PET cannot lift left opaque.
 GOES_THROUGH = {"unsupported-op/cli-optimize", "unsupported-op/api-optimize"}
 

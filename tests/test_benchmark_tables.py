@@ -310,3 +310,25 @@ def test_process_speeds_feeds_each_model_input_seeded_standard_normal_values():
         assert x.dtype == np.float32
         assert list(x.shape) == [d.dim_value for d in i.type.tensor_type.shape.dim]
         assert np.array_equal(x, again[i.name]) and x.std() > 0.5
+
+
+def test_the_table_has_tvms_default_and_best_builds_and_each_ones_share_of_the_peak(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "plot", lambda rows, path: None)
+    monkeypatch.setattr(run, "_peak", lambda target: run_peak(100.0))
+    row = _row("conv5x5", "optimized", 1.25, tvm_ms=4.0)
+    row["times_ms"]["tvm_default"] = {"median": 5.0, "min": 5.0, "max": 5.0, "samples": [5.0]}
+    row["speedup_tvm_best_vs_default"] = 1.25
+    row["peak_share"] = {"tvm_default": 0.2, "tvm": 0.25, "pet": 0.3125, "onnxruntime": 1.0}
+    old = _row("dilated_conv", "original", 1.0)  # a row of a run before the default column
+    text = run.write_results([row, old], RUN, tmp_path).with_suffix(".md").read_text()
+    assert ("| conv5x5 | 1 | optimized | 5.00 [5.00–5.00] | 4.00 [4.00–4.00] | 3.20 [3.20–3.20] "
+            "| 1.00 [1.00–1.00] | ×1.250 | ×1.250 |") in text
+    assert "| 20, 25, 31, 100 |" in text
+    assert "| dilated_conv | 1 | original | – | 10.00 [10.00–10.00] |" in text
+    assert "Peak: 100 GFLOP/s" in text
+
+
+def run_peak(gflops: float):
+    from tvm_pet.tune.peak import Peak
+    return Peak(1, gflops / 64, 64, "a test CPU")

@@ -525,7 +525,7 @@ print("imported without tvm")
 
 
 def test_no_function_in_the_package_is_much_longer_than_60_lines():
-    """Issue 11's bar: a function that reads as one idea. Docstrings count, so allow a little."""
+    """A function reads as one idea. Docstrings count, so allow a little."""
     root = pathlib.Path(__file__).resolve().parents[1] / "tvm_pet"
     long = []
     for path in sorted(root.rglob("*.py")):

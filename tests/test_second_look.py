@@ -1,5 +1,5 @@
-"""Close calls are looked at again before a mutant replaces the original (issue 4: "a second seed
-or a larger budget when the decision is close"). The timings (and tuning) are scripted by a
+"""Close calls are looked at again before a mutant replaces the original (a second seed
+or a larger budget when the decision is close). The timings (and tuning) are scripted by a
 toolchain that overrides TVM's ``time`` (and ``tune``), so that the decision path is exercised
 exactly; the search, build and output checks are real."""
 import dataclasses

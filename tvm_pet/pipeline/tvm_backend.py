@@ -38,7 +38,7 @@ from tvm_pet.relax.onnx_outside import outside_prelude
 from tvm_pet.tune.compile import apply_records, build_applied, extract_tasks
 from tvm_pet.tune.contention import CpuWatch
 from tvm_pet.tune.measured_cost import MeasuredCost, kernel_change
-from tvm_pet.tune.prepack import prepacks
+from tvm_pet.tune.prepack import fold_packing, prepacks
 from tvm_pet.tune.process_timing import time_in_processes
 from tvm_pet.tune.records import costing_sources, default_records_dir
 from tvm_pet.tune.records_plan import RecordsPlan, records_plan
@@ -200,6 +200,14 @@ class TVMToolchain:
             raise
         except Exception as e:  # TVM's own error types: its code generation failed
             raise KernelBuildError.compiling(self.target.kind.name, e) from None
+
+    def compiled_form(self, module: tvm.IRModule) -> tvm.IRModule:
+        """``module`` as ``tvm.compile(mod, target)`` takes it after a tuning pipeline:
+        prepared, the records' schedules applied, and a prepacked module's weights packed into
+        constants (:func:`~tvm_pet.tune.prepack.fold_packing`)."""
+        applied, _ = self._apply(module)
+        with self.target, tvm.transform.PassContext(opt_level=3):
+            return fold_packing(applied)
 
     def _apply(self, module: tvm.IRModule) -> tuple[tvm.IRModule, tuple[int, int]]:
         """The module with the records applied, and ``(kernels, kernels scheduled)``."""
