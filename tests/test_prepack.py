@@ -147,13 +147,15 @@ def test_the_prepacked_build_applies_the_shipped_records_and_computes_the_same(n
     np.testing.assert_allclose(outputs[True], reference, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.skipif(not dbfile.has_database(SHIPPED / target_dir(TARGET)),
-                    reason=f"no shipped records for target {target_dir(TARGET)}")
-def test_a_prepacked_kernel_is_costed_with_its_plain_twins_record_and_time():
-    mod = program_to_module(import_model(build_model("conv5x5")))
-    opened, cache = record_sources(SHIPPED, TARGET).open(), UntunedTimes()  # times in memory
-    plain = kernel_times(mod, TARGET, SHIPPED, cache=cache, database=opened)
-    packed = kernel_times(mod, TARGET, SHIPPED, cache=cache, database=opened, prepack=True)
+def test_a_prepacked_kernel_is_costed_with_its_plain_twins_record_and_time(tmp_path):
+    """With records of its plain form only, a prepacked kernel is costed with its twin's record,
+    measured once for both forms."""
+    mod = matmul_module(8, 8, 8)
+    (plain_task,) = extract_tasks(mod, TARGET)
+    write_records(db_dir(tmp_path, TARGET), [plain_task.mod], per_task=1, valid=True)
+    opened, cache = RecordSources(db_dir(tmp_path, TARGET)).open(), UntunedTimes()
+    plain = kernel_times(mod, TARGET, tmp_path, cache=cache, database=opened)
+    packed = kernel_times(mod, TARGET, tmp_path, cache=cache, database=opened, prepack=True)
     assert [t.source for t in packed] == [t.source for t in plain] != ["untuned"]
     assert [t.seconds for t in packed] == [t.seconds for t in plain]  # measured once
     assert [t.shash for t in packed] != [t.shash for t in plain]
