@@ -4,13 +4,13 @@ beside it, every flag still taking the values it took, a summary of a few lines 
 import dataclasses
 import importlib
 import json
-import pathlib
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.test_pipeline import FakeToolchain
 from tvm_pet.cli import _driver_options, _search_config, build_parser, main
 
 # ------------------------------------------------------------------------------------ --help
@@ -203,20 +203,10 @@ class Executable:
     program: object
 
 
-class PetWins:
-    """A toolchain without TVM's kernels: a module is the program, an executable runs on the
-    NumPy interpreter, every kernel has records, and PET's program times x1.2 faster in one
-    timing process and x1.3 in the other."""
-
-    target_name = "fake"
-    build_name = "fake build"
-    records_dir = "fake-records"
-
-    def with_lowering(self, lower):
-        return self
-
-    def lower(self, program):
-        return program
+class PetWins(FakeToolchain):
+    """The pipeline tests' fake toolchain (no TVM: a module is the program, an executable runs
+    on the NumPy interpreter), with records for every kernel, and PET's program timed x1.2
+    faster in one timing process and x1.3 in the other."""
 
     def kernel_records(self, module):
         return len(module.nodes), len(module.nodes)
@@ -226,30 +216,12 @@ class PetWins:
         n = len(module.nodes)
         return RecordsPlan("fake", "fake-records", ("other",), n, n - 1, 1)
 
-    def coverage(self, program, searched):
-        return {}
-
     def build(self, module):
         return Executable(module)
 
     def time(self, executables, inputs, *, rounds, number, repeat):
         return {"baseline": Timing((_process(1.2e-3), _process(1.3e-3))),
                 "optimized": Timing((_process(1e-3), _process(1e-3)))}
-
-    def run(self, executable, inputs):
-        from tvm_pet.verify.interpreter import evaluate
-        program = executable.program
-        outputs = evaluate(program, {t.name: x for t, x in zip(program.inputs, inputs)})
-        return [outputs[name] for name in program.outputs]
-
-    def export(self, executable, path):
-        pathlib.Path(path).write_text("a fake executable\n")
-
-    def script(self, module):
-        return f"# {len(module.nodes)} nodes\n"
-
-    def onnx_prelude(self, program, opset):
-        return None
 
 
 @pytest.fixture
