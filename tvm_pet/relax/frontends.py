@@ -48,6 +48,7 @@ from tvm_pet.ir.node import Program
 from tvm_pet.relax.adapter import Lifted, from_relax, region_to_module, to_relax
 from tvm_pet.relax.onnx_prepare import (dynamic_shape_cause, fold_shape_computations,
                                         mend_onnx_model, set_input_shapes)
+from tvm_pet.relax.relax_types import known_shape
 from tvm_pet.relax.rewrites import LAYOUTS, REWRITES, convert_layout, fast_math, tvm_rewrites
 
 #: The TVM frontend used for each kind of model, in words for the report.
@@ -241,19 +242,10 @@ def _unknown_shape(module: tvm.IRModule) -> str | None:
     for block in getattr(main.body, "blocks", ()):
         for binding in block.bindings:
             ty = binding.var.ty
-            if isinstance(ty, relax.TensorType) and not _static(ty):
+            if isinstance(ty, relax.TensorType) and known_shape(ty) is None:
                 op = getattr(getattr(binding.value, "op", None), "name", None)
                 return f"{binding.var.name!r}" + (f" ({op})" if op else "")
     return None
-
-
-def _static(ty: relax.TensorType) -> bool:
-    if ty.shape is None:
-        return False
-    try:
-        return all(isinstance(int(d), int) for d in ty.shape)
-    except TypeError:
-        return False
 
 
 def _shape_error(onnx_model, name: str, binding: str | None = None) -> ModelError | None:

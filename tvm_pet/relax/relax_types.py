@@ -18,16 +18,25 @@ def ints(values) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
 
+def known_shape(ty) -> Shape | None:
+    """A tensor type's shape where every dimension is a known integer; None where the shape is
+    unknown or symbolic."""
+    if ty.shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape)
+    except TypeError:
+        return None
+
+
 def static_shape(ty, what: str) -> Shape:
     """The static shape of a tensor type; ShapeError for symbolic or unknown shapes."""
     if ty.shape is None:
         raise ShapeError(f"{what} has no known shape ({ty}); tvm_pet needs static shapes")
-    try:
-        shape = tuple(int(d) for d in ty.shape)
-    except TypeError:
+    shape = known_shape(ty)
+    if shape is None:
         raise ShapeError(f"{what} has the symbolic shape {ty.shape}; tvm_pet needs static shapes "
-                         f"(bind the symbolic dims first, e.g. relax.transform.BindSymbolicVars)"
-                         ) from None
+                         f"(bind the symbolic dims first, e.g. relax.transform.BindSymbolicVars)")
     if any(d < 1 for d in shape):
         raise ShapeError(f"{what} has the zero-size shape {list(shape)}")
     return shape

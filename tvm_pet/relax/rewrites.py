@@ -58,6 +58,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from tvm_pet.relax.relax_types import known_shape
+
 #: The rewrites, in the order they run (the table above): those that need the weights as
 #: constants, then those that need them as parameters.
 ON_CONSTANTS = ("CanonicalizeBindings", "EliminateCommonSubexpr", "FoldBatchnormToConv2D",
@@ -258,11 +260,8 @@ def _fold(call: relax.Call, args: list) -> np.ndarray | None:
     :data:`_NUMPY_MOVES` and ``take`` at indices in range. (``FoldConstant`` leaves ``arange``
     and ``full`` as they are, their arguments not being tensors; so does this.)"""
     name, out = call.op.name, call.ty
-    if not isinstance(out, relax.TensorType) or out.shape is None:
-        return None
-    try:
-        shape = tuple(int(d) for d in out.shape.values)
-    except TypeError:  # a symbolic dimension
+    shape = known_shape(out) if isinstance(out, relax.TensorType) else None
+    if shape is None:  # unknown, or a symbolic dimension
         return None
     dtype = str(out.dtype)
     if name in _NUMPY_MOVES or name == "relax.take":  # a shape, axes or indices beside it
