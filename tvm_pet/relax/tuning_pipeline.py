@@ -36,7 +36,7 @@ NAME = "pet_tuning"
 def tuning_pipeline(total_trials: int, target, work_dir: str = "tuning_logs",
                     cpu_weight_prepack: bool = True, max_trials_per_task: int | None = None,
                     config: SearchConfig | None = None, time_limit: float | None = None,
-                    **options) -> tvm.transform.Pass:
+                    **more) -> tvm.transform.Pass:
     """PET with measured costs and MetaSchedule tuning, as a Relax pass.
 
     Args:
@@ -54,7 +54,7 @@ def tuning_pipeline(total_trials: int, target, work_dir: str = "tuning_logs",
         config: the search's budgets (default :class:`SearchConfig`).
         time_limit: seconds for the search and the end-to-end timing, tuning not counted
             (default: no limit).
-        **options: any other field of :class:`~tvm_pet.pipeline.options.DriverOptions`, e.g.
+        **more: any other field of :class:`~tvm_pet.pipeline.options.DriverOptions`, e.g.
             ``timing_processes=1`` or ``seed=1``.
 
     Returns:
@@ -67,7 +67,7 @@ def tuning_pipeline(total_trials: int, target, work_dir: str = "tuning_logs",
         target=str(target), records_dir=str(work_dir), prepack=cpu_weight_prepack,
         trials=max_trials_per_task if per_task else 0,
         budget=None if per_task else WholeBudget(trials=int(total_trials)),
-        time_limit=time_limit, **options)
+        time_limit=time_limit, **more)
 
     @tvm.transform.module_pass(opt_level=0, name="PetTuning")
     def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:

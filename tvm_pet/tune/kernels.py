@@ -119,10 +119,9 @@ def task_times(tasks: Sequence[Task], target, records_dir: str | Path | None = N
     opened = records.OpenRecords.of(database)
     times = []
     for task in tasks:
-        record, lender = chosen_record(opened, task, target, cache, repeat=repeat,
-                                       measure_untuned=measure)
+        timed, lender, record = _chosen(opened, task, target, cache, measure, repeat)
         source = "untuned" if record is None else "borrowed" if lender else "tuned"
-        seconds = _time(timed_as(task, record), record, lender, target, cache, measure, repeat)
+        seconds = _time(timed, record, lender, target, cache, measure, repeat)
         times.append(KernelTime(task.name, task.weight, seconds, source, task.shash))
     return times
 
@@ -147,14 +146,24 @@ def chosen_record(opened: records.OpenRecords, task: Task, target,
     (benchmarks/results/compatible_records_haswell_own32*.md); nor is one lender's for a target
     that borrows from two (a 4-core AVX2 target reads the Skylake and the Haswell records); nor
     a prepacked record beside its plain twin's tuned with more trials."""
+    _, source, record = _chosen(opened, task, target, cache,
+                                measure_untuned or measure_primfunc, repeat)
+    return record, source
+
+
+def _chosen(opened: records.OpenRecords, task: Task, target, cache: records.UntunedTimes,
+            measure: Callable[..., float], repeat: int
+            ) -> tuple[Task, str | None, ms.database.TuningRecord | None]:
+    """:func:`chosen_record` as ``(the task its kernel is timed as, source, record)``: the
+    record's form, or for an untuned kernel the plain twin (:func:`timed_as`)."""
     found = _checked_records(opened, task, target)
-    if len(found) < 2:
-        return (found[0][2], found[0][1]) if found else (None, None)
-    measure = measure_untuned or measure_primfunc
+    if not found:
+        return timed_as(task), None, None
+    if len(found) == 1:
+        return found[0]
     seconds = [_time(timed, record, source, target, cache, measure, repeat)
                for timed, source, record in found]
-    fastest = seconds.index(min(seconds))  # the first of equals
-    return found[fastest][2], found[fastest][1]
+    return found[seconds.index(min(seconds))]  # the first of equals
 
 
 def _checked_records(opened: records.OpenRecords, task: Task, target
