@@ -124,7 +124,10 @@ def _child(args) -> dict:
         # within each timing process, never across: the geometric mean of their ratios
         return geomean([p[slow] / p[fast] for p in by_process])
     return {
-        "model": args.one, "batch": args.batch, "target": args.target, "layout": args.layout,
+        "model": args.one, "batch": args.batch, "target": args.target,
+        # the layout both sides were built in (with auto: chosen by timing the original)
+        "layout": (report.get("layout") or {}).get("layout", args.layout),
+        "layout_choice": report.get("layout"),
         "fast_math": args.fast_math,
         "target_detail": report["target"],
         "kept": report["kept"], "decision_rule": report["decision_rule"],
@@ -177,7 +180,7 @@ def _build_default(path: pathlib.Path, options, out: pathlib.Path) -> None:
     import dataclasses
 
     from tvm_pet.pipeline.optimize import load_model, toolchain_for
-    default = dataclasses.replace(options, prepack=False)
+    default = dataclasses.replace(options, prepack=False, layout="NCHW")
     loaded = load_model(path, default)
     toolchain, _ = toolchain_for(loaded, default, None)
     toolchain.export(toolchain.build(toolchain.lower(loaded.program)), str(out))
@@ -327,7 +330,7 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path) -> pathlib
     """
     ok = [r for r in rows if "error" not in r]
     stem = (run["target"].split()[0] + ("-quick" if run["quick"] else "")
-            + ("-" + run["layout"].lower() if run.get("layout", "NCHW") != "NCHW" else "")
+            + ("-" + run["layout"].lower() if run.get("layout", "auto") != "auto" else "")
             + ("-fastmath" if run.get("fast_math") else "")
             + ("-winograd" if run.get("winograd") else "")
             + ("-im2col" if run.get("im2col") else ""))
@@ -380,9 +383,12 @@ def budget_words(run: dict, rows: list[dict]) -> str:
              if second and run["trials"] else "")
     where = (f"the records in {run['records']}" if run.get("records")
              else "the shipped records" if run["quick"] else "the records of tuning_logs/")
-    if run.get("layout", "NCHW") != "NCHW":
-        where += (f", both sides' convolutions in {run['layout']} (TVM's ConvertLayout on the "
-                  "original and on PET's candidates)")
+    if run.get("layout", "auto") != "auto":
+        where += (f", both sides' convolutions in {run['layout']} as asked (TVM's ConvertLayout "
+                  "on the original and on PET's candidates)")
+    else:
+        where += (", both sides' convolutions in the layout (NCHW or NHWC) that timed faster "
+                  "on the tuned original (optimize --layout auto)")
     if run.get("fast_math"):
         where += (", both sides lowered with TVM's FastMathTransform (fast erf, exp, tanh and "
                   "softmax)")
@@ -411,22 +417,23 @@ def _machine(target: str) -> str:
 
 
 def markdown(rows: list[dict], result: dict) -> str:
-    lines = ["| model | batch | kept | TVM default ms | TVM best ms | PET + TVM best ms | "
+    lines = ["| model | batch | kept | layout | TVM default ms | TVM best ms | PET + TVM best ms | "
              "onnxruntime ms | best / default | PET / TVM best | PET / onnxruntime | "
              "% of peak (default, best, PET, ort) | search s | tuning s | max abs err "
              "(orig / ort) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['batch']} | failed: {r['error'][:80]} |"
-                         + " |" * 11)
+                         + " |" * 12)
             continue
         t = r["times_ms"]
         cell = {k: (f"{t[k]['median']:.2f} [{t[k]['min']:.2f}–{t[k]['max']:.2f}]"
                     if k in t else "–") for k in CONTENDERS}
         best = r.get("speedup_tvm_best_vs_default")
         lines.append(
-            f"| {r['model']} | {r['batch']} | {kept(r)} | {cell['tvm_default']} | {cell['tvm']} "
+            f"| {r['model']} | {r['batch']} | {kept(r)} | {layout_cell(r)} "
+            f"| {cell['tvm_default']} | {cell['tvm']} "
             f"| {cell['pet']} | {cell['onnxruntime']} | "
             f"{'–' if best is None else f'×{best:.3f}'} | {pet_vs_tvm(r)} "
             f"| ×{r['speedup_pet_vs_onnxruntime']:.3f} | {peak_cell(r)} "
@@ -456,6 +463,7 @@ def markdown(rows: list[dict], result: dict) -> str:
     for r in reported:
         lines.append(f"- {r['model']} (batch {r['batch']}): {r['records_plan']}; "
                      f"{r.get('kernels') or ''}")
+    lines += aims_lines(rows)
     if result.get("models_geomean_pet_vs_tvm") is not None:
         lines.append(f"Geo-mean PET / TVM over the five whole models ({', '.join(WHOLE)}): "
                      f"×{result['models_geomean_pet_vs_tvm']:.3f} (×1 where the original was "
@@ -464,6 +472,38 @@ def markdown(rows: list[dict], result: dict) -> str:
         lines.append(f"Table-3 geo-mean PET / TVM: ×{geo:.3f} (×1 where the original was kept; "
                      f"geo-mean of the measured ratios ×{result['table3_geomean_measured_ratios']:.3f}).")
     return "\n".join(lines) + "\n"
+
+
+def layout_cell(row: dict) -> str:
+    """The layout both sides were built in, with NCHW's time over NHWC's where both were timed
+    (``optimize --layout auto``)."""
+    choice = row.get("layout_choice") or {}
+    ratio = choice.get("nchw_over_nhwc")
+    return row.get("layout", "NCHW") + ("" if ratio is None else f" (NCHW/NHWC ×{ratio:.2f})")
+
+
+def aims_lines(rows: list[dict]) -> list[str]:
+    """The best build's aims over the five whole models at batch 1, as measured: TVM best over
+    TVM default (geo-mean, aim ×1.3), PET + TVM best over onnxruntime (each within ×1.3, ahead
+    on one), PET + TVM best over TVM best (geo-mean, aim ×1.05)."""
+    whole = [r for r in rows if "error" not in r and r["model"] in WHOLE and r["batch"] == 1]
+    if not whole:
+        return []
+    names = ", ".join(r["model"] for r in whole)
+    of_five = "" if len(whole) == len(WHOLE) else f" (only {len(whole)} of the five: {names})"
+    best = [r["speedup_tvm_best_vs_default"] for r in whole
+            if r.get("speedup_tvm_best_vs_default")]
+    ort = {r["model"]: r["speedup_pet_vs_onnxruntime"] for r in whole}
+    pet = [counted_speedup(r) for r in whole]
+    lines = ["", f"Aims of the best build, measured{of_five}:"]
+    if best:
+        lines.append(f"- TVM best / TVM default, geo-mean ×{geomean(best):.3f} (aim ≥ ×1.3)")
+    lines.append("- PET + TVM best / onnxruntime: " + ", ".join(
+        f"{m} ×{x:.3f}" for m, x in ort.items())
+        + f" (aim: each ≥ ×{1 / 1.3:.3f}, at least one > ×1)")
+    lines.append(f"- PET + TVM best / TVM best, geo-mean ×{geomean(pet):.3f} (aim ≥ ×1.05; ×1 "
+                 "where the original was kept)")
+    return lines
 
 
 def peak_cell(row: dict) -> str:
@@ -560,8 +600,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0,
                         help="the tuning seed of both sides (default 0): several seeds give "
                              "several independent tunings of one model on fresh records")
-    parser.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
-                        help="the convolutions' layout on both sides (optimize --layout)")
+    parser.add_argument("--layout", choices=("auto", "NCHW", "NHWC"), default="auto",
+                        help="the convolutions' layout on both sides (optimize --layout; auto: "
+                             "the faster on the tuned original)")
     parser.add_argument("--fast-math", action="store_true",
                         help="TVM's FastMathTransform on both sides (optimize --fast-math)")
     parser.add_argument("--winograd", action="store_true",

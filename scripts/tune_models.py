@@ -1,6 +1,7 @@
 """Tune whole models into the shipped records, one task at a time, for long background runs.
 
-    nohup python scripts/tune_models.py --models resnet18,csrnet --trials 32 > tune.log 2>&1 &
+    nohup python scripts/tune_models.py --models resnet18,csrnet --layouts NCHW,NHWC --trials 64 \
+        > tune.log 2>&1 &
 
 Each model is built from code (seeded) and loaded as ``tvm-pet optimize`` loads it: TVM's ONNX
 frontend and TVM's own graph rewrites (:func:`tvm_pet.relax.rewrites.tvm_rewrites`), lowered as
@@ -36,6 +37,9 @@ def main() -> int:
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--records", default=str(ROOT / "tvm_pet" / "tuning_logs"))
     parser.add_argument("--keep", type=int, default=4, help="records kept per workload")
+    parser.add_argument("--layouts", default="NCHW",
+                        help="comma-separated convolution layouts to tune each model in "
+                             "(NCHW, NHWC; default NCHW)")
     parser.add_argument("--tvm-default", action="store_true",
                         help="tune the kernels of TVM's default build (default: the prepacked "
                              "ones optimize builds, tvm_pet.tune.prepack)")
@@ -52,10 +56,12 @@ def main() -> int:
     from check_records import check
 
     target = resolve_target(args.target)
-    options = DriverOptions(target=args.target, prepack=not args.tvm_default)
-    for name in args.models.split(","):
+    jobs = [(name, layout) for name in args.models.split(",")
+            for layout in args.layouts.split(",")]
+    for name, layout in jobs:
+        options = DriverOptions(target=args.target, prepack=not args.tvm_default, layout=layout)
         start = time.perf_counter()
-        print(f"== {name}: importing", flush=True)
+        print(f"== {name} ({layout}): importing", flush=True)
         # the original's module as optimize builds it: TVM's import with its rewrites, or, where
         # tvm_pet's lowering of the unchanged model gives other kernels, that lowering
         # (tvm_pet.pipeline.baseline; for ResNet3D-18, records tuned on the import's kernels
@@ -71,7 +77,7 @@ def main() -> int:
         work_dir = db_dir(args.records, target)
         wrong = check(work_dir, target, drop=True)
         dropped = dbfile.prune(work_dir, keep=args.keep)
-        print(f"== {name}: {stats.tasks} tasks, {stats.new_trials} new trials, "
+        print(f"== {name} ({layout}): {stats.tasks} tasks, {stats.new_trials} new trials, "
               f"{time.perf_counter() - start:.0f} s; {len(wrong)} wrong records dropped, "
               f"pruned {dropped}", flush=True)
     return 0

@@ -322,11 +322,31 @@ def test_the_table_has_tvms_default_and_best_builds_and_each_ones_share_of_the_p
     row["peak_share"] = {"tvm_default": 0.2, "tvm": 0.25, "pet": 0.3125, "onnxruntime": 1.0}
     old = _row("dilated_conv", "original", 1.0)  # a row of a run before the default column
     text = run.write_results([row, old], RUN, tmp_path).with_suffix(".md").read_text()
-    assert ("| conv5x5 | 1 | optimized | 5.00 [5.00–5.00] | 4.00 [4.00–4.00] | 3.20 [3.20–3.20] "
-            "| 1.00 [1.00–1.00] | ×1.250 | ×1.250 |") in text
+    assert ("| conv5x5 | 1 | optimized | NCHW | 5.00 [5.00–5.00] | 4.00 [4.00–4.00] "
+            "| 3.20 [3.20–3.20] | 1.00 [1.00–1.00] | ×1.250 | ×1.250 |") in text
     assert "| 20, 25, 31, 100 |" in text
-    assert "| dilated_conv | 1 | original | – | 10.00 [10.00–10.00] |" in text
+    assert "| dilated_conv | 1 | original | NCHW | – | 10.00 [10.00–10.00] |" in text
     assert "Peak: 100 GFLOP/s" in text
+
+
+def test_the_table_names_the_layout_chosen_and_states_the_aims_as_measured(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setattr(run, "plot", lambda rows, path: None)
+    rows = []
+    for i, model in enumerate(run.WHOLE):  # TVM best x1.2 over default; PET kept on two
+        row = _row(model, "optimized" if i < 2 else "original", 1.1 if i < 2 else 0.99,
+                   tvm_ms=2.0)
+        row["speedup_tvm_best_vs_default"] = 1.2
+        row["layout"] = "NHWC" if i == 0 else "NCHW"
+        row["layout_choice"] = {"layout": row["layout"], "nchw_over_nhwc": 1.4 if i == 0 else 0.9}
+        rows.append(row)
+    text = run.write_results(rows, RUN, tmp_path).with_suffix(".md").read_text()
+    assert f"| {run.WHOLE[0]} | 1 | optimized | NHWC (NCHW/NHWC ×1.40) |" in text
+    assert f"| {run.WHOLE[2]} | 1 | original | NCHW (NCHW/NHWC ×0.90) |" in text
+    assert "- TVM best / TVM default, geo-mean ×1.200 (aim ≥ ×1.3)" in text
+    pet = (1.1 ** 2) ** (1 / len(run.WHOLE))  # x1 where the original was kept
+    assert f"- PET + TVM best / TVM best, geo-mean ×{pet:.3f} (aim ≥ ×1.05" in text
+    assert f"{run.WHOLE[0]} ×{1.1 / 2.0:.3f}" in text  # PET + TVM best over onnxruntime
 
 
 def run_peak(gflops: float):

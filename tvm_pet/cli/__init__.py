@@ -50,7 +50,7 @@ from tvm_pet.cli.options import (BUDGET_TIME_LIMIT_PER_MINUTE, DEFAULT_UNTUNED_M
                                  DEFAULT_UNTUNED_TRIALS, _default_time_limit, _driver_options,
                                  _search_config)
 from tvm_pet.cli.parser import EXAMPLES, build_parser, parse_input_shape, retired_lines
-from tvm_pet.cli.summary import (FAST_MATH_KINDS, _fast_math_hint, _layout_hint, _Signs,
+from tvm_pet.cli.summary import (FAST_MATH_KINDS, _fast_math_hint, _layout_words, _Signs,
                                  summary_lines)
 from tvm_pet.errors import PetError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from tvm_pet.cli.summary import _fast_math_hint, _layout_hint, _onnx_missing
+from tvm_pet.cli.summary import _fast_math_hint, _onnx_missing
 
 
 def print_account(report, args: argparse.Namespace) -> None:
@@ -79,10 +79,11 @@ def _print_trust(report, args: argparse.Namespace) -> None:
     if _onnx_missing(report):
         print(f"  optimized.onnx {report.optimized_onnx}")
     cov = facts["coverage"]
-    for hint in (_layout_hint(args.layout, args.target, cov),
-                 _fast_math_hint(args.fast_math, args.target, cov)):
-        if hint:
-            print(f"  {hint}")
+    if report.layout is not None:
+        print(f"  {report.layout.line()}")
+    hint = _fast_math_hint(args.fast_math, args.target, cov)
+    if hint:
+        print(f"  {hint}")
     print(f"  total {report.total_time_s:.1f} s")
 
 

@@ -124,7 +124,8 @@ def _cmd_dry_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from tvm_pet.pipeline.optimize import load_model, toolchain_for
+    from tvm_pet.pipeline.layout import choose_layout
+    from tvm_pet.pipeline.optimize import load_model
     from tvm_pet.pipeline.toolchain import tvm_toolchain
     from tvm_pet.pipeline.tune import tune_model
     from tvm_pet.pipeline.progress import Progress
@@ -133,14 +134,18 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     progress = Progress(options.progress)
     # the original's kernels as optimize builds them (its baseline may be tvm_pet's lowering),
     # with optimize's line saying so
-    toolchain, _ = toolchain_for(loaded, options, tvm_toolchain(
-        options.target, options.records_dir, options.rpc, run_here=False), progress)
-    summary = tune_model(loaded.program, _search_config(args), options, toolchain,
+    # with --layout auto, the original tuned in both layouts, the mutants in the faster
+    chosen = choose_layout(loaded, options, tvm_toolchain(
+        options.target, options.records_dir, options.rpc, run_here=False), progress,
+        measure=options.rpc is None)
+    progress.note(chosen.choice.line())
+    summary = tune_model(loaded.program, _search_config(args), options, chosen.toolchain,
                          progress=progress.note)
+    tuning = summary.to_json() | {"layout": chosen.choice.to_json()}
     if args.verbose:
-        print(json.dumps(summary.to_json(), indent=2))
+        print(json.dumps(tuning, indent=2))
     else:
-        print("\n".join(tune_lines(summary.to_json(), args)))
+        print("\n".join(tune_lines(tuning, args)))
     return 0
 
 
@@ -154,6 +159,12 @@ def tune_lines(tuning: dict, args: argparse.Namespace) -> list[str]:
     ['m.onnx for llvm: nothing tuned (--trials 0)', '  records: recs']
     """
     records = f"  records: {tuning['records']}"
+    layout = tuning.get("layout")
+    layout_line = []
+    if layout is not None and layout["asked"] == "auto":
+        both = (f"; {layout['new_trials']} more trials tuned the original in both layouts"
+                if layout["new_trials"] else "")
+        layout_line = [f"  layout: {layout['layout']} ({layout['reason']}){both}"]
     if tuning.get("tasks") is None:
         return [f"{args.model} for {args.target}: nothing tuned (--trials 0)", records]
     budget = (f"the whole model within {tuning['budget']}" if tuning.get("budget")
@@ -164,6 +175,7 @@ def tune_lines(tuning: dict, args: argparse.Namespace) -> list[str]:
             f"PET's mutants",
             f"  {tuning['new_trials']} new trials ({original} for the original's kernels, "
             f"{tuning['mutant_trials']} for the mutants') in {tuning['tuning_time_s']:.0f} s",
+            *layout_line,
             records + "; tvm-pet optimize reads them (--verbose: the full summary as JSON)"]
 
 

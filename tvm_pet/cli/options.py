@@ -59,7 +59,7 @@ def _driver_options(args: argparse.Namespace):
                          confirm=getattr(args, "confirm", 3), time_limit=args.time_limit,
                          confirm_every=not getattr(args, "first_kept", False),
                          tvm_rewrites=not args.no_tvm_rewrites,
-                         layout=getattr(args, "layout", "NCHW"),
+                         layout=getattr(args, "layout", "auto"),
                          fast_math=getattr(args, "fast_math", False),
                          prepack=not getattr(args, "tvm_default", False),
                          input_shapes=tuple(shapes), progress=_progress(args))

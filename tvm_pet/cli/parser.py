@@ -113,9 +113,10 @@ def _build_flags(g) -> None:
                    help="the TVM target: llvm (this CPU, the default), e.g. "
                         "'llvm -mcpu=haswell', or cuda")
     _input_shape_flag(g)
-    g.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW",
-                   help="the convolutions' layout on both sides: NHWC runs TVM's "
-                        "ConvertLayout as they are lowered (default NCHW, as imported)")
+    g.add_argument("--layout", choices=("auto", "NCHW", "NHWC"), default="auto",
+                   help="the convolutions' layout on both sides: NCHW as imported, NHWC by "
+                        "TVM's ConvertLayout; auto (the default) times the tuned original in "
+                        "both and builds the faster")
     g.add_argument("--fast-math", action="store_true",
                    help="lower both sides with TVM's FastMathTransform: erf, exp, tanh and "
                         "softmax by vectorized polynomial approximations")

@@ -54,6 +54,9 @@ class LoadedModel:
         rewrites: TVM's graph rewrites that ran on the imported module (both sides start there).
         onnx_model: the ONNX model, for onnxruntime's reference outputs (None when not ONNX).
         load_time_s: seconds the import took.
+        layout: the convolutions' layout every program is lowered into ("NCHW": as imported).
+        relayout: layout -> the same import lowered into that layout (None: a model lowered
+            in one layout only, as a Program is).
     """
 
     program: Program
@@ -65,6 +68,16 @@ class LoadedModel:
     rewrites: tuple[str, ...] = ()
     onnx_model: Any = None
     load_time_s: float = 0.0
+    layout: str = "NCHW"
+    relayout: Callable[[str], "LoadedModel"] | None = None
+
+    def in_layout(self, layout: str) -> "LoadedModel | None":
+        """This model with its programs lowered into ``layout`` (itself when it is lowered so
+        already; None when it cannot be lowered into another layout). A failure of the layout
+        change is a :class:`~tvm_pet.errors.PetError`."""
+        if layout == self.layout:
+            return self
+        return None if self.relayout is None else self.relayout(layout)
 
     @classmethod
     def from_program(cls, program: Program, source: str | None = None) -> "LoadedModel":

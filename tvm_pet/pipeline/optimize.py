@@ -4,7 +4,9 @@ Load, then five steps, one stage each (tuning every candidate is unaffordable on
 minutes per kernel at 64 trials):
 
 0. **Load** the model through TVM's frontend, with TVM's graph rewrites, and lift it
-   (:mod:`tvm_pet.pipeline.load`); every later stage lowers into that imported module;
+   (:mod:`tvm_pet.pipeline.load`); every later stage lowers into that imported module, in the
+   layout both sides are built in (by default the faster on the tuned original:
+   :mod:`tvm_pet.pipeline.layout`);
 1. **Tune the original** and 2. **screen cheaply, tune the promising few**
    (:mod:`tvm_pet.pipeline.tune`, choices in :mod:`tvm_pet.pipeline.plan`; only with
    ``trials > 0``, a ``budget``, or by default where a few kernels have no record anywhere:
@@ -30,6 +32,7 @@ from tvm_pet.cost.model import CostModel
 from tvm_pet.errors import PetError, UnsupportedOperator
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.confirm import confirm
+from tvm_pet.pipeline.layout import choose_layout
 from tvm_pet.pipeline.load import LoadedModel, describe, load
 from tvm_pet.pipeline.options import DriverOptions
 from tvm_pet.pipeline.baseline import (BaselineLowering, align_baseline,
@@ -74,7 +77,9 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     loaded = load_model(model, options, progress)
     program = loaded.program
     check_tensor_sizes(program)
-    toolchain, baseline = toolchain_for(loaded, options, toolchain, progress)
+    chosen = choose_layout(loaded, options, toolchain, progress)
+    loaded, toolchain, baseline = chosen.loaded, chosen.toolchain, chosen.baseline
+    progress.note(chosen.choice.line())
     options, plan, counts = records_plan(toolchain, program, options)
     progress.note(plan)  # before anything slow: which kernels are tuned, and what happens
     mutants = MutantCache()  # one generator cache for the run: tune and search share it
@@ -84,7 +89,8 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
                   if options.tunes else TuneSummary(str(toolchain.records_dir)))
 
     def elapsed() -> float:  # the time limit does not cover tuning
-        return time.perf_counter() - start - (tuning.tuning_time_s if tuned_here else 0.0)
+        return (time.perf_counter() - start - chosen.choice.tuning_s
+                - (tuning.tuning_time_s if tuned_here else 0.0))
 
     # 3. search with the measured (or analytic) cost, within the time limit
     config = dataclasses.replace(config, time_limit=options.search_limit(
@@ -104,7 +110,7 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     searched = frozenset(s.subprogram for s in found.result.subsets)
     report = make_report(loaded, toolchain, tuning, found, confirmation, inputs, **facts,
                          total_time_s=time.perf_counter() - start,
-                         records_plan=plan, records_counts=counts,
+                         records_plan=plan, records_counts=counts, layout=chosen.choice,
                          flops_coverage=toolchain.coverage(program, searched))
     final = confirmation.chosen.program if confirmation.keep else program
     with progress.step("writing the artifacts"):
@@ -163,7 +169,8 @@ def load_model(model, options: DriverOptions = DriverOptions(),
     """Load a model as ``optimize``, ``tune`` and ``explore`` do: through TVM's frontend, with
     TVM's rewrites unless ``options.tvm_rewrites`` is off (:func:`~tvm_pet.pipeline.load.load`)."""
     with progress.step(f"importing {describe(model)} through TVM's frontend"):
-        loaded = load(model, rewrites=options.tvm_rewrites, layout=options.layout,
+        loaded = load(model, rewrites=options.tvm_rewrites,
+                      layout="NCHW" if options.layout == "auto" else options.layout,
                       fast_math=options.fast_math, input_shapes=dict(options.input_shapes))
     progress.note(f"lifted {len(loaded.program.nodes)} operators "
                   f"({sum(n.op.value == 'Opaque' for n in loaded.program.nodes)} left opaque)")

@@ -116,7 +116,8 @@ class DriverOptions:
             baseline and PET start from the rewritten module).
         layout: the convolutions' layout, TVM's ``ConvertLayout`` run on every program as it
             is lowered, the original's as much as the candidates' ("NCHW": as imported; "NHWC":
-            conv2d NHWC/HWIO and conv3d NDHWC/DHWIO). The records are per layout.
+            conv2d NHWC/HWIO and conv3d NDHWC/DHWIO; "auto": the faster of the two on the tuned
+            original, :mod:`tvm_pet.pipeline.layout`). The records are per layout.
         fast_math: TVM's ``FastMathTransform`` run on every program as it is lowered, both sides
             alike (fast ``erf``, ``exp``, ``tanh`` and ``softmax``; their kernels are other
             workloads, with records of their own).
@@ -157,7 +158,7 @@ class DriverOptions:
     time_limit: float | None = None
     confirm_share: float = 0.25
     tvm_rewrites: bool = True
-    layout: str = "NCHW"
+    layout: str = "auto"
     fast_math: bool = False
     prepack: bool = True
     progress: bool = False
@@ -187,6 +188,8 @@ class DriverOptions:
         return min(self.time_limit * self.confirm_share, max(0.0, self.time_limit - elapsed_s))
 
     def __post_init__(self) -> None:
+        if self.layout not in ("auto", "NCHW", "NHWC"):
+            raise PetError(f"--layout {self.layout!r}: auto, NCHW or NHWC")
         if self.charge not in ("beside", "inside"):
             raise PetError(f"--charge {self.charge!r}: beside or inside")
         if not 0 < self.mutant_share < 1:

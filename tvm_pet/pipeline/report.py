@@ -29,6 +29,7 @@ from tvm_pet.ir.ops import Op
 from tvm_pet.onnx.exporter import export_model, input_signature, lowest_opset
 from tvm_pet.pipeline.baseline import BaselineLowering
 from tvm_pet.pipeline.confirm import Confirmation, check_outputs
+from tvm_pet.pipeline.layout import LayoutChoice
 from tvm_pet.pipeline.load import LoadedModel
 from tvm_pet.pipeline.search import Found
 from tvm_pet.pipeline.toolchain import RecordsPlan, Toolchain
@@ -100,6 +101,8 @@ class Report:
             (``Toolchain.coverage``), merged into ``coverage``.
         build: the build both sides got (``Toolchain.build_name``): "TVM best: weights
             prepacked" or "TVM default".
+        layout: the convolutions' layout both sides were built in, and why
+            (:class:`~tvm_pet.pipeline.layout.LayoutChoice`).
     """
 
     model: str
@@ -119,6 +122,7 @@ class Report:
     flops_coverage: Mapping | None = None
     baseline_lowering: BaselineLowering | None = None
     build: str | None = None
+    layout: LayoutChoice | None = None
 
     @property
     def untuned(self) -> bool:
@@ -231,6 +235,7 @@ class Report:
             "records_counts": (None if self.records_counts is None
                                else self.records_counts.to_json()),
             "build": self.build,
+            "layout": None if self.layout is None else self.layout.to_json(),
             "baseline_lowering": (None if self.baseline_lowering is None
                                   else self.baseline_lowering.to_json()),
             "kernels": kernels, "confirmation": self.confirmation.to_json(),

@@ -33,7 +33,7 @@ from tvm_pet.onnx.exporter import Prelude
 from tvm_pet.pipeline.load import InputSpec, LoadedModel
 from tvm_pet.relax.adapter import program_to_module
 from tvm_pet.relax.coverage import coverage as relax_coverage
-from tvm_pet.relax.frontends import ModuleLowering, import_model
+from tvm_pet.relax.frontends import Imported, ModuleLowering, import_model
 from tvm_pet.relax.onnx_outside import outside_prelude
 from tvm_pet.tune.compile import apply_records, build_applied, extract_tasks
 from tvm_pet.tune.contention import CpuWatch
@@ -355,7 +355,15 @@ def load_with_tvm(model, *, rewrites: bool = True, layout: str = "NCHW",
     source = "the ONNX model" if hasattr(model, "SerializeToString") else str(model)
     if isinstance(model, tvm.IRModule):
         source = "a Relax module"
+    return _loaded(imported, source, time.perf_counter() - start)
+
+
+def _loaded(imported: Imported, source: str, load_time_s: float) -> LoadedModel:
+    """The :class:`~tvm_pet.pipeline.load.LoadedModel` of an import; its ``relayout`` lowers the
+    same import into another layout."""
     return LoadedModel(imported.lifted.program, imported.lowering,
                        source, imported.kind, imported.frontend,
                        tuple(InputSpec(*spec) for spec in imported.inputs()), imported.rewrites,
-                       imported.onnx_model, time.perf_counter() - start)
+                       imported.onnx_model, load_time_s, layout=imported.layout,
+                       relayout=lambda layout: _loaded(imported.in_layout(layout), source,
+                                                       load_time_s))

@@ -94,6 +94,18 @@ class Imported:
         """The frontend, in words."""
         return FRONTENDS[self.kind]
 
+    def in_layout(self, layout: str) -> "Imported":
+        """The same import, its programs lowered into ``layout`` (the original's lowering
+        checked: a failure of TVM's ``ConvertLayout`` is a :class:`ModelError`)."""
+        if layout not in LAYOUTS:
+            raise PetError(f"layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
+        rewrites = tuple(r for r in self.rewrites if r not in _when_lowered(self.layout,
+                                                                            self.fast_math))
+        other = dataclasses.replace(self, layout=layout,
+                                    rewrites=rewrites + _when_lowered(layout, self.fast_math))
+        other.lowering(self.lifted.program)
+        return other
+
     def inputs(self) -> tuple[tuple[str, tuple[int, ...], str], ...]:
         """``(name, shape, dtype)`` of each parameter of ``main``, in signature order."""
         specs = []
@@ -224,12 +236,16 @@ def _lifted(module: tvm.IRModule, kind: str, onnx_model, model, rewrites: bool, 
         lifted = from_relax(module["main"], module)
     except PetError as e:
         raise _non_float_inputs(module["main"], e) or e
-    done = ((REWRITES if rewrites else ())
-            + ((f"ConvertLayout({layout}, when lowered)",) if LAYOUTS[layout] else ())
-            + (("FastMathTransform (when lowered)",) if fast_math else ()))
+    done = (REWRITES if rewrites else ()) + _when_lowered(layout, fast_math)
     imported = Imported(module, lifted, kind, done, onnx_model, layout, fast_math)
     imported.lowering(lifted.program)  # the original in its layout: a failure shows here
     return imported
+
+
+def _when_lowered(layout: str, fast_math: bool) -> tuple[str, ...]:
+    """The rewrites that run on every program as it is lowered, in words."""
+    return (((f"ConvertLayout({layout}, when lowered)",) if LAYOUTS[layout] else ())
+            + (("FastMathTransform (when lowered)",) if fast_math else ()))
 
 
 def _unknown_shape(module: tvm.IRModule) -> str | None:

@@ -1,0 +1,84 @@
+"""The layout both sides are built in (``tvm_pet.pipeline.layout``): with ``auto``, NHWC only
+where the rule keeps it over NCHW on the timed original, NCHW where nothing can be timed, and
+the original tuned in both layouts first when the run tunes. The stage runs on the fake
+toolchain of the pipeline tests; the TVM side of it (both layouts built and checked against
+each other and onnxruntime) on a convolution with records made here."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tests.dilated import dilated_chain
+from tests.test_pipeline import FakeToolchain
+from tvm_pet.ir import ProgramBuilder
+from tvm_pet.pipeline import DriverOptions
+from tvm_pet.pipeline.layout import choose_layout
+from tvm_pet.pipeline.load import LoadedModel
+
+
+def _two_layouts(program) -> LoadedModel:
+    """A model the fake toolchain lowers in NCHW, and in NHWC on asking."""
+    nchw = LoadedModel.from_program(program)
+    nhwc = dataclasses.replace(nchw, layout="NHWC")
+    return dataclasses.replace(nchw, relayout=lambda layout: nhwc)
+
+
+def _matmul_only():
+    g = ProgramBuilder("mm")
+    x = g.input("x", (4, 8))
+    w = g.weight("w", np.ones((8, 8), np.float32))
+    return g.build([g.matmul(x, w)])
+
+
+@pytest.mark.parametrize("ratio, chosen", [(1.5, "NHWC"), (1.0, "NCHW"), (0.7, "NCHW")])
+def test_auto_builds_the_layout_the_rule_keeps(ratio, chosen):
+    # the fake's timing: NCHW's median over NHWC's is ``ratio``, with 4 % spread
+    toolchain = FakeToolchain(ratios=[ratio])
+    picked = choose_layout(_two_layouts(dilated_chain(layers=1)),
+                           DriverOptions(timing_rounds=2), toolchain)
+    assert picked.choice.layout == chosen and picked.loaded.layout == chosen
+    assert picked.choice.ratio == pytest.approx(ratio)
+    assert set(picked.choice.times_ms) == {"NCHW", "NHWC"}
+    assert len(toolchain.timed) == 1 and toolchain.tuned == []
+    word = "faster" if chosen == "NHWC" else ("slower" if ratio < 1 else "not surely faster")
+    assert word in picked.choice.reason and "timed on the tuned original" in picked.choice.reason
+
+
+def test_auto_tunes_the_original_in_both_layouts_when_the_run_tunes():
+    toolchain = FakeToolchain(ratios=[1.5])
+    picked = choose_layout(_two_layouts(dilated_chain(layers=1)),
+                           DriverOptions(trials=16, seed=3, timing_rounds=2), toolchain)
+    assert toolchain.tuned == [(16, 3), (16, 3)]
+    assert picked.choice.new_trials == 32 and picked.choice.layout == "NHWC"
+
+
+def test_auto_keeps_nchw_untimed_where_kernels_lack_records():
+    toolchain = FakeToolchain(untuned=2)
+    picked = choose_layout(_two_layouts(dilated_chain(layers=1)), DriverOptions(), toolchain)
+    assert picked.choice.layout == "NCHW" and toolchain.timed == []
+    assert "NCHW 2 of" in picked.choice.reason and "NHWC 2 of" in picked.choice.reason
+    assert "--trials" in picked.choice.reason
+    assert picked.choice.ratio is None
+
+
+def test_auto_leaves_a_model_without_convolutions_and_a_program_in_nchw():
+    toolchain = FakeToolchain(ratios=[2.0])
+    no_convs = choose_layout(_two_layouts(_matmul_only()), DriverOptions(), toolchain)
+    assert no_convs.choice.layout == "NCHW" and "no convolutions" in no_convs.choice.reason
+    program = choose_layout(LoadedModel.from_program(dilated_chain(layers=1)), DriverOptions(),
+                            toolchain)
+    assert program.choice.layout == "NCHW" and "one layout" in program.choice.reason
+    assert toolchain.timed == []
+
+
+def test_a_layout_asked_is_built_as_asked_without_timing():
+    toolchain = FakeToolchain(ratios=[2.0])
+    picked = choose_layout(LoadedModel.from_program(dilated_chain(layers=1)),
+                           DriverOptions(layout="NCHW"), toolchain)
+    assert picked.choice.line() == "layout: NCHW, as asked" and toolchain.timed == []
+
+
+def test_an_unknown_layout_is_one_clear_error():
+    from tvm_pet.errors import PetError
+    with pytest.raises(PetError, match="auto, NCHW or NHWC"):
+        DriverOptions(layout="NCWH")
