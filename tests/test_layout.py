@@ -82,3 +82,43 @@ def test_an_unknown_layout_is_one_clear_error():
     from tvm_pet.errors import PetError
     with pytest.raises(PetError, match="auto, NCHW or NHWC"):
         DriverOptions(layout="NCWH")
+
+
+@pytest.mark.tuning
+def test_auto_on_tvm_tunes_both_layouts_times_them_and_builds_the_faster(tmp_path):
+    """Through TVM, at 1 trial per kernel: the original tuned in NCHW and NHWC, both built and
+    timed, both sides built in the layout chosen, the libraries equal to onnxruntime; a rerun
+    on the same records tunes nothing and times the layouts again."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    import tvm
+    from tvm import relax
+
+    from tests.dilated import dilated_model
+    from tvm_pet.pipeline import optimize_model
+    from tvm_pet.search.config import SearchConfig
+
+    model = tmp_path / "model.onnx"
+    onnx.save(dilated_model(), model)
+    options = DriverOptions(records_dir=str(tmp_path / "records"), trials=1, cost="analytic",
+                            timing_processes=1, timing_rounds=3, second_look=False, confirm=1)
+    config = SearchConfig(rounds=1, time_limit=60)
+    report = optimize_model(model, tmp_path / "out", config, options)
+    layout = report["layout"]
+    assert layout["asked"] == "auto" and layout["new_trials"] > 0
+    assert set(layout["times_ms"]) == {"NCHW", "NHWC"}
+    chosen = layout["layout"]
+    assert (chosen == "NHWC") == (layout["nchw_over_nhwc"] > 1 and "faster" in layout["reason"])
+    script = (tmp_path / "out" / "optimized.py").read_text()
+    assert ('data_layout="NHWC"' in script) == (chosen == "NHWC")
+    x = np.random.default_rng(3).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    for name in ("baseline.so", "optimized.so"):
+        vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "out" / name)),
+                                  tvm.cpu())
+        np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), want,
+                                   rtol=1e-4, atol=1e-5, err_msg=name)
+    again = optimize_model(model, tmp_path / "again", config, options)
+    assert again["new_trials"] == 0 and again["layout"]["new_trials"] == 0
+    assert set(again["layout"]["times_ms"]) == {"NCHW", "NHWC"}
