@@ -163,6 +163,11 @@ def _child(args) -> dict:
         "seed": args.seed,
         "second_look": second_look,
         "applied": [a["mutant"] for a in report["applied"]],
+        # the mutants whose kernels were tuned, and why each was chosen: with "applied", which
+        # kinds win on this build
+        "tuned_mutants": [{"mutant": " -> ".join(m["mutant"]), "subprogram": m["subprogram"],
+                           "reason": m["reason"]}
+                          for m in (report.get("tuning") or {}).get("tuned_mutants", [])],
         "search_stop": report["search"].get("stop"),
         # candidates costed at or a little above the original, timed all the same
         "near_ties_confirmed": report["search"].get("near_ties_confirmed", 0),
