@@ -128,12 +128,11 @@ def eqsat(program: Program, config: SearchConfig = SearchConfig(),
     report = EGraphReport(run.classes, run.nodes, run.iterations, run.stop,
                           len([a for a in run.alternatives if not a.is_original]),
                           run.fact_counts(), rounds, run.extracted, rejected)
-    program_out, cost_out, post = (_polished(opt, best[1], best[0]) if best[1] is not program
-                                   else (program, base, []))
+    program_out, cost_out, post = _polished(opt, best[1], best[0])
     stop = StopReason.TIME_LIMIT if opt.out_of_time() else run.stop
-    return SearchResult(program_out, base, cost_out, best[2] if best[1] is not program else [],
-                        opt.reports, rounds, stop, time.perf_counter() - start,
-                        list(best[3]) + post, runners_up, search="eqsat", egraph=report)
+    return SearchResult(program_out, base, cost_out, best[2], opt.reports, rounds, stop,
+                        time.perf_counter() - start, best[3] + post, runners_up,
+                        search="eqsat", egraph=report)
 
 
 #: A program found: its cost, the program, the rewrites it applies, and the names of the
@@ -300,7 +299,7 @@ def checked(original: Program, candidate: Program, config: SearchConfig) -> bool
     Multi-linear programs are compared by the verifier (Theorems 1 and 2, exact). Programs with
     non-linear operators, which the verifier does not take, are run in float64 on
     :data:`CHECK_SEEDS` random inputs; every output must agree within
-    :data:`CHECK_TOLERANCE`. Each
+    :data:`CHECK_TOLERANCE` (NaN where the original has NaN). Each
     part of the candidate was verified as it entered the e-graph; this checks their assembly.
     A candidate that cannot be checked (an operator the float interpreter does not evaluate)
     fails.
@@ -315,10 +314,18 @@ def checked(original: Program, candidate: Program, config: SearchConfig) -> bool
             want = evaluate(original, x, np.float64)
             got = evaluate(candidate, x, np.float64)
             for name in original.outputs:
-                scale = 1.0 + float(np.abs(want[name]).max(initial=0.0))
-                worst = float(np.abs(got[name] - want[name]).max(initial=0.0))
-                if got[name].shape != want[name].shape or not worst <= CHECK_TOLERANCE * scale:
+                if not _agree(want[name], got[name]):
                     return False
         return True
     except PetError:
         return False
+
+
+def _agree(want: np.ndarray, got: np.ndarray) -> bool:
+    """Equal shapes, NaN at the same positions, and elsewhere a largest difference within
+    :data:`CHECK_TOLERANCE` of one plus the largest magnitude."""
+    if want.shape != got.shape or not np.array_equal(np.isnan(want), np.isnan(got)):
+        return False
+    finite = ~np.isnan(want)
+    scale = 1.0 + float(np.abs(want[finite]).max(initial=0.0))
+    return bool(np.abs(got[finite] - want[finite]).max(initial=0.0) <= CHECK_TOLERANCE * scale)

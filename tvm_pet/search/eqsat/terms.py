@@ -14,8 +14,9 @@ Grammar of the terms (egglog sorts :class:`Tensor` and :class:`Args`)::
 A ``key`` names a :class:`NodeSpec`: the operator, its attributes and its input and output
 shapes, so equal keys on equal e-classes are the same computation and egglog hash-conses them:
 two subprograms that apply the same operators to the same tensors and equal weights are one
-e-class. A ``wkey`` names a weight's values (:class:`Registry` holds both). An OPAQUE operator
-without inputs keeps its output names in its key, so that it is never shared.
+e-class. A ``wkey`` names a weight's values (:class:`Registry` holds both). Operators are taken
+as functions of their inputs; an OPAQUE operator without inputs, or one that draws random
+numbers, keeps its output names in its key, so that it is never shared.
 
 :class:`ProgramEGraph` inserts a program (each tensor let-bound, so a deep DAG stays linear) and
 unions each output of a subprogram with the same output of a verified mutant.
@@ -71,7 +72,7 @@ class NodeSpec:
     attrs: Attrs
     in_shapes: tuple[Shape, ...]
     out_shapes: tuple[Shape, ...]
-    unique: tuple[str, ...] = ()  # output names of an OPAQUE node without inputs
+    unique: tuple[str, ...] = ()  # output names of an OPAQUE node never shared (see above)
 
     @property
     def arity(self) -> int:
@@ -84,7 +85,8 @@ class NodeSpec:
     @staticmethod
     def of(program: Program, node: Node) -> "NodeSpec":
         shapes = program.shapes
-        unique = node.outputs if node.op is Op.OPAQUE and not node.inputs else ()
+        unique = node.outputs if node.op is Op.OPAQUE and (
+            not node.inputs or "random" in node.attrs["kind"].lower()) else ()
         return NodeSpec(node.op, node.attrs, tuple(shapes[i] for i in node.inputs),
                         tuple(shapes[o] for o in node.outputs), unique)
 
