@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
+import itertools
 from collections.abc import Callable, Mapping
 
 from tvm_pet.cost.analytic import AnalyticCost
@@ -210,73 +210,99 @@ def build(snap: Snapshot, choice: Mapping[int, ENode], original: Program,
         CyclicChoice: the choice reads an e-class from inside its own subterm.
         KeyError: an e-class the program needs has no choice.
     """
-    graph, registry = snap.graph, snap.graph.registry
-    taken = set(original.shapes) | set(registry.weight_names.values())
-    named: dict[int, str] = {}
-    for tid, name in graph.names.items():
-        named.setdefault(snap.class_of(tid), name)
-    assigned: set[str] = set()
-    tensor: dict[int, str] = {}
-    tuples: dict[int, tuple[str, ...]] = {}
-    weights: dict[str, object] = {}
-    nodes: list[Node] = []
-    gets = _gets(snap)
-    fresh = iter(f"e{k}" for k in range(10 ** 9))
+    builder = _Builder(snap, choice, original)
+    for c in _post_order(snap, choice, roots):
+        builder.emit(c)
+    return builder.program(roots)
 
-    def new_name(c: int) -> str:
-        name = named.get(c)
-        if (name is None or name in assigned or name in original.input_names
-                or name in original.weights):
-            name = next(n for n in fresh if n not in taken)
-        taken.add(name)
-        assigned.add(name)
-        return name
 
-    state: dict[int, int] = {}
+def _post_order(snap: Snapshot, choice: Mapping[int, ENode], roots: list[int]) -> list[int]:
+    """The e-classes the choice reads from ``roots``, each after those it reads (a stack of
+    its own: a deep model is deeper than Python's recursion)."""
+    state: dict[int, int] = {}  # 1: on the path from a root, 2: done
+    order: list[int] = []
     stack: list[tuple[int, bool]] = [(c, False) for c in reversed(roots)]
     while stack:
         c, ready = stack.pop()
         if state.get(c) == 2:
             continue
-        node = choice[c]
-        kids = _inputs(snap, choice, node)
-        if not ready:
-            if state.get(c) == 1:
-                raise CyclicChoice(f"e-class {c} reads itself")
-            state[c] = 1
-            stack.append((c, True))
-            for k in reversed(kids):
-                if state.get(k) == 1:
-                    raise CyclicChoice(f"e-class {c} reads e-class {k} from inside it")
-                if state.get(k) != 2:
-                    stack.append((k, False))
+        if ready:
+            state[c] = 2
+            order.append(c)
             continue
-        state[c] = 2
+        if state.get(c) == 1:
+            raise CyclicChoice(f"e-class {c} reads itself")
+        state[c] = 1
+        stack.append((c, True))
+        for k in reversed(_inputs(snap, choice, choice[c])):
+            if state.get(k) == 1:
+                raise CyclicChoice(f"e-class {c} reads e-class {k} from inside it")
+            if state.get(k) != 2:
+                stack.append((k, False))
+    return order
+
+
+class _Builder:
+    """The nodes, tensor names and weights of :func:`build`'s program, e-class by e-class."""
+
+    def __init__(self, snap: Snapshot, choice: Mapping[int, ENode], original: Program):
+        self.snap, self.choice, self.original = snap, choice, original
+        registry = snap.graph.registry
+        self.taken = set(original.shapes) | set(registry.weight_names.values())
+        self.named: dict[int, str] = {}
+        for tid, name in snap.graph.names.items():
+            self.named.setdefault(snap.class_of(tid), name)
+        self.assigned: set[str] = set()
+        self.fresh = (f"e{k}" for k in itertools.count())
+        self.gets = _gets(snap)
+        self.tensor: dict[int, str] = {}
+        self.tuples: dict[int, tuple[str, ...]] = {}
+        self.weights: dict[str, object] = {}
+        self.nodes: list[Node] = []
+
+    def name(self, c: int) -> str:
+        """A tensor name for e-class ``c``: its name in the original where it is free."""
+        name = self.named.get(c)
+        if (name is None or name in self.assigned or name in self.original.input_names
+                or name in self.original.weights):
+            name = next(n for n in self.fresh if n not in self.taken)
+        self.taken.add(name)
+        self.assigned.add(name)
+        return name
+
+    def emit(self, c: int) -> None:
+        """Define e-class ``c`` from its chosen e-node (its inputs are defined already)."""
+        node, registry = self.choice[c], self.snap.graph.registry
         if node.kind == "input":
-            tensor[c] = node.lit
+            self.tensor[c] = node.lit
         elif node.kind == "weight":
             name = registry.weight_names[node.lit]
-            weights[name] = registry.weights[node.lit]
-            tensor[c] = name
+            self.weights[name] = registry.weights[node.lit]
+            self.tensor[c] = name
         elif node.kind == "get":
-            tensor[c] = tuples[node.children[0]][node.lit]
+            self.tensor[c] = self.tuples[node.children[0]][node.lit]
         elif node.kind == "op":
             spec = registry.specs[node.lit]
             if len(spec.out_shapes) == 1:
-                outs = (new_name(c),)
-                tensor[c] = outs[0]
-            else:
-                # an output keeps its e-class's name only where that e-class is read from here
-                outs = tuple(new_name(gets[(c, k)]) if choice.get(gets.get((c, k), -1))
-                             == ENode("get", k, (c,)) else new_name(-1)
-                             for k in range(len(spec.out_shapes)))
-                tuples[c] = outs
-            nodes.append(spec.node([tensor[k] for k in kids], outs))
-    for name, c in zip(original.outputs, roots):
-        if tensor[c] != name:
-            shape = original.shapes[name]
-            nodes.append(Node(Op.RESHAPE, (tensor[c],), (name,), {"shape": shape}))
-    return Program(original.inputs, weights, tuple(nodes), original.outputs, original.name)
+                outs = (self.name(c),)
+                self.tensor[c] = outs[0]
+            else:  # an output keeps its e-class's name only where that e-class reads it here
+                outs = tuple(self.name(self.gets[(c, k)]) if self.choice.get(
+                    self.gets.get((c, k), -1)) == ENode("get", k, (c,)) else self.name(-1)
+                    for k in range(len(spec.out_shapes)))
+                self.tuples[c] = outs
+            inputs = [self.tensor[k] for k in _inputs(self.snap, self.choice, node)]
+            self.nodes.append(spec.node(inputs, outs))
+
+    def program(self, roots: list[int]) -> Program:
+        """The program, its outputs the original's names (an identity RESHAPE where needed)."""
+        nodes = list(self.nodes)
+        for name, c in zip(self.original.outputs, roots):
+            if self.tensor[c] != name:
+                shape = self.original.shapes[name]
+                nodes.append(Node(Op.RESHAPE, (self.tensor[c],), (name,), {"shape": shape}))
+        return Program(self.original.inputs, self.weights, tuple(nodes), self.original.outputs,
+                       self.original.name)
 
 
 def _inputs(snap: Snapshot, choice: Mapping[int, ENode], node: ENode) -> list[int]:
