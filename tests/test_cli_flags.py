@@ -75,6 +75,7 @@ DEFAULTS = {"tune": {
     "progress": False, "quiet": False, "records": None, "rpc": None}}
 DEFAULTS["optimize"] = {
     **DEFAULTS["tune"], "command": "optimize", "trials": None, "out": "o", "cost": "measured",
+    "search": "algorithm2",
     "confirm": 3, "first_kept": False, "no_second_look": False, "second_look_kernels": 8,
     "no_replication": False, "timing_processes": 2, "dry_run": False, "arch": "sm_90"}
 
@@ -109,6 +110,7 @@ BOTH = [
 ]
 OPTIMIZE_ONLY = [
     (["--cost", "analytic"], {"cost": "analytic"}),
+    (["--search", "eqsat"], {"search": "eqsat"}),
     (["--confirm", "2"], {"confirm": 2}),
     (["--first-kept"], {"first_kept": True}),
     (["--no-second-look"], {"no_second_look": True}),

@@ -4,10 +4,12 @@
     PET's verifier as a "diff" of two tensor programs: per output, whether the two models compute
     the same thing, and the boxes where they differ. Exit code 0 either way, 2 on bad input.
 
-``tvm-pet explore MODEL [--depth D] [--rounds R] [--emit DIR] [--json] [--verbose]``
+``tvm-pet explore MODEL [--depth D] [--rounds R] [--emit DIR] [--search S] [--json] [--verbose]``
     Runs the mutant generator and the verifier on every multi-linear subprogram and counts the
     verified mutants (``--verbose`` lists them); ``--emit`` writes each subprogram and each
-    corrected mutant as ONNX, its inputs and outputs named as the model names them.
+    corrected mutant as ONNX, its inputs and outputs named as the model names them;
+    ``--search algorithm2|eqsat`` also runs that search with the analytic cost and prints what
+    it chooses.
 
 ``tvm-pet optimize MODEL --out DIR [--target T] [--trials N | --budget N|Nm] [--verbose]``
     Optimizes the model with PET for a TVM target, times it end to end against TVM's own build

@@ -52,15 +52,21 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     config = SearchConfig(depth=args.depth, rounds=args.rounds, time_limit=args.time_limit,
                           progress=not args.json and sys.stderr.isatty())
     report = explore(loaded.program, config)
+    searched = _explore_search(loaded.program, config, args.search) if args.search else None
     if args.emit:
         index = write_emitted(report, args.emit, _model_names(loaded))
         if not args.json:
             print(f"wrote {index}")
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        out = report.to_json()
+        if searched is not None:
+            out["search"] = searched.to_json()
+        print(json.dumps(out, indent=2))
         return 0
     print(f"{args.model}: {len(report.subprograms)} multi-linear subprograms "
           f"({report.seconds:.1f} s, stopped: {report.stop.value})")
+    if searched is not None:
+        print(search_line(searched))
     shown = report.subprograms if args.verbose else report.subprograms[:EXPLORE_LISTED]
     for sub in shown:
         kinds = " ".join(sub.ops)
@@ -82,6 +88,37 @@ def _cmd_explore(args: argparse.Namespace) -> int:
 
 #: Subprograms ``explore`` lists without ``--verbose``.
 EXPLORE_LISTED = 8
+
+
+def _explore_search(program, config, search: str):
+    """``explore --search``: that search on the model, with the analytic cost and explore's
+    budgets."""
+    import dataclasses
+
+    from tvm_pet.cost.analytic import AnalyticCost
+    from tvm_pet.search.dispatch import run_search
+    return run_search(program, dataclasses.replace(config, search=search), AnalyticCost())
+
+
+def search_line(result) -> str:
+    """``explore --search``'s line: the search, the analytic cost before and after, the mutants
+    applied, the stop reason and, for eqsat, the e-graph's size.
+
+    >>> from types import SimpleNamespace
+    >>> from tvm_pet.search.config import StopReason
+    >>> r = SimpleNamespace(search="algorithm2", original_cost=2e-3, cost=1e-3, speedup=2.0,
+    ...                     applied=[1], stop=StopReason.ROUNDS, seconds=0.5, egraph=None)
+    >>> print(search_line(r))  # doctest: +NORMALIZE_WHITESPACE
+      search algorithm2: analytic cost 2000 -> 1000 us (x2.00), 1 mutant(s) applied, 0.5 s,
+      stopped: rounds
+    """
+    line = (f"  search {result.search}: analytic cost {result.original_cost * 1e6:.0f} -> "
+            f"{result.cost * 1e6:.0f} us (x{result.speedup:.2f}), {len(result.applied)} "
+            f"mutant(s) applied, {result.seconds:.1f} s, stopped: {result.stop.value}")
+    if result.egraph is not None:
+        line += (f"; e-graph {result.egraph.classes} e-classes, {result.egraph.nodes} e-nodes, "
+                 f"{result.egraph.iterations} iterations")
+    return line
 
 
 def _model_names(loaded) -> dict[str, str]:

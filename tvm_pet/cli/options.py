@@ -77,7 +77,8 @@ def _search_config(args: argparse.Namespace):
     return SearchConfig(depth=args.depth, rounds=args.rounds, topk=args.topk,
                         time_limit=args.time_limit, progress=sys.stderr.isatty(),
                         winograd=getattr(args, "winograd", False),
-                        im2col=getattr(args, "im2col", False))
+                        im2col=getattr(args, "im2col", False),
+                        search=getattr(args, "search", None) or "algorithm2")
 
 
 def _default_time_limit(args: argparse.Namespace) -> None:

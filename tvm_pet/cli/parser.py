@@ -8,6 +8,7 @@ import argparse
 from tvm_pet.cli import commands
 from tvm_pet.cli.options import (BASE_TIME_LIMIT, BUDGET_TIME_LIMIT_PER_MINUTE,
                                  DEFAULT_UNTUNED_MINUTES, DEFAULT_UNTUNED_TRIALS)
+from tvm_pet.search.config import SEARCHES
 
 EXAMPLES = ("figure1", "figure3", "figure3-partial", "weight-changed", "off-by-one-slice",
             "wrong-padding", "equivalent")
@@ -50,6 +51,10 @@ def _add_explore(sub) -> None:
     x.add_argument("--rounds", type=int, default=1, help="rounds of mutating mutants (default 1)")
     x.add_argument("--time-limit", type=float, default=300.0, help="seconds (default 300)")
     x.add_argument("--emit", metavar="DIR", help="write subprograms and mutants as ONNX")
+    x.add_argument("--search", choices=SEARCHES,
+                   help="also run this search on the model with the analytic cost and print "
+                        "what it chooses: algorithm2 (PET's top-K rounds) or eqsat (one "
+                        "e-graph of every verified mutant, extracted by cost)")
     x.add_argument("--json", action="store_true", help="print the result as JSON")
     x.add_argument("--max-list", type=int, default=10,
                    help="mutants listed per subprogram with --verbose (default 10)")
@@ -177,6 +182,10 @@ def _search_flags(g, name: str) -> None:
               help="compare with TVM's default import: skip TVM's own graph rewrites (BN "
                    "folding, CSE, CombineParallelMatmul), run on both sides by default")
     if name == "optimize":
+        _advanced(g, "--search", choices=SEARCHES, default="algorithm2",
+                  help="how candidates are searched: algorithm2 (PET's top-K rounds of "
+                       "mutation, the default) or eqsat (every verified mutant and the "
+                       "post-optimizations in one e-graph, extracted by cost)")
         _advanced(g, "--cost", choices=("measured", "analytic"), default="measured",
                   help="how the search costs a candidate: measured (TVM's kernels, timed; the "
                        "default) or analytic (counted FLOPs and bytes, nothing run)")

@@ -1,4 +1,5 @@
-"""The search stage: PET's optimizer (Algorithm 2) on the whole model, with the run's cost model.
+"""The search stage: PET's search on the whole model, with the run's cost model: Algorithm 2, or
+equality saturation with ``SearchConfig(search="eqsat")`` (:mod:`tvm_pet.search.dispatch`).
 
 Step 3 of ``tvm-pet optimize`` (:mod:`tvm_pet.pipeline.optimize`). With the measured cost
 (:class:`tvm_pet.tune.measured_cost.MeasuredCost`, made by the toolchain), candidates are
@@ -20,7 +21,8 @@ from tvm_pet.pipeline.options import DriverOptions
 from tvm_pet.pipeline.toolchain import Toolchain
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.mutant_cache import MutantCache
-from tvm_pet.search.optimizer import Candidate, SearchResult, optimize
+from tvm_pet.search.dispatch import run_search
+from tvm_pet.search.optimizer import Candidate, SearchResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +68,7 @@ def cost_model(options: DriverOptions, toolchain: Toolchain) -> CostModel:
 
 def search(program: Program, config: SearchConfig, cost: CostModel, mutants: MutantCache,
            confirm: int) -> Found:
-    """Run the optimizer and list the candidates worth timing end to end.
+    """Run the search and list the candidates worth timing end to end.
 
     Args:
         program: the model.
@@ -80,7 +82,7 @@ def search(program: Program, config: SearchConfig, cost: CostModel, mutants: Mut
     """
     start = time.perf_counter()
     try:
-        result = optimize(program, config, cost, mutants)
+        result = run_search(program, config, cost, mutants)
     except KernelBuildError as e:  # the original's own kernels (a candidate's are set aside)
         raise e.in_original() from None
     seconds = time.perf_counter() - start

@@ -15,6 +15,8 @@ on any mismatch the function is left unchanged and the report says so.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import tvm
 from tvm import relax
@@ -23,7 +25,8 @@ from tvm_pet.cost.model import CostModel
 from tvm_pet.errors import PetError
 from tvm_pet.relax.coverage import Coverage, coverage
 from tvm_pet.search.config import SearchConfig
-from tvm_pet.search.optimizer import SearchResult, optimize
+from tvm_pet.search.dispatch import run_search
+from tvm_pet.search.optimizer import SearchResult
 from tvm_pet.verify.limits import check_tensor_sizes
 
 
@@ -67,6 +70,8 @@ class PETPass:
         cost: ``"analytic"`` (default), ``"measured"`` (kernels built by TVM, tuned records
             used where present), or any :class:`~tvm_pet.cost.model.CostModel`.
         enable: ``False`` makes the pass an identity (the pipeline's switch).
+        search: ``"algorithm2"`` or ``"eqsat"`` (equality saturation,
+            :mod:`tvm_pet.search.eqsat`): the search to run, in place of ``config.search``.
 
     After it runs, ``.report`` maps each function name to its search result as JSON (with
     ``changed``, ``coverage`` and, when unchanged, ``reason``); ``.results`` holds the search
@@ -88,9 +93,11 @@ class PETPass:
     """
 
     def __init__(self, target=None, config: SearchConfig | None = None, cost=None,
-                 enable: bool = True):
+                 enable: bool = True, search: str | None = None):
         self.target = target
         self.config = config or SearchConfig()
+        if search is not None:
+            self.config = dataclasses.replace(self.config, search=search)
         self.cost = cost
         self.enable = enable
         self.report: dict[str, dict] = {}
@@ -111,7 +118,7 @@ class PETPass:
             return func
         cost = _cost_model(self.cost, self.target)  # a bad ``cost`` argument raises
         try:
-            result = optimize(lifted.program, self.config, cost)
+            result = run_search(lifted.program, self.config, cost)
         except PetError as e:  # an expected rejection (e.g. a kernel the cost model cannot build)
             self._unsearched(func, name, f"search stopped: {e}", lifted)
             return func

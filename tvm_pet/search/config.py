@@ -4,6 +4,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+#: The searches :class:`SearchConfig` ``search`` names.
+SEARCHES = ("algorithm2", "eqsat")
+
 
 @dataclasses.dataclass(frozen=True)
 class SearchConfig:
@@ -28,6 +31,12 @@ class SearchConfig:
         im2col: also offer each 2-D or 3-D convolution larger than 1 × 1 as one product over
             its shifted windows (:mod:`tvm_pet.ir.im2col`): the same products, summed in
             another order, which MetaSchedule tunes as a matrix product.
+        search: which search picks the program: ``"algorithm2"`` (the optimizer's top-K rounds,
+            :mod:`tvm_pet.search.optimizer`) or ``"eqsat"`` (equality saturation over every
+            verified mutant at once, :mod:`tvm_pet.search.eqsat`).
+        eqsat_iterations: most rule iterations of one saturation (``"eqsat"``).
+        eqsat_nodes: the e-graph's most e-nodes (``"eqsat"``): no mutant is added and no rule
+            iteration starts beyond it.
     """
 
     depth: int = 3
@@ -42,9 +51,16 @@ class SearchConfig:
     progress: bool = False
     winograd: bool = False
     im2col: bool = False
+    search: str = "algorithm2"
+    eqsat_iterations: int = 8
+    eqsat_nodes: int = 20000
 
     def __post_init__(self):
-        for name in ("depth", "rounds", "topk", "max_subset", "max_candidates", "tests"):
+        if self.search not in SEARCHES:
+            raise ValueError(f"SearchConfig.search must be one of {', '.join(SEARCHES)}, "
+                             f"got {self.search!r}")
+        for name in ("depth", "rounds", "topk", "max_subset", "max_candidates", "tests",
+                     "eqsat_iterations", "eqsat_nodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SearchConfig.{name} must be at least 1, got {getattr(self, name)}")
         if self.time_limit is not None and self.time_limit <= 0:
@@ -58,3 +74,6 @@ class StopReason(enum.Enum):
     ROUNDS = "rounds"                # the configured rounds were done
     TIME_LIMIT = "time_limit"        # the time limit was reached
     CANDIDATE_LIMIT = "candidate_limit"  # max_candidates verified
+    SATURATED = "saturated"          # eqsat: no rule added anything to the e-graph
+    ITERATIONS = "iterations"        # eqsat: eqsat_iterations rule iterations were run
+    NODE_LIMIT = "node_limit"        # eqsat: the e-graph reached eqsat_nodes e-nodes

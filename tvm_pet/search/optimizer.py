@@ -25,6 +25,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.cost.model import CostModel
@@ -40,6 +41,9 @@ from tvm_pet.search.partition import (Subprogram, closes_a_loop, extract, feedba
 from tvm_pet.search.postopt import post_optimize
 from tvm_pet.search.region import Region, fusion_region
 from tvm_pet.search.progress import progress
+
+if TYPE_CHECKING:
+    from tvm_pet.search.eqsat.search import EGraphReport
 
 
 #: The most one-at-a-time costings of a combination that does not pay all together
@@ -108,6 +112,11 @@ class SearchResult:
     #: cost model that has a ``spread`` (measured once per kernel), at most that factor more: a
     #: near tie may be faster when run (``near_ties`` counts those).
     runners_up: list["Candidate"] = dataclasses.field(default_factory=list)
+    #: The search that found it: ``"algorithm2"`` or ``"eqsat"`` (:class:`SearchConfig`).
+    search: str = "algorithm2"
+    #: With ``"eqsat"``: the e-graph's size and why saturation stopped
+    #: (:class:`~tvm_pet.search.eqsat.search.EGraphReport`).
+    egraph: "EGraphReport | None" = None
 
     @property
     def near_ties(self) -> int:
@@ -153,6 +162,8 @@ class SearchResult:
                 "runner_up_costs": [c.cost for c in self.runners_up],
                 "near_ties": self.near_ties,
                 "post_optimizations": self.post_optimizations,
+                "search": self.search,
+                "egraph": None if self.egraph is None else self.egraph.to_json(),
                 "subprograms": self.subprograms(),
                 "subsets": [s.to_json() for s in self.subsets]}
 

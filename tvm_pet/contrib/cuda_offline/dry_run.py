@@ -149,7 +149,7 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
     """
     from tvm_pet.cost.analytic import AnalyticCost
     from tvm_pet.onnx import import_model
-    from tvm_pet.search.optimizer import optimize
+    from tvm_pet.search.dispatch import run_search
 
     say = progress or (lambda line: None)
     start = time.perf_counter()
@@ -159,7 +159,7 @@ def dry_run(model, out_dir, config: SearchConfig = SearchConfig(), *, arch: str 
     target, records, n_records, tasks = _target_and_tasks(program, arch, records_dir, rewrites,
                                                           say)
     cost = AnalyticCost()
-    result = optimize(program, config, cost)
+    result = run_search(program, config, cost)
     say(f"search (analytic cost): {len(result.applied)} mutants applied, stopped: "
         f"{result.stop.value}")
     listed = _mutants_in_place(program, config, cost)

@@ -1,0 +1,403 @@
+"""Extraction: programs out of the e-graph, chosen by the project's cost model.
+
+egglog's own extractor sums a cost per e-node over a tree. A compiled program's cost is not such
+a sum: an e-class read twice is computed once (a merge's outputs share their matmul), and TVM
+fuses neighbouring operators into one kernel (the measured cost times kernels, not operators).
+So the extraction here works on a :class:`Snapshot` of the saturated e-graph, in two steps:
+
+1. **An additive seed.** Each e-node costs what the cost model charges for its operator alone
+   (a one-operator program; the analytic model when the cost model is not additive, as the
+   measured one times fused kernels), nothing for leaves and for multi-linear operators over
+   constants (precomputed), and each e-class its cheapest e-node plus its children, computed
+   bottom-up in cost order (Knuth's generalisation of Dijkstra's algorithm): an e-node is
+   eligible only once all its children are settled, so the choice never makes a cycle.
+2. **Whole programs, costed as Algorithm 2 costs them.** From the seed, a greedy descent tries
+   each inserted alternative of a subprogram (a mutant with its corrections, or the
+   subprogram as it was; all outputs of a merge at once) and each other e-node of the e-classes
+   the current program uses, builds the whole program and costs it with the cost model (so
+   fusion and sharing are accounted as the model accounts them); a change is kept when the
+   whole program costs less. It stops when a pass changes nothing or the time limit passes.
+
+:func:`build` turns a choice (an e-node per e-class) into a :class:`~tvm_pet.ir.node.Program`,
+refusing a cyclic choice.
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+from collections.abc import Callable, Mapping
+
+from tvm_pet.cost.analytic import AnalyticCost
+from tvm_pet.cost.model import CostModel
+from tvm_pet.errors import PetError
+from tvm_pet.ir.node import Node, Program, TensorSpec
+from tvm_pet.ir.ops import MULTILINEAR, Op
+from tvm_pet.search.eqsat.terms import Alternative, ProgramEGraph
+
+
+@dataclasses.dataclass(frozen=True)
+class ENode:
+    """One e-node of a snapshot: its kind (``input``, ``weight``, ``op``, ``get``, ``cons``,
+    ``nil``), its literal (name, key or output index) and its children (e-class ids)."""
+
+    kind: str
+    lit: str | int | None
+    children: tuple[int, ...]
+
+
+class Snapshot:
+    """The e-classes and e-nodes of a :class:`ProgramEGraph` at one moment, as plain data.
+
+    Attributes:
+        classes: the e-nodes of each e-class (``Args`` lists included), by e-class id.
+        index: the e-class of each e-node.
+    """
+
+    def __init__(self, graph: ProgramEGraph):
+        self.graph = graph
+        frozen = graph.egraph.freeze().decl.e_classes
+        ids = {value: k for k, value in enumerate(frozen)}
+        self.classes: list[list[ENode]] = [[] for _ in ids]
+        self.index: dict[ENode, int] = {}
+        for value, (_, calls) in frozen.items():
+            for call in calls:
+                node = _enode(call, ids)
+                self.classes[ids[value]].append(node)
+                self.index[node] = ids[value]
+        self._term_class: dict[int, int] = {}
+
+    @property
+    def e_nodes(self) -> int:
+        return sum(len(c) for c in self.classes)
+
+    def class_of(self, tid: int) -> int:
+        """The e-class of an inserted term."""
+        found = self._term_class.get(tid)
+        if found is None:
+            found = self.index[self.enode_of(tid)]
+            self._term_class[tid] = found
+        return found
+
+    def enode_of(self, tid: int, lists: dict[int, ENode] | None = None) -> ENode:
+        """The e-node an inserted term is now (its children canonical); the e-nodes of an
+        ``opn`` node's argument list go into ``lists`` when given."""
+        t = self.graph.terms[tid]
+        kids = tuple(self.class_of(c) for c in t.children)
+        if t.kind != "op" or len(kids) in (1, 2):
+            return ENode(t.kind, t.lit, kids)
+        tail = self.index[ENode("nil", None, ())]
+        for k in reversed(kids):
+            cons = ENode("cons", None, (k, tail))
+            tail = self.index[cons]
+            if lists is not None:
+                lists[tail] = cons
+        return ENode("op", t.lit, (tail,))
+
+    def choice_of(self, alternative: Alternative) -> dict[int, ENode]:
+        """The e-node per e-class (argument lists included) that applies ``alternative``."""
+        choice: dict[int, ENode] = {}
+        for t in alternative.terms:
+            node = self.enode_of(t, choice)
+            choice[self.index[node]] = node
+        return choice
+
+
+def _enode(call, ids) -> ENode:
+    name = getattr(call.callable, "method_name", None) or str(call.callable)
+    lits, kids = [], []
+    for arg in call.args:
+        value = getattr(arg.expr, "value", None)
+        if value in ids:
+            kids.append(ids[value])
+        else:
+            lits.append(value)
+    kind = {"op1": "op", "op2": "op", "opn": "op"}.get(name, name)
+    return ENode(kind, lits[0] if lits else None, tuple(kids))
+
+
+class NodeCosts:
+    """The additive cost of each e-node (step 1 of the module docstring)."""
+
+    def __init__(self, snap: Snapshot, cost: CostModel):
+        self.snap = snap
+        additive = getattr(cost, "additive", True)
+        self.model = cost if additive else AnalyticCost()
+        self._memo: dict[str, float] = {}
+        self.constant = self._constants()
+
+    def _constants(self) -> set[int]:
+        """E-classes known before the program runs: weights, and multi-linear operators,
+        lists and outputs over them."""
+        specs, known = self.snap.graph.registry.specs, set()
+        changed = True
+        while changed:
+            changed = False
+            for c, nodes in enumerate(self.snap.classes):
+                if c in known:
+                    continue
+                for n in nodes:
+                    if n.kind == "input":
+                        continue
+                    if n.kind == "op" and specs[n.lit].op not in MULTILINEAR:
+                        continue
+                    if all(k in known for k in n.children):
+                        known.add(c)
+                        changed = True
+                        break
+        return known
+
+    def __call__(self, node: ENode) -> float:
+        if node.kind != "op" or all(k in self.constant for k in node.children) and \
+                self.snap.graph.registry.specs[node.lit].op in MULTILINEAR:
+            return 0.0
+        if node.lit not in self._memo:
+            spec = self.snap.graph.registry.specs[node.lit]
+            names = [f"i{k}" for k in range(spec.arity)]
+            outs = [f"o{k}" for k in range(len(spec.out_shapes))]
+            alone = Program(tuple(TensorSpec(n, s) for n, s in zip(names, spec.in_shapes)), {},
+                            (spec.node(names, outs),), tuple(outs), "e-node")
+            self._memo[node.lit] = float(self.model.cost(alone))
+        return self._memo[node.lit]
+
+
+def cheapest(snap: Snapshot, costs: NodeCosts) -> dict[int, ENode]:
+    """The cheapest e-node of each e-class by tree cost (step 1): e-classes are settled in
+    order of cost, an e-node once all its children are settled, so no choice is cyclic."""
+    parents: dict[int, list[ENode]] = {}
+    waiting: dict[ENode, int] = {}
+    heap: list[tuple[float, int, int, ENode]] = []
+    order = 0
+    for c, nodes in enumerate(snap.classes):
+        for n in nodes:
+            kids = set(n.children)
+            waiting[n] = len(kids)
+            for k in kids:
+                parents.setdefault(k, []).append(n)
+            if not kids:
+                heapq.heappush(heap, (costs(n), order, c, n))
+                order += 1
+    best: dict[int, tuple[float, ENode]] = {}
+    while heap:
+        total, _, c, n = heapq.heappop(heap)
+        if c in best:
+            continue
+        best[c] = (total, n)
+        for p in parents.get(c, ()):
+            waiting[p] -= 1
+            if waiting[p] == 0:
+                pc = snap.index[p]
+                if pc not in best:
+                    value = costs(p) + sum(best[k][0] for k in p.children)
+                    heapq.heappush(heap, (value, order, pc, p))
+                    order += 1
+    return {c: n for c, (_, n) in best.items()}
+
+
+class CyclicChoice(PetError):
+    """A choice of e-nodes whose program would read its own output."""
+
+
+def build(snap: Snapshot, choice: Mapping[int, ENode], original: Program,
+          roots: list[int]) -> Program:
+    """The program a choice of e-nodes makes, with ``original``'s inputs and outputs (the
+    e-classes ``roots``).
+
+    Tensors keep their names in ``original`` where they have one; an output whose e-class is
+    a leaf, or another output's, is defined by an identity RESHAPE.
+
+    Raises:
+        CyclicChoice: the choice reads an e-class from inside its own subterm.
+        KeyError: an e-class the program needs has no choice.
+    """
+    builder = _Builder(snap, choice, original)
+    for c in _post_order(snap, choice, roots):
+        builder.emit(c)
+    return builder.program(roots)
+
+
+def _post_order(snap: Snapshot, choice: Mapping[int, ENode], roots: list[int]) -> list[int]:
+    """The e-classes the choice reads from ``roots``, each after those it reads (a stack of
+    its own: a deep model is deeper than Python's recursion)."""
+    state: dict[int, int] = {}  # 1: on the path from a root, 2: done
+    order: list[int] = []
+    stack: list[tuple[int, bool]] = [(c, False) for c in reversed(roots)]
+    while stack:
+        c, ready = stack.pop()
+        if state.get(c) == 2:
+            continue
+        if ready:
+            state[c] = 2
+            order.append(c)
+            continue
+        if state.get(c) == 1:
+            raise CyclicChoice(f"e-class {c} reads itself")
+        state[c] = 1
+        stack.append((c, True))
+        for k in reversed(_inputs(snap, choice, choice[c])):
+            if state.get(k) == 1:
+                raise CyclicChoice(f"e-class {c} reads e-class {k} from inside it")
+            if state.get(k) != 2:
+                stack.append((k, False))
+    return order
+
+
+class _Builder:
+    """The nodes, tensor names and weights of :func:`build`'s program, e-class by e-class."""
+
+    def __init__(self, snap: Snapshot, choice: Mapping[int, ENode], original: Program):
+        self.snap, self.choice, self.original = snap, choice, original
+        registry = snap.graph.registry
+        self.taken = set(original.shapes) | set(registry.weight_names.values())
+        self.named: dict[int, str] = {}
+        for tid, name in snap.graph.names.items():
+            self.named.setdefault(snap.class_of(tid), name)
+        self.assigned: set[str] = set()
+        self.fresh = (f"e{k}" for k in itertools.count())
+        self.gets = _gets(snap)
+        self.tensor: dict[int, str] = {}
+        self.tuples: dict[int, tuple[str, ...]] = {}
+        self.weights: dict[str, object] = {}
+        self.nodes: list[Node] = []
+
+    def name(self, c: int) -> str:
+        """A tensor name for e-class ``c``: its name in the original where it is free."""
+        name = self.named.get(c)
+        if (name is None or name in self.assigned or name in self.original.input_names
+                or name in self.original.weights):
+            name = next(n for n in self.fresh if n not in self.taken)
+        self.taken.add(name)
+        self.assigned.add(name)
+        return name
+
+    def emit(self, c: int) -> None:
+        """Define e-class ``c`` from its chosen e-node (its inputs are defined already)."""
+        node, registry = self.choice[c], self.snap.graph.registry
+        if node.kind == "input":
+            self.tensor[c] = node.lit
+        elif node.kind == "weight":
+            name = registry.weight_names[node.lit]
+            self.weights[name] = registry.weights[node.lit]
+            self.tensor[c] = name
+        elif node.kind == "get":
+            self.tensor[c] = self.tuples[node.children[0]][node.lit]
+        elif node.kind == "op":
+            spec = registry.specs[node.lit]
+            if len(spec.out_shapes) == 1:
+                outs = (self.name(c),)
+                self.tensor[c] = outs[0]
+            else:  # an output keeps its e-class's name only where that e-class reads it here
+                outs = tuple(self.name(self.gets[(c, k)]) if self.choice.get(
+                    self.gets.get((c, k), -1)) == ENode("get", k, (c,)) else self.name(-1)
+                    for k in range(len(spec.out_shapes)))
+                self.tuples[c] = outs
+            inputs = [self.tensor[k] for k in _inputs(self.snap, self.choice, node)]
+            self.nodes.append(spec.node(inputs, outs))
+
+    def program(self, roots: list[int]) -> Program:
+        """The program, its outputs the original's names (an identity RESHAPE where needed)."""
+        nodes = list(self.nodes)
+        for name, c in zip(self.original.outputs, roots):
+            if self.tensor[c] != name:
+                shape = self.original.shapes[name]
+                nodes.append(Node(Op.RESHAPE, (self.tensor[c],), (name,), {"shape": shape}))
+        return Program(self.original.inputs, self.weights, tuple(nodes), self.original.outputs,
+                       self.original.name)
+
+
+def _inputs(snap: Snapshot, choice: Mapping[int, ENode], node: ENode) -> list[int]:
+    """The e-classes an e-node reads as tensors (an ``opn`` node's list flattened)."""
+    if node.kind == "get":
+        return [node.children[0]]
+    if node.kind != "op":
+        return []
+    if len(node.children) == 1 and snap.graph.registry.specs[node.lit].arity != 1:
+        out, c = [], node.children[0]
+        while True:
+            n = choice[c] if c in choice else snap.classes[c][0]
+            if n.kind == "nil":
+                return out
+            out.append(n.children[0])
+            c = n.children[1]
+    return list(node.children)
+
+
+def _gets(snap: Snapshot) -> dict[tuple[int, int], int]:
+    """The e-class of output ``k`` of each e-class of operators with several outputs."""
+    return {(n.children[0], n.lit): c for c, nodes in enumerate(snap.classes)
+            for n in nodes if n.kind == "get"}
+
+
+def reachable(snap: Snapshot, choice: Mapping[int, ENode], roots) -> set[int]:
+    """The e-classes a choice's program reads, from ``roots``."""
+    seen, stack = set(), list(roots)
+    while stack:
+        c = stack.pop()
+        if c in seen or c not in choice:
+            continue
+        seen.add(c)
+        node = choice[c]
+        stack.extend(node.children)
+    return seen
+
+
+@dataclasses.dataclass
+class Descent:
+    """What the greedy descent (step 2) found: the best choice and every program it costed
+    (by structure), with their costs."""
+
+    choice: dict[int, ENode]
+    cost: float
+    program: Program
+    seen: dict[tuple, tuple[float, Program, dict[int, ENode]]]
+    timed_out: bool = False
+
+
+def descend(snap: Snapshot, start: dict[int, ENode], original: Program, roots: list[int],
+            alternatives: list[Alternative], cost: Callable[[Program], float],
+            key: Callable[[Program], tuple], out_of_time: Callable[[], bool]) -> Descent:
+    """Greedy descent over whole programs from ``start`` (step 2 of the module docstring).
+
+    Moves: each alternative of :class:`Alternative` (all its e-nodes at once), then each
+    other e-node of each e-class the current program reads. A move is kept when its whole
+    program, costed by ``cost``, is cheaper. ``key`` gives the structural key programs are
+    memoized under.
+    """
+    seen: dict[tuple, tuple[float, Program, dict[int, ENode]]] = {}
+
+    def evaluate(choice) -> tuple[float, Program] | None:
+        try:
+            program = build(snap, choice, original, roots)
+        except (CyclicChoice, KeyError):
+            return None
+        k = key(program)
+        if k not in seen:
+            seen[k] = (cost(program), program, dict(choice))
+        return seen[k][0], program
+
+    first = evaluate(start)
+    if first is None:
+        raise CyclicChoice("the additive seed has no program")
+    current, (best, program) = dict(start), first
+    moves = [snap.choice_of(a) for a in alternatives]
+    timed_out = False
+    improved = True
+    while improved and not timed_out:
+        improved = False
+        used = reachable(snap, current, roots)
+        singles = [{c: n} for c in sorted(used) for n in snap.classes[c]
+                   if n != current[c] and len(snap.classes[c]) > 1]
+        for move in moves + singles:
+            if out_of_time():
+                timed_out = True
+                break
+            if not any(c in used for c in move) or all(current.get(c) == n
+                                                       for c, n in move.items()):
+                continue
+            trial = {**current, **move}
+            found = evaluate(trial)
+            if found is not None and found[0] < best:
+                current, (best, program) = trial, found
+                used = reachable(snap, current, roots)
+                improved = True
+    return Descent(current, best, program, seen, timed_out)
