@@ -135,7 +135,7 @@ def _child(args) -> dict:
         "decision_looks": [{k: look.get(k) for k in ("what", "ratio", "p_value", "noise", "rounds",
                                                  "repeat", "number", "trials_per_task", "kept",
                                                  "refused", "process_ratios",
-                                                 "cpu_others_share")}
+                                                 "cpu_others_share", "mutants", "kinds")}
                            for look in report["looks"]],
         "times_ms": times,
         # the share of the CPU other processes used while the row was timed (None: not known)

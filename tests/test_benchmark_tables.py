@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from benchmarks import decision_rule, draws, equal_total, run, sweep
+from benchmarks import decision_rule, draws, equal_total, kinds, run, sweep
 
 
 def _row(model: str, kept: str, ratio: float, tvm_ms: float = 10.0) -> dict:
@@ -352,3 +352,26 @@ def test_the_table_names_the_layout_chosen_and_states_the_aims_as_measured(tmp_p
 def run_peak(gflops: float):
     from tvm_pet.tune.peak import Peak
     return Peak(1, gflops / 64, 64, "a test CPU")
+
+
+def test_kinds_count_each_row_once_per_kind_tuned_timed_and_kept():
+    rows = [dict(_row("conv5x5", "optimized", 1.3),
+                 tuned_mutants=[{"mutant": "Conv -> Slice", "subprogram": "sub0"},
+                                {"mutant": "Pad -> Conv -> Slice", "subprogram": "sub0"},
+                                {"mutant": "Conv -> Slice", "subprogram": "combined"}],
+                 decision_looks=[{"ratio": 1.3, "kinds": ["extents"]},
+                                 {"ratio": 0.9, "kinds": ["space-to-batch"]}],
+                 applied=["Conv -> Slice"]),
+            dict(_row("dilated_conv", "original", 1.0),
+                 tuned_mutants=[{"mutant": "ReshapeTranspose -> Conv -> ReshapeTranspose",
+                                 "subprogram": "sub0"}],
+                 decision_looks=[{"ratio": 0.8, "kinds": ["space-to-batch"]}], applied=[]),
+            {"model": "bert_encoder", "batch": 1, "error": "not measured"}]
+    table = kinds.tally(rows)
+    assert table["extents"]["tuned"] == ["conv5x5 (batch 1)"]
+    assert table["extents"]["kept"] == ["conv5x5 (batch 1)"]
+    assert table["space-to-batch"]["timed"] == ["conv5x5 (batch 1)", "dilated_conv (batch 1)"]
+    assert table["space-to-batch"]["kept"] == []
+    assert table["space-to-batch"]["look_ratio_geomean"] == pytest.approx((0.9 * 0.8) ** 0.5)
+    text = kinds.markdown(table, ["r.json"])
+    assert "| space-to-batch | a dilated convolution" in text and "| 1 | 2 | – | ×0.849 |" in text

@@ -100,7 +100,9 @@ class FakePlan:
 
 class FakeToolchain:
     """Every toolchain operation without TVM: a module is the Program itself, an executable runs
-    on the NumPy interpreter, and timings (one scripted ratio per call) and tuning are noted."""
+    on the NumPy interpreter, and timings (one scripted ratio per call) and tuning are noted.
+    It lowers every layout alike: the stages' tests of an imported model ask for NCHW, so that
+    no timing goes to choosing a layout (``tests/test_layout.py`` tests that choice)."""
 
     target_name = "fake"
     build_name = "fake build"
@@ -177,7 +179,8 @@ def test_optimize_on_a_fake_toolchain_writes_every_report_key_and_artifact(tmp_p
     pytest.importorskip("onnx")
     toolchain = FakeToolchain(ratios=[1.3, 1.2])  # kept at x1.3, then its replication
     report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out",
-                      SearchConfig(rounds=1), DriverOptions(cost="analytic", timing_rounds=2),
+                      SearchConfig(rounds=1),
+                      DriverOptions(layout="NCHW", cost="analytic", timing_rounds=2),
                       toolchain=toolchain, cost=DilationIsSlow())
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     assert REPORT_KEYS <= set(written) and written == json.loads(json.dumps(report.to_json()))
@@ -186,6 +189,9 @@ def test_optimize_on_a_fake_toolchain_writes_every_report_key_and_artifact(tmp_p
     assert [look["what"].split(":")[0] for look in written["looks"]] == ["first look",
                                                                          "replication"]
     assert written["measured_speedup_of_candidate"] == pytest.approx(1.2)  # the replication's
+    # each look names its candidate's rewrites and their kinds: the kept ones, here
+    applied = [a["mutant"] for a in written["applied"]]
+    assert all(look["mutants"] == applied and look["kinds"] for look in written["looks"])
     assert written["max_abs_err"] < 1e-4 and written["target"] == "fake"
     # the fake schedules no kernel from records: the kept module's kernels are said untuned too
     kernels = written["kernels"]
@@ -214,7 +220,8 @@ def test_a_look_timed_while_other_processes_used_the_cpu_says_so(tmp_path, capsy
     pytest.importorskip("onnx")
     from tvm_pet.cli import _print_cpu_shared
     report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out",
-                      SearchConfig(rounds=1), DriverOptions(cost="analytic", timing_rounds=2),
+                      SearchConfig(rounds=1),
+                      DriverOptions(layout="NCHW", cost="analytic", timing_rounds=2),
                       toolchain=BusyMachine(share, ratios=[1.3, 1.2]), cost=DilationIsSlow())
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     assert [look["cpu_others_share"] for look in written["looks"]] == [share, share]
@@ -236,8 +243,9 @@ def test_a_near_tie_is_timed_and_kept_when_it_runs_faster(tmp_path):
     pytest.importorskip("onnx")
     toolchain = FakeToolchain(ratios=[1.3, 1.0, 1.0])
     report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out",
-                      SearchConfig(rounds=1), DriverOptions(cost="analytic", timing_rounds=2,
-                                                            replicate=False),
+                      SearchConfig(rounds=1),
+                      DriverOptions(layout="NCHW", cost="analytic", timing_rounds=2,
+                                    replicate=False),
                       toolchain=toolchain, cost=NearTies())
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     search_json = written["search"]
@@ -267,8 +275,8 @@ def test_kernels_without_records_are_tuned_by_default_up_to_a_cap(tmp_path, untu
                                                                    minutes, tuned, said):
     pytest.importorskip("onnx")
     toolchain = FakeToolchain(ratios=[1.3, 1.3], untuned=untuned)
-    options = DriverOptions(cost="analytic", timing_rounds=2, trials=asked, untuned_trials=32,
-                            untuned_cap=8, untuned_minutes=minutes, promising=0,
+    options = DriverOptions(layout="NCHW", cost="analytic", timing_rounds=2, trials=asked,
+                            untuned_trials=32, untuned_cap=8, untuned_minutes=minutes, promising=0,
                             second_look=False)
     report = optimize(dilated_onnx(tmp_path / "m.onnx"), tmp_path / "out", SearchConfig(rounds=1),
                       options, toolchain=toolchain, cost=DilationIsSlow())

@@ -32,7 +32,7 @@ from tvm_pet.cost.model import CostModel
 from tvm_pet.errors import PetError, UnsupportedOperator
 from tvm_pet.ir.node import Program
 from tvm_pet.pipeline.confirm import confirm
-from tvm_pet.pipeline.layout import choose_layout
+from tvm_pet.pipeline.layout import InLayout, choose_layout
 from tvm_pet.pipeline.load import LoadedModel, describe, load
 from tvm_pet.pipeline.options import DriverOptions
 from tvm_pet.pipeline.baseline import (BaselineLowering, align_baseline,
@@ -74,12 +74,9 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     if options.confirm < 1:
         raise PetError(f"confirm={options.confirm}: at least one candidate must be timed")
     progress = Progress(options.progress)
-    loaded = load_model(model, options, progress)
-    program = loaded.program
-    check_tensor_sizes(program)
-    chosen = choose_layout(loaded, options, toolchain, progress)
+    chosen = _loaded_in_layout(model, options, toolchain, progress)
     loaded, toolchain, baseline = chosen.loaded, chosen.toolchain, chosen.baseline
-    progress.note(chosen.choice.line())
+    program = loaded.program
     options, plan, counts = records_plan(toolchain, program, options)
     progress.note(plan)  # before anything slow: which kernels are tuned, and what happens
     mutants = MutantCache()  # one generator cache for the run: tune and search share it
@@ -115,6 +112,17 @@ def optimize(model, out_dir, config: SearchConfig = SearchConfig(),
     final = confirmation.chosen.program if confirmation.keep else program
     with progress.step("writing the artifacts"):
         return write_artifacts(out, report, final, toolchain, list(inputs.values()))
+
+
+def _loaded_in_layout(model, options: DriverOptions, toolchain: Toolchain | None,
+                      progress: Progress) -> InLayout:
+    """Step 0: the model loaded, its tensors' sizes checked, and lowered in the layout both
+    sides are built in (:func:`~tvm_pet.pipeline.layout.choose_layout`)."""
+    loaded = load_model(model, options, progress)
+    check_tensor_sizes(loaded.program)
+    chosen = choose_layout(loaded, options, toolchain, progress)
+    progress.note(chosen.choice.line())
+    return chosen
 
 
 def _checked_facts(toolchain: Toolchain, confirmation, baseline: BaselineLowering | None,

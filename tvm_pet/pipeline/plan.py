@@ -42,6 +42,7 @@ from tvm_pet.cost.model import CostModel, RewriteScreen
 from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
+from tvm_pet.pipeline.kinds import kind_of
 from tvm_pet.search.optimizer import combine
 from tvm_pet.search.partition import Subprogram
 
@@ -135,6 +136,7 @@ class Pick:
     def to_json(self) -> dict:
         """The pick as ``report.json`` and ``tvm-pet tune`` write it."""
         return {"subprogram": self.subprogram, "mutant": list(self.mutant),
+                "kind": None if self.subprogram == COMBINED else kind_of(self.mutant),
                 "untuned_ratio": self.untuned_ratio, "ratio_of": self.basis,
                 "expected_saving_ms": self.expected_saving_ms, "aligns": self.aligns,
                 "winograd": self.winograd, "windows": self.windows,
@@ -144,12 +146,14 @@ class Pick:
 @dataclasses.dataclass(frozen=True)
 class TuningPlan:
     """The mutants tuned besides the original, in the order they were chosen, how many the
-    screen looked at, and how many of those it compared by FLOPs (kernels too large to time
-    untuned)."""
+    screen looked at, how many of those it compared by FLOPs (kernels too large to time
+    untuned), and per kind of rewrite how many were screened and tuned
+    (:func:`tvm_pet.pipeline.kinds.offered`)."""
 
     picks: tuple[Pick, ...] = ()
     screened: int = 0
     by_flops: int = 0
+    offered: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> list[dict]:
         """One entry per pick (``tuned_mutants`` of the tuning summary)."""

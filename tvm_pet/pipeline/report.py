@@ -29,6 +29,7 @@ from tvm_pet.ir.ops import Op
 from tvm_pet.onnx.exporter import export_model, input_signature, lowest_opset
 from tvm_pet.pipeline.baseline import BaselineLowering
 from tvm_pet.pipeline.confirm import Confirmation, check_outputs
+from tvm_pet.pipeline.kinds import kind_of
 from tvm_pet.pipeline.layout import LayoutChoice
 from tvm_pet.pipeline.load import LoadedModel
 from tvm_pet.pipeline.search import Found
@@ -193,6 +194,15 @@ class Report:
         chosen = self.confirmation.chosen
         return tuple(chosen.applied) if chosen is not None else ()
 
+    def _mutants_of(self, candidate: int | None) -> dict:
+        """A look's candidate's rewrites and their kinds (:mod:`tvm_pet.pipeline.kinds`): which
+        kinds were timed against the original, and which won."""
+        if candidate is None or candidate >= len(self.found.candidates):
+            return {}
+        ops = [a.mutant_ops for a in self.found.candidates[candidate].applied]
+        return {"mutants": [" -> ".join(o) for o in ops],
+                "kinds": sorted({kind_of(o) for o in ops})}
+
     def to_json(self) -> dict:
         """``report.json``."""
         c = self.confirmation
@@ -202,7 +212,8 @@ class Report:
             "speedup": self.speedup,
             "measured_speedup_of_candidate": self.measured_speedup_of_candidate,
             "timings": {k: dataclasses.asdict(v) for k, v in c.timings.items()},
-            "decision_rule": c.rule, "kept": self.kept, "looks": [k.to_json() for k in c.looks],
+            "decision_rule": c.rule, "kept": self.kept,
+            "looks": [k.to_json() | self._mutants_of(k.candidate) for k in c.looks],
             # which candidate replaced the original: the kept look's (None: the original stays)
             "kept_candidate": c.look.candidate if c.keep else None,
             "search_time_s": self.found.seconds, "tuning_time_s": self.tuning_time_s,

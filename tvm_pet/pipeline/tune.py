@@ -45,6 +45,7 @@ from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
+from tvm_pet.pipeline.kinds import offered
 from tvm_pet.pipeline.mutant_budget import Allowance, MutantBudget
 from tvm_pet.pipeline.options import DriverOptions
 from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, combined_pick,
@@ -116,6 +117,8 @@ class TuneSummary:
                 "mutant_trials": self.mutant_trials, "tuning_time_s": self.tuning_time_s,
                 "screened_mutants": self.plan.screened,
                 "screened_by_flops": self.plan.by_flops, "tuned_mutants": self.plan.to_json(),
+                # per kind of rewrite: mutants screened and tuned (tvm_pet.pipeline.kinds)
+                "offered": self.plan.offered,
                 "charge": "beside" if self.inside is None else "inside",
                 "inside_budget": self.inside, "original_s": self.original_s,
                 "mutants_s": self.mutants_s, "screen_s": self.screen_s}
@@ -351,7 +354,8 @@ def _summary(stage: Stage, original: OriginalTuned, ranked: Ranked, mutants: Mut
                        tasks=original.tuned.tasks + sum(c.tasks for c in mutants.calls),
                        trials_per_task=budget.trials,
                        plan=TuningPlan(mutants.picks, len(ranked.screened),
-                                       sum(s.screen.basis == "flops" for s in ranked.screened)),
+                                       sum(s.screen.basis == "flops" for s in ranked.screened),
+                                       offered(ranked.screened, mutants.picks)),
                        budget=None if budget.whole is None else str(budget.whole),
                        mutant_trials=mutant_trials,
                        inside=None if budget.allowance is None else budget.allowance.to_json(),
