@@ -71,7 +71,7 @@ DEFAULTS = {"tune": {
     "charge": "beside", "mutant_share": 0.25, "promising": 4, "second_screen": None,
     "screen_trials": None, "seed": 0, "depth": 3, "rounds": 1, "topk": 4, "winograd": False,
     "im2col": False, "columns": False, "time_limit": None, "no_tvm_rewrites": False,
-    "layout": "NCHW", "fast_math": False, "tvm_default": False, "input_shape": [],
+    "layout": "auto", "fast_math": False, "tvm_default": False, "input_shape": [],
     "progress": False, "quiet": False, "records": None, "rpc": None}}
 DEFAULTS["optimize"] = {
     **DEFAULTS["tune"], "command": "optimize", "trials": None, "out": "o", "cost": "measured",
@@ -99,6 +99,7 @@ BOTH = [
     (["--time-limit", "100"], {"time_limit": 100.0}),
     (["--no-tvm-rewrites"], {"no_tvm_rewrites": True}),
     (["--layout", "NHWC"], {"layout": "NHWC"}),
+    (["--layout", "NCHW"], {"layout": "NCHW"}),
     (["--fast-math"], {"fast_math": True}),
     (["--tvm-default"], {"tvm_default": True}),
     (["--input-shape", "x:1,3,8,8", "--input-shape", "y:2"],
@@ -241,7 +242,9 @@ def pet_wins(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "optimize", on_fake)
     model = tmp_path / "m.onnx"
     onnx.save(dilated_model(), model)
-    return [str(model), "--out", str(tmp_path / "out"), "--trials", "0", "--quiet"]
+    # the fake lowers every layout alike: the layout is asked (tests/test_layout.py tests auto)
+    return [str(model), "--out", str(tmp_path / "out"), "--trials", "0", "--quiet",
+            "--layout", "NCHW"]
 
 
 def _optimize(capsys, argv) -> list[str]:
@@ -257,8 +260,8 @@ def test_the_summary_is_a_few_lines_with_the_decision_speedup_and_report(pet_win
     assert len(lines) <= 8, lines
     assert lines[0] == (f"{pet_wins[0]}: kept PET's program, ×1.25 faster than TVM's build of "
                         "the original (×1.20–×1.30 over 2 processes)")
-    assert lines[1] == (f"  target fake; PET's outputs are within {report['max_abs_err']:.1e} of "
-                        "the original's")
+    assert lines[1] == (f"  target fake, NCHW, as asked; PET's outputs are within "
+                        f"{report['max_abs_err']:.1e} of the original's")
     (applied,) = report["applied"]
     assert lines[2] == f"  applied 1 rewrite: {applied['mutant']}"
     kernels = report["kernels"]["total"]
@@ -412,14 +415,19 @@ def test_tune_prints_a_few_lines_and_its_json_with_verbose(tmp_path, capsys, mon
     monkeypatch.setattr(tune_stage, "tune_model", lambda *args, **kwargs: summary)
     model = tmp_path / "m.onnx"
     onnx.save(dilated_model(), model)
-    argv = ["tune", str(model), "--trials", "8", "--quiet"]
+    # a layout asked: nothing tuned to choose one (tests/test_layout.py tests auto)
+    argv = ["tune", str(model), "--trials", "8", "--quiet", "--layout", "NCHW"]
     assert main(argv) == 0
     assert capsys.readouterr().out.splitlines() == [
         f"{model} for llvm: tuned 8 trials per kernel, the original and 1 of PET's mutants",
         "  40 new trials (32 for the original's kernels, 8 for the mutants') in 12 s",
         "  records: recs; tvm-pet optimize reads them (--verbose: the full summary as JSON)"]
     assert main(argv + ["--verbose"]) == 0
-    assert json.loads(capsys.readouterr().out) == summary.to_json()
+    printed = json.loads(capsys.readouterr().out)
+    assert printed.pop("layout") == {"layout": "NCHW", "asked": "NCHW", "reason": "asked",
+                                     "times_ms": {}, "nchw_over_nhwc": None, "new_trials": 0,
+                                     "tuning_s": 0.0}
+    assert printed == summary.to_json()
 
 
 def test_explore_counts_the_mutants_and_lists_them_with_verbose(tmp_path, capsys, monkeypatch):
@@ -443,3 +451,19 @@ def test_explore_counts_the_mutants_and_lists_them_with_verbose(tmp_path, capsys
     full = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("    ") for line in full) == sum(
         min(2, len(s["mutants"])) for s in found)
+
+
+def test_tune_says_which_layout_auto_chose_and_the_trials_it_took():
+    from types import SimpleNamespace
+
+    from tvm_pet.cli import tune_lines
+    tuning = {"records": "recs", "tasks": 3, "trials_per_task": 8, "budget": None,
+              "new_trials": 8, "mutant_trials": 8, "tuning_time_s": 5.0, "tuned_mutants": [],
+              "layout": {"layout": "NHWC", "asked": "auto", "new_trials": 40,
+                         "reason": "timed x1.30 faster than NCHW on the tuned original"}}
+    lines = tune_lines(tuning, SimpleNamespace(model="m.onnx", target="llvm"))
+    assert lines[2] == ("  layout: NHWC (timed x1.30 faster than NCHW on the tuned original); "
+                        "40 more trials tuned the original in both layouts")
+    asked = dict(tuning, layout=dict(tuning["layout"], asked="NHWC"))
+    assert not any("layout" in line for line in tune_lines(asked, SimpleNamespace(
+        model="m.onnx", target="llvm")))

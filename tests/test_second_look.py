@@ -76,7 +76,8 @@ def _optimize(model, tmp_path, ratios, cost=PenaliseDilation, tuner=None, tuning
               timer=None, **options):
     # by default a search that provably rewrites the dilated convolution: there is a candidate
     timer = FakeTimer(ratios) if timer is None else timer
-    options = {"confirm": 1, "replicate": False, **options}  # replication: its own tests
+    # replication has its own tests; the layout its own (tests/test_layout.py)
+    options = {"confirm": 1, "replicate": False, "layout": "NCHW", **options}
     opts = DriverOptions(cost="analytic", timing_rounds=2,
                          records_dir=str(tmp_path / "records"), **options)
     toolchain = ScriptedToolchain(opts.records_dir, timer, tuner)
@@ -279,7 +280,7 @@ class Flat:
 
 def test_an_unchanged_candidate_is_never_kept_on_timing_noise(model, tmp_path):
     timer = FakeTimer([2.0])
-    options = DriverOptions(cost="analytic", timing_rounds=2)
+    options = DriverOptions(cost="analytic", timing_rounds=2, layout="NCHW")
     report = optimize_model(model, tmp_path / "out", SearchConfig(rounds=1), options,
                             toolchain=ScriptedToolchain(options.records_dir, timer),
                             cost=Flat())

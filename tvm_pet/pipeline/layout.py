@@ -179,10 +179,10 @@ def _timed(sides: Mapping[str, InLayout], modules: Mapping, options: DriverOptio
     times = {"NCHW": timings["baseline"].median * 1e3, "NHWC": timings["optimized"].median * 1e3}
     name = "NHWC" if decision.keep else "NCHW"
     if decision.keep:
-        reason = f"x{decision.ratio:.2f} faster than NCHW, timed on the tuned original"
+        reason = f"timed x{decision.ratio:.2f} faster than NCHW on the tuned original"
     elif decision.ratio < 1:
-        reason = f"NHWC x{1 / decision.ratio:.2f} slower, timed on the tuned original"
+        reason = f"NHWC timed x{1 / decision.ratio:.2f} slower on the tuned original"
     else:
-        reason = (f"NHWC x{decision.ratio:.2f}, not surely faster (p = {decision.p_value:.2g}), "
-                  "timed on the tuned original")
+        reason = (f"NHWC timed x{decision.ratio:.2f} faster on the tuned original, but not "
+                  f"surely: p = {decision.p_value:.2g}")
     return _because(sides[name], reason, times_ms=times, ratio=decision.ratio, **spent)
