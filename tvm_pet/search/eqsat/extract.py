@@ -26,11 +26,13 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Mapping
 
 from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.cost.model import CostModel
 from tvm_pet.errors import PetError
+from tvm_pet.ir.keys import canonical
 from tvm_pet.ir.node import Node, Program, TensorSpec
 from tvm_pet.ir.ops import MULTILINEAR, Op
 from tvm_pet.search.eqsat.terms import Alternative, ProgramEGraph
@@ -66,6 +68,9 @@ class Snapshot:
                 self.classes[ids[value]].append(node)
                 self.index[node] = ids[value]
         self._term_class: dict[int, int] = {}
+        self._reads: dict[ENode, tuple[int, ...]] = {}
+        self._gets: dict[tuple[int, int], int] | None = None
+        self._named: dict[int, str] | None = None
 
     @property
     def e_nodes(self) -> int:
@@ -93,6 +98,31 @@ class Snapshot:
             if lists is not None:
                 lists[tail] = cons
         return ENode("op", t.lit, (tail,))
+
+    def reads(self, node: ENode) -> tuple[int, ...]:
+        """The e-classes an e-node reads as tensors (an ``opn`` node's list flattened; an
+        argument list's e-class holds one e-node, its children canonical)."""
+        found = self._reads.get(node)
+        if found is None:
+            found = tuple(_inputs(self, {}, node))
+            self._reads[node] = found
+        return found
+
+    @property
+    def gets(self) -> dict[tuple[int, int], int]:
+        """The e-class of output ``k`` of each e-class of operators with several outputs."""
+        if self._gets is None:
+            self._gets = _gets(self)
+        return self._gets
+
+    @property
+    def named(self) -> dict[int, str]:
+        """A tensor name of the inserted programs for each e-class that has one."""
+        if self._named is None:
+            self._named = {}
+            for tid, name in self.graph.names.items():
+                self._named.setdefault(self.class_of(tid), name)
+        return self._named
 
     def choice_of(self, alternative: Alternative) -> dict[int, ENode]:
         """The e-node per e-class (argument lists included) that applies ``alternative``."""
@@ -199,18 +229,20 @@ class CyclicChoice(PetError):
 
 
 def build(snap: Snapshot, choice: Mapping[int, ENode], original: Program,
-          roots: list[int]) -> Program:
+          roots: list[int], stable: bool = False) -> Program:
     """The program a choice of e-nodes makes, with ``original``'s inputs and outputs (the
     e-classes ``roots``).
 
     Tensors keep their names in ``original`` where they have one; an output whose e-class is
-    a leaf, or another output's, is defined by an identity RESHAPE.
+    a leaf, or another output's, is defined by an identity RESHAPE. With ``stable``, a tensor
+    is named after its e-class alone (an output after the output), so that two choices give
+    equal nodes wherever they choose the same e-nodes: what :class:`RegionPrice` compares.
 
     Raises:
         CyclicChoice: the choice reads an e-class from inside its own subterm.
         KeyError: an e-class the program needs has no choice.
     """
-    builder = _Builder(snap, choice, original)
+    builder = _Builder(snap, choice, original, roots if stable else None)
     for c in _post_order(snap, choice, roots):
         builder.emit(c)
     return builder.program(roots)
@@ -234,7 +266,7 @@ def _post_order(snap: Snapshot, choice: Mapping[int, ENode], roots: list[int]) -
             raise CyclicChoice(f"e-class {c} reads itself")
         state[c] = 1
         stack.append((c, True))
-        for k in reversed(_inputs(snap, choice, choice[c])):
+        for k in reversed(snap.reads(choice[c])):
             if state.get(k) == 1:
                 raise CyclicChoice(f"e-class {c} reads e-class {k} from inside it")
             if state.get(k) != 2:
@@ -243,26 +275,41 @@ def _post_order(snap: Snapshot, choice: Mapping[int, ENode], roots: list[int]) -
 
 
 class _Builder:
-    """The nodes, tensor names and weights of :func:`build`'s program, e-class by e-class."""
+    """The nodes, tensor names and weights of :func:`build`'s program, e-class by e-class
+    (``stable_roots``: the roots of a stable build, see :func:`build`)."""
 
-    def __init__(self, snap: Snapshot, choice: Mapping[int, ENode], original: Program):
+    def __init__(self, snap: Snapshot, choice: Mapping[int, ENode], original: Program,
+                 stable_roots: list[int] | None = None):
         self.snap, self.choice, self.original = snap, choice, original
         registry = snap.graph.registry
         self.taken = set(original.shapes) | set(registry.weight_names.values())
-        self.named: dict[int, str] = {}
-        for tid, name in snap.graph.names.items():
-            self.named.setdefault(snap.class_of(tid), name)
+        self.named = snap.named
+        self.stable: dict[int, str] | None = None
+        if stable_roots is not None:
+            self.stable = {}
+            for name, c in zip(original.outputs, stable_roots):
+                self.stable.setdefault(c, name)
         self.assigned: set[str] = set()
         self.fresh = (f"e{k}" for k in itertools.count())
-        self.gets = _gets(snap)
+        self.gets = snap.gets
         self.tensor: dict[int, str] = {}
         self.tuples: dict[int, tuple[str, ...]] = {}
         self.weights: dict[str, object] = {}
         self.nodes: list[Node] = []
 
-    def name(self, c: int) -> str:
-        """A tensor name for e-class ``c``: its name in the original where it is free."""
-        name = self.named.get(c)
+    def name(self, c: int, k: int | None = None) -> str:
+        """A tensor name for e-class ``c`` (output ``k`` of ``c`` where ``c`` has several and
+        no e-class of its own is read for it): its name in the original where it is free, or
+        with a stable build, a name of the e-class alone."""
+        if self.stable is not None:
+            name = self.stable.get(c) if k is None else None
+            if name is None or name in self.assigned:
+                name = f"ec{c}" if k is None else f"ec{c}o{k}"
+                while name in self.taken:
+                    name += "_"
+            self.assigned.add(name)
+            return name
+        name = self.named.get(c) if k is None else None
         if (name is None or name in self.assigned or name in self.original.input_names
                 or name in self.original.weights):
             name = next(n for n in self.fresh if n not in self.taken)
@@ -288,10 +335,10 @@ class _Builder:
                 self.tensor[c] = outs[0]
             else:  # an output keeps its e-class's name only where that e-class reads it here
                 outs = tuple(self.name(self.gets[(c, k)]) if self.choice.get(
-                    self.gets.get((c, k), -1)) == ENode("get", k, (c,)) else self.name(-1)
+                    self.gets.get((c, k), -1)) == ENode("get", k, (c,)) else self.name(c, k)
                     for k in range(len(spec.out_shapes)))
                 self.tuples[c] = outs
-            inputs = [self.tensor[k] for k in _inputs(self.snap, self.choice, node)]
+            inputs = [self.tensor[k] for k in self.snap.reads(node)]
             self.nodes.append(spec.node(inputs, outs))
 
     def program(self, roots: list[int]) -> Program:
@@ -341,47 +388,239 @@ def reachable(snap: Snapshot, choice: Mapping[int, ENode], roots) -> set[int]:
     return seen
 
 
+class AdditivePrice:
+    """Prices a choice with an additive cost model (the analytic one): the sum over the
+    e-classes its program computes of what the model charges for the chosen e-node alone,
+    nothing for a multi-linear e-node over constants (weights, and such e-nodes over them, as
+    the choice computes them). For the analytic model that is the whole program's cost, in a
+    walk over the e-classes instead of a program built, checked and costed; the descent still
+    costs each program it keeps as a whole (:meth:`accept`).
+    """
+
+    def __init__(self, snap: Snapshot, roots: list[int], original: Program,
+                 cost: Callable[[Program], float], model: CostModel):
+        self.snap, self.roots, self.original, self.cost = snap, roots, original, cost
+        self.model = model
+        self._alone: dict[tuple, float] = {}
+
+    def start(self, choice: Mapping[int, ENode]) -> tuple[float, Program] | None:
+        return self.accept(choice, math.inf)
+
+    def __call__(self, choice: Mapping[int, ENode]) -> float | None:
+        """The price of ``choice``; None when it is cyclic or incomplete."""
+        try:
+            order = _post_order(self.snap, choice, self.roots)
+        except (CyclicChoice, KeyError):
+            return None
+        specs, const, total = self.snap.graph.registry.specs, set(), 0.0
+        for c in order:
+            n = choice[c]
+            if n.kind == "weight":
+                const.add(c)
+            elif n.kind == "get":
+                if n.children[0] in const:
+                    const.add(c)
+            elif n.kind == "op":
+                reads = self.snap.reads(n)
+                if specs[n.lit].op in MULTILINEAR and all(k in const for k in reads):
+                    const.add(c)
+                else:
+                    total += self._cost_alone(n.lit, reads)
+        return total
+
+    def _cost_alone(self, lit: str, reads: tuple[int, ...]) -> float:
+        """What the model charges for operator ``lit`` alone on inputs ``reads`` (an e-class
+        read twice is one input read twice, as in the program)."""
+        pattern = tuple(reads.index(k) for k in reads)
+        found = self._alone.get((lit, pattern))
+        if found is None:
+            spec = self.snap.graph.registry.specs[lit]
+            names = [f"i{k}" for k in pattern]
+            ins = tuple(TensorSpec(f"i{k}", spec.in_shapes[k]) for k in sorted(set(pattern)))
+            outs = [f"o{k}" for k in range(len(spec.out_shapes))]
+            alone = Program(ins, {}, (spec.node(names, outs),), tuple(outs), "e-node")
+            found = self._alone[(lit, pattern)] = float(self.model.cost(alone))
+        return found
+
+    def accept(self, choice: Mapping[int, ENode], best: float) -> tuple[float, Program] | None:
+        """The whole program of a choice priced below ``best`` and its cost, when the whole
+        program does cost less than ``best`` (else None)."""
+        try:
+            program = build(self.snap, choice, self.original, self.roots)
+        except (CyclicChoice, KeyError):
+            return None
+        c = self.cost(program)
+        return (c, program) if c < best else None
+
+
+class RegionPrice:
+    """Prices a move by the fusion regions it changes, as Algorithm 2 prices a rewrite
+    (:meth:`~tvm_pet.search.optimizer.Optimizer.rewrite_cost`): for a cost model with a
+    ``difference(before, after)`` of two regions (the measured one, which compiles both and
+    times only the kernels they do not share).
+
+    Both choices are built with stable names (:func:`build`), so the nodes they share are
+    equal; the nodes of the current program the move drops, and those of the new program it
+    adds, are the rewrite. Each side's fusion region (:func:`~tvm_pet.search.region.fusion_region`:
+    out to the nearest reducing operators, residual partners included) is taken around them,
+    and the unchanged nodes of both regions join both sides, so that the kernels at the edge
+    fuse alike before and after and cancel. Non-additive fusion is thus accounted as in
+    Algorithm 2: a move costs the kernels TVM builds for its region, fused as in the whole
+    program, and one move costs one region's kernels (cached by the regions' structure).
+    Where a region is larger than :data:`~tvm_pet.search.region.MAX_REGION` nodes or cannot be
+    compiled alone, the model's ``whole_difference`` of the two programs is taken (the kernels
+    they do not share), else the new program is costed whole.
+    """
+
+    def __init__(self, snap: Snapshot, roots: list[int], original: Program,
+                 cost: Callable[[Program], float], model: CostModel, keys):
+        self.snap, self.roots, self.original, self.cost = snap, roots, original, cost
+        self.model, self.keys = model, keys
+        self.differences: dict[tuple, float | None] = {}
+        self.current: Program | None = None
+        self.price_now = math.inf
+        self._last: tuple[Mapping, Program, float] | None = None
+
+    def start(self, choice: Mapping[int, ENode], price: float | None = None
+              ) -> tuple[float, Program] | None:
+        """Start from ``choice``, priced ``price`` (the whole program's cost when None)."""
+        try:
+            self.current = build(self.snap, choice, self.original, self.roots, stable=True)
+            program = build(self.snap, choice, self.original, self.roots)
+        except (CyclicChoice, KeyError):
+            return None
+        self.price_now = self.cost(program) if price is None else price
+        return self.price_now, program
+
+    def __call__(self, choice: Mapping[int, ENode]) -> float | None:
+        try:
+            new = build(self.snap, choice, self.original, self.roots, stable=True)
+        except (CyclicChoice, KeyError):
+            return None
+        price = self.price_now + self.delta(self.current, new)
+        self._last = (choice, new, price)
+        return price
+
+    def delta(self, before: Program, after: Program) -> float:
+        """Seconds ``after`` adds to ``before`` (stable builds of two choices)."""
+        kept = set(before.nodes) & set(after.nodes)
+        dropped = [k for k, n in enumerate(before.nodes) if n not in kept]
+        added = [k for k, n in enumerate(after.nodes) if n not in kept]
+        if not dropped and not added:
+            return 0.0
+        regions = _move_regions(before, after, dropped, added)
+        delta = None
+        if regions is not None:
+            key = tuple(canonical(r, self.keys)[0] for r in regions)
+            if key not in self.differences:
+                self.differences[key] = self.model.difference(*regions)
+            delta = self.differences[key]
+        whole = getattr(self.model, "whole_difference", None)
+        if delta is None and whole is not None:
+            delta = whole(before, after)
+        return self.cost(after) - self.cost(before) if delta is None else delta
+
+    def accept(self, choice: Mapping[int, ENode], best: float) -> tuple[float, Program] | None:
+        """Move to ``choice`` when its price is below ``best``; its price and program."""
+        if (self._last is None or self._last[0] is not choice) and self(choice) is None:
+            return None
+        _, stable, price = self._last
+        if not price < best:
+            return None
+        self.current, self.price_now = stable, price
+        return price, build(self.snap, choice, self.original, self.roots)
+
+
+def _move_regions(before: Program, after: Program, dropped: list[int], added: list[int]
+                  ) -> tuple[Program, Program] | None:
+    """The fusion region of a move on each side: the nodes dropped from ``before`` or added to
+    ``after``, with the unchanged nodes of either side's region on both (None when a region
+    exceeds :data:`~tvm_pet.search.region.MAX_REGION` nodes)."""
+    from tvm_pet.search.partition import extract
+    from tvm_pet.search.region import MAX_REGION, fusion_region
+    shared: set[Node] = set()
+    for program, changed in ((before, dropped), (after, added)):
+        if not changed:
+            continue
+        region = fusion_region(program, extract(program, changed, "move"))
+        if region is None:
+            return None
+        mine = set(changed)
+        shared.update(program.nodes[k] for k in region.nodes if k not in mine)
+    sides = []
+    for program, changed in ((before, dropped), (after, added)):
+        nodes = sorted(set(changed) | {k for k, n in enumerate(program.nodes) if n in shared})
+        if len(nodes) > MAX_REGION:
+            return None
+        sides.append(extract(program, nodes, "region of a move").program)
+    return sides[0], sides[1]
+
+
+class WholePrice:
+    """Prices a choice by costing its whole program (a cost model neither additive nor with a
+    ``difference``)."""
+
+    def __init__(self, snap: Snapshot, roots: list[int], original: Program,
+                 cost: Callable[[Program], float]):
+        self.snap, self.roots, self.original, self.cost = snap, roots, original, cost
+        self._last: tuple[Mapping, float, Program] | None = None
+
+    def start(self, choice: Mapping[int, ENode]) -> tuple[float, Program] | None:
+        return self.accept(choice, math.inf)
+
+    def __call__(self, choice: Mapping[int, ENode]) -> float | None:
+        try:
+            program = build(self.snap, choice, self.original, self.roots)
+        except (CyclicChoice, KeyError):
+            return None
+        c = self.cost(program)
+        self._last = (choice, c, program)
+        return c
+
+    def accept(self, choice: Mapping[int, ENode], best: float) -> tuple[float, Program] | None:
+        if (self._last is None or self._last[0] is not choice) and self(choice) is None:
+            return None
+        _, c, program = self._last
+        return (c, program) if c < best else None
+
+
 @dataclasses.dataclass
 class Descent:
-    """What the greedy descent (step 2) found: the best choice and every program it costed
-    (by structure), with their costs."""
+    """What the greedy descent (step 2) found: the best choice and the cheapest programs it
+    priced (by structure), with their costs; ``priced``: how many choices it priced."""
 
     choice: dict[int, ENode]
     cost: float
     program: Program
     seen: dict[tuple, tuple[float, Program, dict[int, ENode]]]
     timed_out: bool = False
+    priced: int = 0
 
 
 def descend(snap: Snapshot, start: dict[int, ENode], original: Program, roots: list[int],
-            alternatives: list[Alternative], cost: Callable[[Program], float],
-            key: Callable[[Program], tuple], out_of_time: Callable[[], bool]) -> Descent:
+            alternatives: list[Alternative], price, key: Callable[[Program], tuple],
+            out_of_time: Callable[[], bool], keep: int = 4,
+            first: list[dict[int, ENode]] = ()) -> Descent:
     """Greedy descent over whole programs from ``start`` (step 2 of the module docstring).
 
-    Moves: each alternative of :class:`Alternative` (all its e-nodes at once), then each
-    other e-node of each e-class the current program reads. A move is kept when its whole
-    program, costed by ``cost``, is cheaper. ``key`` gives the structural key programs are
-    memoized under.
+    Moves: ``first``, each alternative of :class:`Alternative` (all its e-nodes at once), then
+    each other e-node of each e-class the current program reads. ``price`` (an
+    :class:`AdditivePrice`, :class:`RegionPrice` or :class:`WholePrice`) prices each move; a
+    move priced below the current program is kept when ``price.accept`` confirms it (the
+    whole program costed, or for a region price, the region's). The ``keep`` cheapest
+    choices priced are built and returned in ``seen``, by ``key`` (a structural key).
     """
-    seen: dict[tuple, tuple[float, Program, dict[int, ENode]]] = {}
-
-    def evaluate(choice) -> tuple[float, Program] | None:
-        try:
-            program = build(snap, choice, original, roots)
-        except (CyclicChoice, KeyError):
-            return None
-        k = key(program)
-        if k not in seen:
-            seen[k] = (cost(program), program, dict(choice))
-        return seen[k][0], program
-
-    first = evaluate(start)
-    if first is None:
-        raise CyclicChoice("the additive seed has no program")
-    current, (best, program) = dict(start), first
-    moves = [snap.choice_of(a) for a in alternatives]
-    timed_out = False
-    improved = True
+    started = price.start(start)
+    if started is None:
+        raise CyclicChoice("the descent's start has no program")
+    best, program = started
+    current = dict(start)
+    cheapest: list[tuple[float, int, dict[int, ENode]]] = []  # a max-heap by -price
+    tie = itertools.count()
+    seen: dict[tuple, tuple[float, Program, dict[int, ENode]]] = {
+        key(program): (best, program, dict(current))}
+    moves = list(first) + [snap.choice_of(a) for a in alternatives]
+    priced, timed_out, improved = 0, False, True
     while improved and not timed_out:
         improved = False
         used = reachable(snap, current, roots)
@@ -395,9 +634,28 @@ def descend(snap: Snapshot, start: dict[int, ENode], original: Program, roots: l
                                                        for c, n in move.items()):
                 continue
             trial = {**current, **move}
-            found = evaluate(trial)
-            if found is not None and found[0] < best:
-                current, (best, program) = trial, found
-                used = reachable(snap, current, roots)
-                improved = True
-    return Descent(current, best, program, seen, timed_out)
+            c = price(trial)
+            priced += 1
+            if c is None or not math.isfinite(c):
+                continue
+            if len(cheapest) < keep:
+                heapq.heappush(cheapest, (-c, next(tie), trial))
+            elif c < -cheapest[0][0]:
+                heapq.heapreplace(cheapest, (-c, next(tie), trial))
+            if c < best:
+                kept = price.accept(trial, best)
+                if kept is not None:
+                    current, (best, program) = trial, kept
+                    seen.setdefault(key(program), (best, program, dict(current)))
+                    used = reachable(snap, current, roots)
+                    improved = True
+    for negative, _, choice in sorted(cheapest, key=lambda e: -e[0]):
+        if out_of_time():
+            break
+        if isinstance(price, RegionPrice):  # its price, taken from the program then current
+            found = (-negative, build(snap, choice, original, roots))
+        else:
+            found = price.accept(choice, math.inf)
+        if found is not None:
+            seen.setdefault(key(found[1]), (found[0], found[1], choice))
+    return Descent(current, best, program, seen, timed_out, priced)
