@@ -14,9 +14,21 @@ So the extraction here works on a :class:`Snapshot` of the saturated e-graph, in
 2. **Whole programs, costed as Algorithm 2 costs them.** From the seed, a greedy descent tries
    each inserted alternative of a subprogram (a mutant with its corrections, or the
    subprogram as it was; all outputs of a merge at once) and each other e-node of the e-classes
-   the current program uses, builds the whole program and costs it with the cost model (so
-   fusion and sharing are accounted as the model accounts them); a change is kept when the
-   whole program costs less. It stops when a pass changes nothing or the time limit passes.
+   the current program uses. Each move is priced without compiling the whole program:
+
+   - an additive cost model (the analytic one): the sum over the e-classes the program computes
+     of the model's cost of the chosen e-node alone, nothing for multi-linear e-nodes over
+     constants (:class:`AdditivePrice`); that sum is the whole program's analytic cost;
+   - a cost model with a ``difference`` of two regions (the measured one, whose fused kernels
+     make costs non-additive): the move's fusion regions before and after, the kernels TVM
+     fuses there compiled and timed, the unchanged kernels at their edge cancelling, as
+     Algorithm 2 costs a rewrite (:class:`RegionPrice`); the descent then starts from the
+     original program, costed whole once, and tries the seed as its first move;
+   - any other cost model: the whole program (:class:`WholePrice`).
+
+   A move priced below the current program is kept when the whole program, built and costed
+   (with a region price: the region's price), costs less. It stops when a pass changes
+   nothing or the time limit passes.
 
 :func:`build` turns a choice (an e-node per e-class) into a :class:`~tvm_pet.ir.node.Program`,
 refusing a cyclic choice.
@@ -71,6 +83,7 @@ class Snapshot:
         self._reads: dict[ENode, tuple[int, ...]] = {}
         self._gets: dict[tuple[int, int], int] | None = None
         self._named: dict[int, str] | None = None
+        self._stable: dict[int, str] | None = None
 
     @property
     def e_nodes(self) -> int:
@@ -123,6 +136,23 @@ class Snapshot:
             for tid, name in self.graph.names.items():
                 self._named.setdefault(self.class_of(tid), name)
         return self._named
+
+    def stable_names(self, taken: set[str]) -> dict[int, str]:
+        """A tensor name for every e-class that does not depend on a choice: its name in the
+        inserted programs (the lowering finds an opaque operator's original expression by its
+        output's name), else one of its id; each name once, none in ``taken`` (the inputs
+        and weights)."""
+        if self._stable is None:
+            self._stable, used = {}, set(taken)
+            for c in range(len(self.classes)):
+                name = self.named.get(c)
+                if name is None or name in used:
+                    name = f"ec{c}"
+                    while name in used or name in self.named.values():
+                        name += "_"
+                used.add(name)
+                self._stable[c] = name
+        return self._stable
 
     def choice_of(self, alternative: Alternative) -> dict[int, ENode]:
         """The e-node per e-class (argument lists included) that applies ``alternative``."""
@@ -235,7 +265,7 @@ def build(snap: Snapshot, choice: Mapping[int, ENode], original: Program,
 
     Tensors keep their names in ``original`` where they have one; an output whose e-class is
     a leaf, or another output's, is defined by an identity RESHAPE. With ``stable``, a tensor
-    is named after its e-class alone (an output after the output), so that two choices give
+    is named after its e-class alone (:meth:`Snapshot.stable_names`), so that two choices give
     equal nodes wherever they choose the same e-nodes: what :class:`RegionPrice` compares.
 
     Raises:
@@ -276,7 +306,7 @@ def _post_order(snap: Snapshot, choice: Mapping[int, ENode], roots: list[int]) -
 
 class _Builder:
     """The nodes, tensor names and weights of :func:`build`'s program, e-class by e-class
-    (``stable_roots``: the roots of a stable build, see :func:`build`)."""
+    (``stable_roots``: given for a stable build, see :func:`build`)."""
 
     def __init__(self, snap: Snapshot, choice: Mapping[int, ENode], original: Program,
                  stable_roots: list[int] | None = None):
@@ -286,9 +316,8 @@ class _Builder:
         self.named = snap.named
         self.stable: dict[int, str] | None = None
         if stable_roots is not None:
-            self.stable = {}
-            for name, c in zip(original.outputs, stable_roots):
-                self.stable.setdefault(c, name)
+            self.stable = snap.stable_names(set(original.input_names)
+                                            | set(registry.weight_names.values()))
         self.assigned: set[str] = set()
         self.fresh = (f"e{k}" for k in itertools.count())
         self.gets = snap.gets
@@ -302,12 +331,11 @@ class _Builder:
         no e-class of its own is read for it): its name in the original where it is free, or
         with a stable build, a name of the e-class alone."""
         if self.stable is not None:
-            name = self.stable.get(c) if k is None else None
-            if name is None or name in self.assigned:
-                name = f"ec{c}" if k is None else f"ec{c}o{k}"
-                while name in self.taken:
-                    name += "_"
-            self.assigned.add(name)
+            if k is None:
+                return self.stable[c]
+            name = f"ec{c}o{k}"  # an output no e-class of its own is read for
+            while name in self.taken or name in self.named.values():
+                name += "_"
             return name
         name = self.named.get(c) if k is None else None
         if (name is None or name in self.assigned or name in self.original.input_names

@@ -19,7 +19,11 @@ Each round:
 3. The post-optimizations run as rewrite rules (:mod:`.rules`) until the e-graph saturates, or
    ``eqsat_iterations`` iterations, ``eqsat_nodes`` e-nodes or the time limit: the stop reason
    and the e-graph's size go into the result (:class:`EGraphReport`).
-4. Programs are extracted and costed as whole programs with the cost model (:mod:`.extract`).
+4. Programs are extracted by a greedy descent over the e-graph's choices, each move priced as
+   the cost model prices a program: the analytic cost summed over the e-nodes chosen, the
+   measured cost by the fusion regions a move changes (its fused kernels, compiled and timed
+   once per region structure, so that non-additive fusion is accounted as Algorithm 2 accounts
+   it), and each program kept costed whole (:mod:`.extract`).
 
 The next round inserts the cheapest programs extracted and the mutants of their subsets (mutants
 of mutants, as Algorithm 2's next round has). At the end the best program is polished with
@@ -75,7 +79,7 @@ class EGraphReport:
         alternatives: verified rewrites of subprograms inserted (mutants, corrected).
         facts: verified facts added for the rules, by rule name.
         rounds: rounds of insertion and saturation.
-        extracted: distinct whole programs built from the e-graph and costed.
+        extracted: choices of e-nodes priced by the extraction (each a whole program).
         rejected: extracted programs the final check dropped.
     """
 
