@@ -318,3 +318,15 @@ def test_a_move_priced_by_its_regions_costs_what_the_whole_programs_differ_by(mo
         assert d == pytest.approx(cost.cost(after) - cost.cost(before), rel=1e-9, abs=1e-12)
     assert result.cost <= result.original_cost
     assert_same_function(program, result.program)
+
+
+@pytest.mark.slow
+def test_on_resnet18_eqsat_costs_no_more_than_algorithm2_and_its_program_is_checked():
+    program = import_model(build_model("resnet18"))
+    config = SearchConfig(depth=3, rounds=1, time_limit=600)
+    plain = optimize(program, config, mutants=MutantCache())
+    found = eqsat(program, config, mutants=MutantCache())
+    assert found.cost <= plain.cost * (1 + 1e-12) and found.cost <= found.original_cost
+    assert AnalyticCost().cost(found.program) == pytest.approx(found.cost)
+    assert checked(program, found.program, config)
+    assert found.egraph.stop in (StopReason.SATURATED, StopReason.ITERATIONS)
