@@ -112,12 +112,13 @@ def compare_searches(name: str, program, config: SearchConfig, make_cost=None) -
     row = {"graph": name, "operators": len(program.nodes)}
     for search in SEARCH_NAMES:
         cost = make_cost()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = run_search(program, dataclasses.replace(config, search=search), cost,
                             MutantCache())
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         row[search] = {"original_cost_s": result.original_cost, "cost_s": result.cost,
                        "speedup": result.speedup, "search_time_s": seconds,
+                       "search_cpu_s": cpu,
                        "stop": result.stop.value, "applied": len(result.applied),
                        "post_optimizations": result.post_optimizations,
                        "verified": checked(program, result.program, config),
@@ -168,10 +169,13 @@ def search_table(rows: list[dict], header: list[str], cost_label: str = "analyti
         old = before.get(row["graph"])
         was = {s: (f" | {old[s]['search_time_s']:.1f} s" if old else " | -") if before else ""
                for s in SEARCH_NAMES}
+        cpu = {s: f" ({row[s]['search_cpu_s']:.0f} s CPU)" if "search_cpu_s" in row[s] else ""
+               for s in SEARCH_NAMES}
         lines.append(
             f"| {row['graph']} | {row['operators']} | {a['original_cost_s'] * 1e3:.3f} ms | "
-            f"x{a['speedup']:.3f} | {a['search_time_s']:.1f} s{was['algorithm2']} | "
-            f"x{e['speedup']:.3f} | {e['search_time_s']:.1f} s{was['eqsat']} | "
+            f"x{a['speedup']:.3f} | {a['search_time_s']:.1f} s{cpu['algorithm2']}"
+            f"{was['algorithm2']} | x{e['speedup']:.3f} | {e['search_time_s']:.1f} s"
+            f"{cpu['eqsat']}{was['eqsat']} | "
             f"{g['classes']} / {g['nodes']} / {g['iterations']} | "
             f"{e['stop']} | {'yes' if a['verified'] and e['verified'] else 'NO'} |")
     cheaper = sum(r["eqsat"]["cost_s"] < r["algorithm2"]["cost_s"] * (1 - 1e-9) for r in rows)
