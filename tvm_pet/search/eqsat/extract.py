@@ -26,9 +26,10 @@ So the extraction here works on a :class:`Snapshot` of the saturated e-graph, in
      original program, costed whole once, and tries the seed as its first move;
    - any other cost model: the whole program (:class:`WholePrice`).
 
-   A move priced below the current program is kept when the whole program, built and costed
-   (with a region price: the region's price), costs less. It stops when a pass changes
-   nothing or the time limit passes.
+   After each pass over the moves, those priced below the current program are taken cheapest
+   first, each kept where the whole program, built and costed (with a region price: the
+   region's price), still costs less. It stops when a pass changes nothing or the time limit
+   passes.
 
 :func:`build` turns a choice (an e-node per e-class) into a :class:`~tvm_pet.ir.node.Program`,
 refusing a cyclic choice.
@@ -633,10 +634,13 @@ def descend(snap: Snapshot, start: dict[int, ENode], original: Program, roots: l
 
     Moves: ``first``, each alternative of :class:`Alternative` (all its e-nodes at once), then
     each other e-node of each e-class the current program reads. ``price`` (an
-    :class:`AdditivePrice`, :class:`RegionPrice` or :class:`WholePrice`) prices each move; a
-    move priced below the current program is kept when ``price.accept`` confirms it (the
-    whole program costed, or for a region price, the region's). The ``keep`` cheapest
-    choices priced are built and returned in ``seen``, by ``key`` (a structural key).
+    :class:`AdditivePrice`, :class:`RegionPrice` or :class:`WholePrice`) prices each move from
+    the current program; after a pass over all of them, the moves priced below it are taken
+    cheapest first, each where it still lowers the price of the program the moves before it
+    made and ``price.accept`` confirms it (the whole program costed, or for a region price,
+    the region's): the best rewrite of a subprogram is not shadowed by a worse one tried
+    earlier. Passes repeat until none improves. The ``keep`` cheapest choices priced are built
+    and returned in ``seen``, by ``key`` (a structural key).
     """
     started = price.start(start)
     if started is None:
@@ -649,17 +653,22 @@ def descend(snap: Snapshot, start: dict[int, ENode], original: Program, roots: l
         key(program): (best, program, dict(current))}
     moves = list(first) + [snap.choice_of(a) for a in alternatives]
     priced, timed_out, improved = 0, False, True
+
+    def applies(move, used) -> bool:
+        return any(c in used for c in move) and not all(current.get(c) == n
+                                                         for c, n in move.items())
+
     while improved and not timed_out:
         improved = False
         used = reachable(snap, current, roots)
         singles = [{c: n} for c in sorted(used) for n in snap.classes[c]
                    if n != current[c] and len(snap.classes[c]) > 1]
+        better: list[tuple[float, int, dict[int, ENode]]] = []
         for move in moves + singles:
             if out_of_time():
                 timed_out = True
                 break
-            if not any(c in used for c in move) or all(current.get(c) == n
-                                                       for c, n in move.items()):
+            if not applies(move, used):
                 continue
             trial = {**current, **move}
             c = price(trial)
@@ -671,12 +680,27 @@ def descend(snap: Snapshot, start: dict[int, ENode], original: Program, roots: l
             elif c < -cheapest[0][0]:
                 heapq.heapreplace(cheapest, (-c, next(tie), trial))
             if c < best:
-                kept = price.accept(trial, best)
-                if kept is not None:
-                    current, (best, program) = trial, kept
-                    seen.setdefault(key(program), (best, program, dict(current)))
-                    used = reachable(snap, current, roots)
-                    improved = True
+                better.append((c, next(tie), move))
+        # the improving moves, cheapest first, each taken where it still improves the
+        # program the moves before it made
+        for k, (_, _, move) in enumerate(sorted(better)):
+            if out_of_time():
+                timed_out = True
+                break
+            if not applies(move, used):
+                continue
+            trial = {**current, **move}
+            if k > 0:
+                c = price(trial)
+                priced += 1
+                if c is None or not c < best:
+                    continue
+            kept = price.accept(trial, best)
+            if kept is not None:
+                current, (best, program) = trial, kept
+                seen.setdefault(key(program), (best, program, dict(current)))
+                used = reachable(snap, current, roots)
+                improved = True
     for negative, _, choice in sorted(cheapest, key=lambda e: -e[0]):
         if out_of_time():
             break

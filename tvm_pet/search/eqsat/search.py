@@ -229,6 +229,8 @@ class _Run:
             # from the original, costed once: every move is a difference of its regions
             start, first = self._original_choice(snap), [seed]
             price.start = functools.partial(price.start, price=self.base)
+            if price.start(start) is None:  # not expected: the original is in the e-graph
+                raise PetError("the e-graph does not hold the program searched")
         elif self.opt.additive:
             price = AdditivePrice(*args, model)
         else:
@@ -248,7 +250,9 @@ class _Run:
     def _original_choice(self, snap: Snapshot) -> dict[int, ENode]:
         """The e-node per e-class (argument lists included) of the program searched."""
         choice: dict[int, ENode] = {}
-        for t in self.original_terms:
+        terms = self.graph.terms
+        for t in self.original_terms | {terms[t].children[0] for t in self.original_terms
+                                        if terms[t].kind == "get"}:
             node = snap.enode_of(t, choice)
             choice[snap.index[node]] = node
         return choice
