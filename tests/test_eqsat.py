@@ -330,3 +330,14 @@ def test_on_resnet18_eqsat_costs_no_more_than_algorithm2_and_its_program_is_chec
     assert AnalyticCost().cost(found.program) == pytest.approx(found.cost)
     assert checked(program, found.program, config)
     assert found.egraph.stop in (StopReason.SATURATED, StopReason.ITERATIONS)
+
+
+def test_a_model_deeper_than_pythons_recursion_is_searched():
+    b = ProgramBuilder("deep")
+    y = b.input("x", (2, 3))
+    for _ in range(1500):
+        (y,) = b.opaque("Relu", [y])
+    program = b.build([y])
+    result = eqsat(program, SearchConfig(depth=2, rounds=1, time_limit=60))
+    assert result.cost == result.original_cost and len(result.program.nodes) == 1500
+    assert result.egraph.classes >= 1501

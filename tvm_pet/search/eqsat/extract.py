@@ -91,12 +91,24 @@ class Snapshot:
         return sum(len(c) for c in self.classes)
 
     def class_of(self, tid: int) -> int:
-        """The e-class of an inserted term."""
+        """The e-class of an inserted term (its children's first, with a stack of its own: a
+        deep model is deeper than Python's recursion)."""
         found = self._term_class.get(tid)
-        if found is None:
-            found = self.index[self.enode_of(tid)]
-            self._term_class[tid] = found
-        return found
+        if found is not None:
+            return found
+        terms, stack = self.graph.terms, [tid]
+        while stack:
+            t = stack[-1]
+            if t in self._term_class:
+                stack.pop()
+                continue
+            missing = [c for c in terms[t].children if c not in self._term_class]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            self._term_class[t] = self.index[self.enode_of(t)]
+        return self._term_class[tid]
 
     def enode_of(self, tid: int, lists: dict[int, ENode] | None = None) -> ENode:
         """The e-node an inserted term is now (its children canonical); the e-nodes of an
