@@ -121,7 +121,7 @@ def compare_searches(name: str, program, config: SearchConfig, make_cost=None) -
                        "search_cpu_s": cpu,
                        "stop": result.stop.value, "applied": len(result.applied),
                        "post_optimizations": result.post_optimizations,
-                       "verified": checked(program, result.program, config),
+                       "verified": _verdict(program, result.program, config),
                        "egraph": None if result.egraph is None else result.egraph.to_json()}
         if hasattr(cost, "set_aside"):
             row[search]["set_aside"] = cost.set_aside
@@ -134,6 +134,30 @@ def compare_searches(name: str, program, config: SearchConfig, make_cost=None) -
     for search in SEARCH_NAMES:
         del row[search]["program"]
     return row
+
+
+def _verdict(program, chosen, config: SearchConfig) -> str:
+    """``"yes"`` when ``chosen`` passed :func:`tvm_pet.search.eqsat.checked` against
+    ``program``, ``"unchanged"`` when it is ``program`` itself, ``"unevaluable: OP"`` when the
+    float interpreter cannot run the original (an operator lifted from Relax that it does not
+    evaluate), else ``"NO"``."""
+    from tvm_pet.errors import PetError
+    from tvm_pet.ir.keys import canonical
+    from tvm_pet.search.eqsat import checked
+    from tvm_pet.verify.interpreter import evaluate
+    if canonical(chosen)[0] == canonical(program)[0]:
+        return "unchanged"
+    if checked(program, chosen, config):
+        return "yes"
+    if not program.is_multilinear():
+        import numpy as np
+        try:
+            evaluate(program, {t.name: np.zeros(t.shape) for t in program.inputs}, np.float64)
+        except PetError as e:
+            kinds = sorted({n.attrs["kind"] for n in program.nodes if n.op.value == "Opaque"
+                            and n.attrs["kind"] in str(e)})
+            return "unevaluable: " + (", ".join(kinds) or type(e).__name__)
+    return "NO"
 
 
 def end_to_end(name: str, work: pathlib.Path) -> dict:
@@ -171,7 +195,7 @@ def search_table(rows: list[dict], header: list[str], cost_label: str = "analyti
     both = " | both results on one timing" if common else ""
     lines = header + [
         f"| graph | ops | {cost_label} | Algorithm 2 | time{then} | eqsat | time{then} | e-graph "
-        f"(classes / nodes / iterations) | eqsat stop | verified{both} |",
+        f"(classes / nodes / iterations) | eqsat stop | checked (Algorithm 2 / eqsat){both} |",
         "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if before else "")
         + ("---|" if common else "")]
     for row in rows:
@@ -188,7 +212,7 @@ def search_table(rows: list[dict], header: list[str], cost_label: str = "analyti
             f"{was['algorithm2']} | x{e['speedup']:.3f} | {e['search_time_s']:.1f} s"
             f"{cpu['eqsat']}{was['eqsat']} | "
             f"{g['classes']} / {g['nodes']} / {g['iterations']} | "
-            f"{e['stop']} | {'yes' if a['verified'] and e['verified'] else 'NO'} |"
+            f"{e['stop']} | {_shown(a['verified'])} / {_shown(e['verified'])} |"
             + (_on_one_timing(row) if common else ""))
     field = "common_cost_s" if common else "cost_s"  # measured: both on one timing
     cheaper = sum(r["eqsat"][field] < r["algorithm2"][field] * (1 - 1e-9) for r in rows)
@@ -199,6 +223,12 @@ def search_table(rows: list[dict], header: list[str], cost_label: str = "analyti
                   + (" (both chosen programs costed on one timing, the last column)."
                      if common else ".")]
     return "\n".join(lines) + "\n"
+
+
+def _shown(verdict) -> str:
+    """A verdict of :func:`_verdict` as the table shows it (earlier files hold booleans)."""
+    return {True: "yes", False: "NO"}.get(verdict, verdict) if isinstance(verdict, bool) \
+        else verdict
 
 
 def _on_one_timing(row: dict) -> str:
@@ -319,7 +349,10 @@ def _write(out: pathlib.Path, data: dict, args, before: dict) -> None:
               f"{settings['eqsat_iterations']} iterations and {settings['eqsat_nodes']} e-nodes. "
               f"Speed-ups are the cost model's (original / chosen); times include generating "
               f"the mutants (each search with its own generator cache). Every chosen program was "
-              f"checked against the original. "
+              f"checked against the original (`tvm_pet.search.eqsat.checked`: the verifier, or float64 "
+              f"evaluation on random inputs where the program has non-linear operators): yes, "
+              f"unchanged (the original itself), or unevaluable (the float interpreter does not "
+              f"run an operator of the original; eqsat then keeps the original, polished). "
               + ("Each search has a toolchain of its own, so each times its kernels itself "
                  "(a kernel's cost is one timing, and timings vary on a shared machine); the last "
                  "column costs the original and both chosen programs with one more cost model, "
