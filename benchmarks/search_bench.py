@@ -358,9 +358,11 @@ def _write(out: pathlib.Path, data: dict, args, before: dict) -> None:
                  "column costs the original and both chosen programs with one more cost model, "
                  "each kernel timed once for all three (Algorithm 2 / eqsat). " if measured
                  else "")
-              + f"Real models (marked) are lifted from Relax "
-              f"(torch.export of torchvision and transformers models with seeded random weights, "
-              f"CNNs at 64 x 64, BERT-base at sequence 128). Data: `{out.name}`.", ""]
+              + ("Real models (marked) are lifted from Relax (torch.export of torchvision and "
+                 "transformers models with seeded random weights, CNNs at 64 x 64, BERT-base at "
+                 "sequence 128). " if any(r["graph"].endswith(" (real)") for r in data["graphs"])
+                 else "")
+              + f"Data: `{out.name}`.", ""]
     if before:
         header += ["The before columns are the search times the previous version of this "
                    "file held, before both searches were made faster (same machine, same "
