@@ -372,8 +372,8 @@ def _write(out: pathlib.Path, data: dict, args, before: dict) -> None:
     if data.get("end_to_end"):
         text += ("\n## End to end: PET + TVM, measured\n\n`optimize_model(model, out, "
                  "SearchConfig(search=...), DriverOptions(trials=0, layout=\"NCHW\", "
-                 "timing_processes=2))` once per search, on the shipped records (no new tuning), "
-                 "NCHW on both sides. Baseline and optimized are the end-to-end medians the run "
+                 "timing_processes=2))` once per search (the default budgets: depth 3, 3 rounds, "
+                 "60 s), on the shipped records (no new tuning), NCHW on both sides. Baseline and optimized are the end-to-end medians the run "
                  "timed; kept says whether the run kept the optimized model. Others' CPU is the "
                  "share of the machine other processes used during the run.\n\n"
                  + end_to_end_table(data["end_to_end"]))
