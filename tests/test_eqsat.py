@@ -300,15 +300,15 @@ def test_a_move_priced_by_its_regions_costs_what_the_whole_programs_differ_by(mo
     difference equals the whole programs' difference exactly."""
     pytest.importorskip("tvm")
     from tests.test_region_cost import _fake_timer
-    from tvm_pet.search.eqsat import extract
+    from tvm_pet.search.eqsat import price
     from tvm_pet.tune.measured_cost import MeasuredCost
     priced = []
-    delta = extract.RegionPrice.delta
+    delta = price.RegionPrice.delta
 
     def recorded(self, before, after):
         priced.append((before, after, delta(self, before, after)))
         return priced[-1][2]
-    monkeypatch.setattr(extract.RegionPrice, "delta", recorded)
+    monkeypatch.setattr(price.RegionPrice, "delta", recorded)
     cost = MeasuredCost("llvm", tuned=False, measure_untuned=_fake_timer)
     program = dilated_chain(layers=2)
     result = eqsat(program, SearchConfig(depth=2, rounds=1, time_limit=120), cost)

@@ -48,8 +48,9 @@ from tvm_pet.ir.keys import canonical
 from tvm_pet.ir.node import Program
 from tvm_pet.ir.ops import REDUCING
 from tvm_pet.search.config import SearchConfig, StopReason
-from tvm_pet.search.eqsat.extract import (AdditivePrice, ENode, NodeCosts, RegionPrice,
-                                          Snapshot, WholePrice, cheapest, descend, reachable)
+from tvm_pet.search.eqsat.extract import (ENode, NodeCosts, Snapshot, cheapest, descend,
+                                          reachable)
+from tvm_pet.search.eqsat.price import AdditivePrice, RegionPrice, WholePrice
 from tvm_pet.search.eqsat.rules import RULES, Facts, rules_named
 from tvm_pet.search.eqsat.terms import Alternative, ProgramEGraph, Registry
 from tvm_pet.search.mutant_cache import MutantCache
