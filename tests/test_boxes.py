@@ -74,3 +74,33 @@ def test_space_to_batch_round_trip_gives_strided_boxes():
 def test_reshape_labels_of_trivial_split_are_trivial():
     out = reshape_labels([np.zeros(12, np.int64)], (3, 4))
     assert [len(np.unique(a)) for a in out] == [1, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.lists(st.tuples(st.integers(-2, 6), st.integers(1, 3)),
+                                    min_size=1, max_size=3), st.integers(0, 2**31))
+def test_combine_ranks_rows_as_unique_by_rows_does(n, columns, seed):
+    from tvm_pet.ops.labels import combine
+    rng = np.random.default_rng(seed)
+    cols = [rng.integers(-2, high + 3, (n,) if width == 1 else (n, width))
+            for high, width in columns]
+    stacked = np.concatenate([c.reshape(n, -1) for c in cols], axis=1)
+    _, want = np.unique(stacked, axis=0, return_inverse=True)
+    got = combine(*cols)
+    assert got.dtype == np.int64 and np.array_equal(got, want.reshape(-1))
+
+
+def test_random_env_reused_is_a_fresh_draw():
+    from tvm_pet.verify import verifier
+    b = ProgramBuilder()
+    x = b.input("x", (3, 4))
+    w = b.weight("w", np.arange(20, dtype=np.float32).reshape(4, 5))
+    p = b.build([b.matmul(x, w)])
+    first = verifier.random_env([p, p], 2, seed=5)
+    again = verifier.random_env([p, p], 2, seed=5)  # from the kept draws
+    verifier._drawn.clear()
+    fresh = verifier.random_env([p, p], 2, seed=5)
+    assert first.keys() == again.keys() == fresh.keys()
+    for key in fresh:
+        assert np.array_equal(again[key], fresh[key]) and not again[key].flags.writeable
+    assert not np.array_equal(fresh[(0, "x")], verifier.random_env([p], 2, seed=6)[(0, "x")])

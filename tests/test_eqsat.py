@@ -264,3 +264,80 @@ def test_pet_pass_runs_eqsat():
     report = pet.report["main"]
     assert report["search"] == "eqsat" and report["changed"] is True
     assert report["numeric_check_max_rel_diff"] < 1e-6
+
+
+# ------------------------------------------------------------------------- costing by region
+class RegionCosted(PenaliseDilation):
+    """Not additive, with a ``difference`` of two regions (as the measured cost): the
+    descent prices each move by its regions, and counts them."""
+
+    name = "region-costed"
+    additive = False
+
+    def __init__(self):
+        super().__init__()
+        self.regions = 0
+
+    def difference(self, before, after):
+        self.regions += 1
+        return PenaliseDilation.cost(self, after) - PenaliseDilation.cost(self, before)
+
+
+def test_a_region_cost_prices_each_move_by_its_regions_and_finds_what_the_whole_cost_finds():
+    program = dilated_chain()
+    config = SearchConfig(depth=3, rounds=1, time_limit=60)
+    cost = RegionCosted()
+    by_region = eqsat(program, config, cost)
+    whole = eqsat(program, config, PenaliseDilation())
+    assert cost.regions > 0
+    assert by_region.cost == pytest.approx(whole.cost) and by_region.cost < by_region.original_cost
+    assert PenaliseDilation().cost(by_region.program) == pytest.approx(by_region.cost)
+    assert_same_function(program, by_region.program)
+
+
+def test_a_move_priced_by_its_regions_costs_what_the_whole_programs_differ_by(monkeypatch):
+    """With TVM's fused kernels timed by a deterministic fake timer, each move's regional
+    difference equals the whole programs' difference exactly."""
+    pytest.importorskip("tvm")
+    from tests.test_region_cost import _fake_timer
+    from tvm_pet.search.eqsat import price
+    from tvm_pet.tune.measured_cost import MeasuredCost
+    priced = []
+    delta = price.RegionPrice.delta
+
+    def recorded(self, before, after):
+        priced.append((before, after, delta(self, before, after)))
+        return priced[-1][2]
+    monkeypatch.setattr(price.RegionPrice, "delta", recorded)
+    cost = MeasuredCost("llvm", tuned=False, measure_untuned=_fake_timer)
+    program = dilated_chain(layers=2)
+    result = eqsat(program, SearchConfig(depth=2, rounds=1, time_limit=120), cost)
+    assert len(priced) >= 3 and cost.regions_refused == 0
+    assert any(d != 0 for _, _, d in priced[:12])
+    for before, after, d in priced[:12]:
+        assert d == pytest.approx(cost.cost(after) - cost.cost(before), rel=1e-9, abs=1e-12)
+    assert result.cost <= result.original_cost
+    assert_same_function(program, result.program)
+
+
+@pytest.mark.slow
+def test_on_resnet18_eqsat_costs_no_more_than_algorithm2_and_its_program_is_checked():
+    program = import_model(build_model("resnet18"))
+    config = SearchConfig(depth=3, rounds=1, time_limit=600)
+    plain = optimize(program, config, mutants=MutantCache())
+    found = eqsat(program, config, mutants=MutantCache())
+    assert found.cost <= plain.cost * (1 + 1e-12) and found.cost <= found.original_cost
+    assert AnalyticCost().cost(found.program) == pytest.approx(found.cost)
+    assert checked(program, found.program, config)
+    assert found.egraph.stop in (StopReason.SATURATED, StopReason.ITERATIONS)
+
+
+def test_a_model_deeper_than_pythons_recursion_is_searched():
+    b = ProgramBuilder("deep")
+    y = b.input("x", (2, 3))
+    for _ in range(1500):
+        (y,) = b.opaque("Relu", [y])
+    program = b.build([y])
+    result = eqsat(program, SearchConfig(depth=2, rounds=1, time_limit=60))
+    assert result.cost == result.original_cost and len(result.program.nodes) == 1500
+    assert result.egraph.classes >= 1501

@@ -11,13 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tvm_pet.errors import VerificationError
-from tvm_pet.ir import BIJECTIVE_LAYOUT, Op, Program, ProgramBuilder, check_program
+from tvm_pet.ir import BIJECTIVE_LAYOUT, Node, Op, Program, ProgramBuilder, check_program
 from tvm_pet.search import postopt
 from tvm_pet.search.postopt import (POST_OPTIMIZATIONS, eliminate_inverse_layouts,
                                     fuse_layout_chains, move_layout_across_constant,
                                     move_layout_across_elementwise, post_optimize,
                                     precompute_weights)
 from tvm_pet.verify.interpreter import evaluate
+from tvm_pet.verify.verifier import verify
 
 
 def assert_same_function(before: Program, after: Program, rtol: float = 0.0) -> None:
@@ -194,12 +195,44 @@ def test_eliminate_keeps_the_name_of_a_program_output():
 def test_eliminate_asks_the_verifier(monkeypatch):
     class Rejects:
         equivalent = False
+    monkeypatch.setattr(postopt, "_accepted", {})  # no fact accepted before
     monkeypatch.setattr(postopt, "verify", lambda a, b: Rejects())
     b = ProgramBuilder()
     x = b.input("x", (2, 3))
     p = b.build([b.add(b.transpose(b.transpose(x, (1, 0)), (1, 0)), x)])
     with pytest.raises(VerificationError, match="verifier rejects"):
         eliminate_inverse_layouts(p)
+
+
+def test_a_layout_fact_accepted_once_is_the_same_fact_under_other_names(monkeypatch):
+    monkeypatch.setattr(postopt, "_accepted", {})
+    calls = []
+    monkeypatch.setattr(postopt, "verify", lambda a, b: calls.append(1) or verify(a, b))
+
+    def chain(a, m, out):  # two transposes that undo each other
+        return [Node(Op.TRANSPOSE, (a,), (m,), {"perm": (2, 0, 1)}),
+                Node(Op.TRANSPOSE, (m,), (out,), {"perm": (1, 2, 0)})]
+
+    def identity(a, out, shape):
+        return [Node(Op.RESHAPE, (a,), (out,), {"shape": shape})]
+
+    shape = (2, 3, 4)
+    postopt._check_with_verifier(chain("a", "m", "b"), identity("a", "b", shape), "a", shape, "b")
+    postopt._check_with_verifier(chain("x", "t", "y"), identity("x", "y", shape), "x", shape, "y")
+    assert len(calls) == 1  # the second is the first fact under other names
+    # the verdict kept is the verifier's: a fresh check of the same fact agrees
+    postopt._verify_layout_fact(chain("x", "t", "y"), identity("x", "y", shape), "x", shape, "y")
+    # the same chains on another shape are another fact, verified afresh
+    other = (2, 3, 5)
+    postopt._check_with_verifier(chain("a", "m", "b"), identity("a", "b", other), "a", other, "b")
+    assert len(calls) == 3
+    # a wrong fact is rejected, and rejected again: it is never kept
+    square = (2, 3, 3)
+    swap = [Node(Op.TRANSPOSE, ("a",), ("b",), {"perm": (0, 2, 1)})]
+    for _ in range(2):
+        with pytest.raises(VerificationError, match="verifier rejects"):
+            postopt._check_with_verifier(swap, identity("a", "b", square), "a", square, "b")
+    assert len(calls) == 5
 
 
 # --------------------------------------------------------------------------------- precompute

@@ -90,7 +90,10 @@ def _update(attrs: Attrs, args: Arrays) -> tuple[np.ndarray]:
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[x.dtype])(x) if x.size else x
+    """The error function element-wise (SciPy's, vectorized: ``math.erf`` per element took
+    seconds on one BERT-base layer)."""
+    from scipy.special import erf
+    return erf(x).astype(x.dtype, copy=False) if x.size else x
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:

@@ -26,11 +26,30 @@ BEFORE, AFTER = -1, -2  # labels of positions that read padding before / after t
 
 
 def combine(*columns: np.ndarray) -> np.ndarray:
-    """Canonical labels (0, 1, ...) of the tuples formed by the columns (each [n] or [n, k])."""
+    """Canonical labels (0, 1, ...) of the tuples formed by the columns (each [n] or [n, k]):
+    the rank of each row among the distinct rows in lexicographic order, as
+    ``np.unique(rows, axis=0, return_inverse=True)`` gives it (a sort of the columns instead
+    of the rows as records, several times faster on the long axes a reshape merges).
+
+    >>> combine(np.array([3, 1, 3]), np.array([0, 5, 1])).tolist()
+    [1, 0, 2]
+    """
     cols = [c.reshape(len(c), -1) for c in columns if c is not None]
     stacked = np.concatenate(cols, axis=1)
-    _, inverse = np.unique(stacked, axis=0, return_inverse=True)
-    return inverse.reshape(-1).astype(np.int64)
+    n = len(stacked)
+    if n == 0 or stacked.shape[1] == 0:
+        return np.zeros(n, np.int64)
+    if stacked.shape[1] == 1:
+        _, inverse = np.unique(stacked[:, 0], return_inverse=True)
+        return inverse.reshape(-1).astype(np.int64)
+    order = np.lexsort(stacked.T[::-1])
+    rows = stacked[order]
+    first = np.empty(n, bool)
+    first[0] = True
+    np.any(rows[1:] != rows[:-1], axis=1, out=first[1:])
+    out = np.empty(n, np.int64)
+    out[order] = np.cumsum(first) - 1
+    return out
 
 
 def trivial(shape: Sequence[int]) -> Labels:

@@ -143,8 +143,10 @@ class _MutantEnumerator:
         # brought together so that one pair of them reads every input and weight (one more op
         # at least if no pair does yet)
         tail = (1 if self.reducing else 0) + (len(self.targets) > 1)
+        covered = True
         if self.reducing and not used_reducing:
-            covered = any(self.needed <= a | b for a in leaves.values() for b in leaves.values())
+            reads = set(leaves.values())
+            covered = any(self.needed <= a | b for a in reads for b in reads)
             if tail + (not covered) > depth:
                 return
         state = frozenset(self._key(nodes, [o for n in nodes for o in n.outputs]))
@@ -169,7 +171,7 @@ class _MutantEnumerator:
             hit = [tuple(s) for s in outs] == self.targets or (len(self.targets) == 1 and
                                                                 tuple(outs[0]) == self.targets[0])
             expand = depth > 1 and op is not Op.SPLIT and self._child_feasible(
-                op, read, leaves, used_reducing, tail, depth - 1)
+                op, read, covered, leaves, used_reducing, tail, depth - 1)
             if not (hit or expand):
                 continue
             names = tuple(f"{self.prefix}{len(nodes)}_{k}" for k in range(len(outs)))
@@ -187,13 +189,15 @@ class _MutantEnumerator:
             if self._out_of_budget():
                 return
 
-    def _child_feasible(self, op: Op, read: frozenset, leaves: dict, used_reducing: int,
-                        tail: int, depth: int) -> bool:
-        """The bound of :meth:`_expand`, checked before the child state is built."""
+    def _child_feasible(self, op: Op, read: frozenset, covered: bool, leaves: dict,
+                        used_reducing: int, tail: int, depth: int) -> bool:
+        """The bound of :meth:`_expand`, checked before the child state is built (``covered``:
+        whether a pair of the parent's tensors reads every input and weight; the child adds
+        the pairs with its new tensor, which reads ``read``)."""
         if not self.reducing or used_reducing or op in REDUCING:
             return True
-        pool = list(leaves.values()) + [read]
-        covered = any(self.needed <= a | b for a in pool for b in pool)
+        covered = covered or self.needed <= read or any(
+            self.needed <= read | b for b in set(leaves.values()))
         return tail + (not covered) <= depth
 
     def _is_data(self, t: str, producer: dict) -> bool:

@@ -135,9 +135,46 @@ def _is_identity(index: np.ndarray, in_shape: Shape) -> bool:
                                                                     np.arange(index.size))
 
 
+#: Layout facts the verifier has accepted, by :func:`_fact_key` (at most :data:`MAX_FACTS`).
+_accepted: dict[tuple, None] = {}
+MAX_FACTS = 65536
+
+
+def _fact_key(before: Sequence[Node], after: Sequence[Node], source: str, shape: Shape,
+              out: str) -> tuple:
+    """The structure of a layout fact: both chains with their tensors renamed in order of
+    appearance, and the source's shape. Equal keys are the same fact on other names."""
+    names: dict[str, str] = {source: "t0", out: "t1"}
+    chains = []
+    for chain in (before, after):
+        renamed = []
+        for n in chain:
+            for t in (*n.inputs, *n.outputs):
+                names.setdefault(t, f"t{len(names)}")
+            renamed.append(Node(n.op, tuple(names[i] for i in n.inputs),
+                                tuple(names[o] for o in n.outputs), n.attrs))
+        chains.append(tuple(renamed))
+    return (*chains, tuple(shape))
+
+
 def _check_with_verifier(before: Sequence[Node], after: Sequence[Node], source: str,
                          shape: Shape, out: str) -> None:
-    """Raise :class:`VerificationError` unless the layout chains ``before`` and ``after`` agree."""
+    """Raise :class:`VerificationError` unless the layout chains ``before`` and ``after`` agree.
+
+    A fact the verifier accepted once is not verified again (:func:`_fact_key`: the same
+    chains on the same shape, under other tensor names, recur across layers and searches)."""
+    key = _fact_key(before, after, source, shape, out)
+    if key in _accepted:
+        return
+    _verify_layout_fact(before, after, source, shape, out)
+    if len(_accepted) >= MAX_FACTS:
+        _accepted.clear()
+    _accepted[key] = None
+
+
+def _verify_layout_fact(before: Sequence[Node], after: Sequence[Node], source: str,
+                        shape: Shape, out: str) -> None:
+    """The verifier's check of :func:`_check_with_verifier`, uncached."""
     spec = (TensorSpec(source, shape),)
     result = verify(Program(spec, {}, tuple(before), (out,)),
                     Program(spec, {}, tuple(after), (out,)))

@@ -172,28 +172,48 @@ def degree_of(program: Program) -> int:
     return max(deg[o] for o in program.outputs)
 
 
+#: The most draws :func:`random_env` keeps (a generator verifies every candidate of one
+#: subprogram on the same inputs and weights, so the same draws recur).
+RANDOM_ENV_CACHE = 4
+_drawn: dict[tuple, dict] = {}
+
+
 def random_env(programs: Sequence[Program], tests: int, seed: int) -> dict[str, np.ndarray]:
     """Random residues ``[tests, size]`` for every input (by name) and weight (by content).
+
+    The residues are drawn in order, each distinct input and weight once, from one generator
+    seeded with ``seed``: the same programs' leaves in the same order get the same residues.
+    The last :data:`RANDOM_ENV_CACHE` draws are kept (read-only) and reused for the same
+    sequence of leaves, seed and tests: the residues are those a fresh draw would give.
 
     Raises:
         ShapeError: a tensor above :data:`~tvm_pet.verify.limits.MAX_TENSOR_ELEMENTS`.
     """
     for p in programs:
         check_tensor_sizes(p)
-    rng = np.random.default_rng(seed)
-    by_key: dict[str, np.ndarray] = {}
-    env: dict[tuple[int, str], np.ndarray] = {}
+    leaves: dict[tuple, int] = {}  # (kind, name or content) -> elements, in draw order
+    names: list[tuple[int, str, tuple]] = []
     for k, p in enumerate(programs):
         for t in p.inputs:
-            if ("in", t.name) not in by_key:
-                by_key[("in", t.name)] = rng.integers(0, P, (tests, math.prod(t.shape)), np.int64)
-            env[(k, t.name)] = by_key[("in", t.name)]
+            key = ("in", t.name)
+            leaves.setdefault(key, math.prod(t.shape))
+            names.append((k, t.name, key))
         for name, value in p.weights.items():
             key = ("w", weight_key(value))
-            if key not in by_key:
-                by_key[key] = rng.integers(0, P, (tests, value.size), np.int64)
-            env[(k, name)] = by_key[key]
-    return env  # type: ignore[return-value]
+            leaves.setdefault(key, value.size)
+            names.append((k, name, key))
+    signature = (seed, tests, tuple(leaves.items()))
+    by_key = _drawn.pop(signature, None)
+    if by_key is None:
+        rng = np.random.default_rng(seed)
+        by_key = {}
+        for key, size in leaves.items():
+            by_key[key] = rng.integers(0, P, (tests, size), np.int64)
+            by_key[key].setflags(write=False)
+    _drawn[signature] = by_key  # the most recent last
+    while len(_drawn) > RANDOM_ENV_CACHE:
+        del _drawn[next(iter(_drawn))]
+    return {(k, name): by_key[key] for k, name, key in names}  # type: ignore[return-value]
 
 
 def evaluate_points(program: Program, env: Mapping[str, np.ndarray],

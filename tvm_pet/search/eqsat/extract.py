@@ -14,9 +14,22 @@ So the extraction here works on a :class:`Snapshot` of the saturated e-graph, in
 2. **Whole programs, costed as Algorithm 2 costs them.** From the seed, a greedy descent tries
    each inserted alternative of a subprogram (a mutant with its corrections, or the
    subprogram as it was; all outputs of a merge at once) and each other e-node of the e-classes
-   the current program uses, builds the whole program and costs it with the cost model (so
-   fusion and sharing are accounted as the model accounts them); a change is kept when the
-   whole program costs less. It stops when a pass changes nothing or the time limit passes.
+   the current program uses. Each move is priced without compiling the whole program:
+
+   - an additive cost model (the analytic one): the sum over the e-classes the program computes
+     of the model's cost of the chosen e-node alone, nothing for multi-linear e-nodes over
+     constants (:class:`~.price.AdditivePrice`); that sum is the whole program's analytic cost;
+   - a cost model with a ``difference`` of two regions (the measured one, whose fused kernels
+     make costs non-additive): the move's fusion regions before and after, the kernels TVM
+     fuses there compiled and timed, the unchanged kernels at their edge cancelling, as
+     Algorithm 2 costs a rewrite (:class:`~.price.RegionPrice`); the descent then starts from the
+     original program, costed whole once, and tries the seed as its first move;
+   - any other cost model: the whole program (:class:`~.price.WholePrice`).
+
+   After each pass over the moves, those priced below the current program are taken cheapest
+   first, each kept where the whole program, built and costed (with a region price: the
+   region's price), still costs less. It stops when a pass changes nothing or the time limit
+   passes.
 
 :func:`build` turns a choice (an e-node per e-class) into a :class:`~tvm_pet.ir.node.Program`,
 refusing a cyclic choice.
@@ -26,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Mapping
 
 from tvm_pet.cost.analytic import AnalyticCost
@@ -66,18 +80,34 @@ class Snapshot:
                 self.classes[ids[value]].append(node)
                 self.index[node] = ids[value]
         self._term_class: dict[int, int] = {}
+        self._reads: dict[ENode, tuple[int, ...]] = {}
+        self._gets: dict[tuple[int, int], int] | None = None
+        self._named: dict[int, str] | None = None
+        self._stable: dict[int, str] | None = None
 
     @property
     def e_nodes(self) -> int:
         return sum(len(c) for c in self.classes)
 
     def class_of(self, tid: int) -> int:
-        """The e-class of an inserted term."""
+        """The e-class of an inserted term (its children's first, with a stack of its own: a
+        deep model is deeper than Python's recursion)."""
         found = self._term_class.get(tid)
-        if found is None:
-            found = self.index[self.enode_of(tid)]
-            self._term_class[tid] = found
-        return found
+        if found is not None:
+            return found
+        terms, stack = self.graph.terms, [tid]
+        while stack:
+            t = stack[-1]
+            if t in self._term_class:
+                stack.pop()
+                continue
+            missing = [c for c in terms[t].children if c not in self._term_class]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            self._term_class[t] = self.index[self.enode_of(t)]
+        return self._term_class[tid]
 
     def enode_of(self, tid: int, lists: dict[int, ENode] | None = None) -> ENode:
         """The e-node an inserted term is now (its children canonical); the e-nodes of an
@@ -93,6 +123,48 @@ class Snapshot:
             if lists is not None:
                 lists[tail] = cons
         return ENode("op", t.lit, (tail,))
+
+    def reads(self, node: ENode) -> tuple[int, ...]:
+        """The e-classes an e-node reads as tensors (an ``opn`` node's list flattened; an
+        argument list's e-class holds one e-node, its children canonical)."""
+        found = self._reads.get(node)
+        if found is None:
+            found = tuple(_inputs(self, {}, node))
+            self._reads[node] = found
+        return found
+
+    @property
+    def gets(self) -> dict[tuple[int, int], int]:
+        """The e-class of output ``k`` of each e-class of operators with several outputs."""
+        if self._gets is None:
+            self._gets = _gets(self)
+        return self._gets
+
+    @property
+    def named(self) -> dict[int, str]:
+        """A tensor name of the inserted programs for each e-class that has one."""
+        if self._named is None:
+            self._named = {}
+            for tid, name in self.graph.names.items():
+                self._named.setdefault(self.class_of(tid), name)
+        return self._named
+
+    def stable_names(self, taken: set[str]) -> dict[int, str]:
+        """A tensor name for every e-class that does not depend on a choice: its name in the
+        inserted programs (the lowering finds an opaque operator's original expression by its
+        output's name), else one of its id; each name once, none in ``taken`` (the inputs
+        and weights)."""
+        if self._stable is None:
+            self._stable, used = {}, set(taken)
+            for c in range(len(self.classes)):
+                name = self.named.get(c)
+                if name is None or name in used:
+                    name = f"ec{c}"
+                    while name in used or name in self.named.values():
+                        name += "_"
+                used.add(name)
+                self._stable[c] = name
+        return self._stable
 
     def choice_of(self, alternative: Alternative) -> dict[int, ENode]:
         """The e-node per e-class (argument lists included) that applies ``alternative``."""
@@ -199,18 +271,21 @@ class CyclicChoice(PetError):
 
 
 def build(snap: Snapshot, choice: Mapping[int, ENode], original: Program,
-          roots: list[int]) -> Program:
+          roots: list[int], stable: bool = False) -> Program:
     """The program a choice of e-nodes makes, with ``original``'s inputs and outputs (the
     e-classes ``roots``).
 
     Tensors keep their names in ``original`` where they have one; an output whose e-class is
-    a leaf, or another output's, is defined by an identity RESHAPE.
+    a leaf, or another output's, is defined by an identity RESHAPE. With ``stable``, a tensor
+    is named after its e-class alone (:meth:`Snapshot.stable_names`), so that two choices give
+    equal nodes wherever they choose the same e-nodes: what :class:`~.price.RegionPrice`
+    compares.
 
     Raises:
         CyclicChoice: the choice reads an e-class from inside its own subterm.
         KeyError: an e-class the program needs has no choice.
     """
-    builder = _Builder(snap, choice, original)
+    builder = _Builder(snap, choice, original, roots if stable else None)
     for c in _post_order(snap, choice, roots):
         builder.emit(c)
     return builder.program(roots)
@@ -234,7 +309,7 @@ def _post_order(snap: Snapshot, choice: Mapping[int, ENode], roots: list[int]) -
             raise CyclicChoice(f"e-class {c} reads itself")
         state[c] = 1
         stack.append((c, True))
-        for k in reversed(_inputs(snap, choice, choice[c])):
+        for k in reversed(snap.reads(choice[c])):
             if state.get(k) == 1:
                 raise CyclicChoice(f"e-class {c} reads e-class {k} from inside it")
             if state.get(k) != 2:
@@ -243,26 +318,39 @@ def _post_order(snap: Snapshot, choice: Mapping[int, ENode], roots: list[int]) -
 
 
 class _Builder:
-    """The nodes, tensor names and weights of :func:`build`'s program, e-class by e-class."""
+    """The nodes, tensor names and weights of :func:`build`'s program, e-class by e-class
+    (``stable_roots``: given for a stable build, see :func:`build`)."""
 
-    def __init__(self, snap: Snapshot, choice: Mapping[int, ENode], original: Program):
+    def __init__(self, snap: Snapshot, choice: Mapping[int, ENode], original: Program,
+                 stable_roots: list[int] | None = None):
         self.snap, self.choice, self.original = snap, choice, original
         registry = snap.graph.registry
         self.taken = set(original.shapes) | set(registry.weight_names.values())
-        self.named: dict[int, str] = {}
-        for tid, name in snap.graph.names.items():
-            self.named.setdefault(snap.class_of(tid), name)
+        self.named = snap.named
+        self.stable: dict[int, str] | None = None
+        if stable_roots is not None:
+            self.stable = snap.stable_names(set(original.input_names)
+                                            | set(registry.weight_names.values()))
         self.assigned: set[str] = set()
         self.fresh = (f"e{k}" for k in itertools.count())
-        self.gets = _gets(snap)
+        self.gets = snap.gets
         self.tensor: dict[int, str] = {}
         self.tuples: dict[int, tuple[str, ...]] = {}
         self.weights: dict[str, object] = {}
         self.nodes: list[Node] = []
 
-    def name(self, c: int) -> str:
-        """A tensor name for e-class ``c``: its name in the original where it is free."""
-        name = self.named.get(c)
+    def name(self, c: int, k: int | None = None) -> str:
+        """A tensor name for e-class ``c`` (output ``k`` of ``c`` where ``c`` has several and
+        no e-class of its own is read for it): its name in the original where it is free, or
+        with a stable build, a name of the e-class alone."""
+        if self.stable is not None:
+            if k is None:
+                return self.stable[c]
+            name = f"ec{c}o{k}"  # an output no e-class of its own is read for
+            while name in self.taken or name in self.named.values():
+                name += "_"
+            return name
+        name = self.named.get(c) if k is None else None
         if (name is None or name in self.assigned or name in self.original.input_names
                 or name in self.original.weights):
             name = next(n for n in self.fresh if n not in self.taken)
@@ -288,10 +376,10 @@ class _Builder:
                 self.tensor[c] = outs[0]
             else:  # an output keeps its e-class's name only where that e-class reads it here
                 outs = tuple(self.name(self.gets[(c, k)]) if self.choice.get(
-                    self.gets.get((c, k), -1)) == ENode("get", k, (c,)) else self.name(-1)
+                    self.gets.get((c, k), -1)) == ENode("get", k, (c,)) else self.name(c, k)
                     for k in range(len(spec.out_shapes)))
                 self.tuples[c] = outs
-            inputs = [self.tensor[k] for k in _inputs(self.snap, self.choice, node)]
+            inputs = [self.tensor[k] for k in self.snap.reads(node)]
             self.nodes.append(spec.node(inputs, outs))
 
     def program(self, roots: list[int]) -> Program:
@@ -343,61 +431,100 @@ def reachable(snap: Snapshot, choice: Mapping[int, ENode], roots) -> set[int]:
 
 @dataclasses.dataclass
 class Descent:
-    """What the greedy descent (step 2) found: the best choice and every program it costed
-    (by structure), with their costs."""
+    """What the greedy descent (step 2) found: the best choice and the cheapest programs it
+    priced (by structure), with their costs; ``priced``: how many choices it priced."""
 
     choice: dict[int, ENode]
     cost: float
     program: Program
     seen: dict[tuple, tuple[float, Program, dict[int, ENode]]]
     timed_out: bool = False
+    priced: int = 0
 
 
 def descend(snap: Snapshot, start: dict[int, ENode], original: Program, roots: list[int],
-            alternatives: list[Alternative], cost: Callable[[Program], float],
-            key: Callable[[Program], tuple], out_of_time: Callable[[], bool]) -> Descent:
+            alternatives: list[Alternative], price, key: Callable[[Program], tuple],
+            out_of_time: Callable[[], bool], keep: int = 4,
+            first: list[dict[int, ENode]] = ()) -> Descent:
     """Greedy descent over whole programs from ``start`` (step 2 of the module docstring).
 
-    Moves: each alternative of :class:`Alternative` (all its e-nodes at once), then each
-    other e-node of each e-class the current program reads. A move is kept when its whole
-    program, costed by ``cost``, is cheaper. ``key`` gives the structural key programs are
-    memoized under.
+    Moves: ``first``, each alternative of :class:`Alternative` (all its e-nodes at once), then
+    each other e-node of each e-class the current program reads. ``price`` (an
+    :class:`~.price.AdditivePrice`, :class:`~.price.RegionPrice` or
+    :class:`~.price.WholePrice`) prices each move from
+    the current program; after a pass over all of them, the moves priced below it are taken
+    cheapest first, each where it still lowers the price of the program the moves before it
+    made and ``price.accept`` confirms it (the whole program costed, or for a region price,
+    the region's): the best rewrite of a subprogram is not shadowed by a worse one tried
+    earlier. Passes repeat until none improves. The ``keep`` cheapest choices priced are built
+    and returned in ``seen``, by ``key`` (a structural key).
     """
-    seen: dict[tuple, tuple[float, Program, dict[int, ENode]]] = {}
+    started = price.start(start)
+    if started is None:
+        raise CyclicChoice("the descent's start has no program")
+    best, program = started
+    current = dict(start)
+    cheapest: list[tuple[float, int, dict[int, ENode]]] = []  # a max-heap by -price
+    tie = itertools.count()
+    seen: dict[tuple, tuple[float, Program, dict[int, ENode]]] = {
+        key(program): (best, program, dict(current))}
+    moves = list(first) + [snap.choice_of(a) for a in alternatives]
+    priced, timed_out, improved = 0, False, True
 
-    def evaluate(choice) -> tuple[float, Program] | None:
-        try:
-            program = build(snap, choice, original, roots)
-        except (CyclicChoice, KeyError):
-            return None
-        k = key(program)
-        if k not in seen:
-            seen[k] = (cost(program), program, dict(choice))
-        return seen[k][0], program
+    def applies(move, used) -> bool:
+        return any(c in used for c in move) and not all(current.get(c) == n
+                                                         for c, n in move.items())
 
-    first = evaluate(start)
-    if first is None:
-        raise CyclicChoice("the additive seed has no program")
-    current, (best, program) = dict(start), first
-    moves = [snap.choice_of(a) for a in alternatives]
-    timed_out = False
-    improved = True
     while improved and not timed_out:
         improved = False
         used = reachable(snap, current, roots)
         singles = [{c: n} for c in sorted(used) for n in snap.classes[c]
                    if n != current[c] and len(snap.classes[c]) > 1]
+        better: list[tuple[float, int, dict[int, ENode]]] = []
         for move in moves + singles:
             if out_of_time():
                 timed_out = True
                 break
-            if not any(c in used for c in move) or all(current.get(c) == n
-                                                       for c, n in move.items()):
+            if not applies(move, used):
                 continue
             trial = {**current, **move}
-            found = evaluate(trial)
-            if found is not None and found[0] < best:
-                current, (best, program) = trial, found
+            c = price(trial)
+            priced += 1
+            if c is None or not math.isfinite(c):
+                continue
+            if len(cheapest) < keep:
+                heapq.heappush(cheapest, (-c, next(tie), trial))
+            elif c < -cheapest[0][0]:
+                heapq.heapreplace(cheapest, (-c, next(tie), trial))
+            if c < best:
+                better.append((c, next(tie), move))
+        # the improving moves, cheapest first, each taken where it still improves the
+        # program the moves before it made
+        for k, (_, _, move) in enumerate(sorted(better)):
+            if out_of_time():
+                timed_out = True
+                break
+            if not applies(move, used):
+                continue
+            trial = {**current, **move}
+            if k > 0:
+                c = price(trial)
+                priced += 1
+                if c is None or not c < best:
+                    continue
+            kept = price.accept(trial, best)
+            if kept is not None:
+                current, (best, program) = trial, kept
+                seen.setdefault(key(program), (best, program, dict(current)))
                 used = reachable(snap, current, roots)
                 improved = True
-    return Descent(current, best, program, seen, timed_out)
+    for negative, _, choice in sorted(cheapest, key=lambda e: -e[0]):
+        if out_of_time():
+            break
+        if getattr(price, "relative", False):  # its price, from the program then current
+            found = (-negative, build(snap, choice, original, roots))
+        else:
+            found = price.accept(choice, math.inf)
+        if found is not None:
+            seen.setdefault(key(found[1]), (found[0], found[1], choice))
+    return Descent(current, best, program, seen, timed_out, priced)

@@ -19,7 +19,11 @@ Each round:
 3. The post-optimizations run as rewrite rules (:mod:`.rules`) until the e-graph saturates, or
    ``eqsat_iterations`` iterations, ``eqsat_nodes`` e-nodes or the time limit: the stop reason
    and the e-graph's size go into the result (:class:`EGraphReport`).
-4. Programs are extracted and costed as whole programs with the cost model (:mod:`.extract`).
+4. Programs are extracted by a greedy descent over the e-graph's choices, each move priced as
+   the cost model prices a program: the analytic cost summed over the e-nodes chosen, the
+   measured cost by the fusion regions a move changes (its fused kernels, compiled and timed
+   once per region structure, so that non-additive fusion is accounted as Algorithm 2 accounts
+   it), and each program kept costed whole (:mod:`.extract`).
 
 The next round inserts the cheapest programs extracted and the mutants of their subsets (mutants
 of mutants, as Algorithm 2's next round has). At the end the best program is polished with
@@ -31,6 +35,7 @@ Before they are returned the best program and each runner-up are checked against
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 
@@ -45,6 +50,7 @@ from tvm_pet.ir.ops import REDUCING
 from tvm_pet.search.config import SearchConfig, StopReason
 from tvm_pet.search.eqsat.extract import (ENode, NodeCosts, Snapshot, cheapest, descend,
                                           reachable)
+from tvm_pet.search.eqsat.price import AdditivePrice, RegionPrice, WholePrice
 from tvm_pet.search.eqsat.rules import RULES, Facts, rules_named
 from tvm_pet.search.eqsat.terms import Alternative, ProgramEGraph, Registry
 from tvm_pet.search.mutant_cache import MutantCache
@@ -74,7 +80,7 @@ class EGraphReport:
         alternatives: verified rewrites of subprograms inserted (mutants, corrected).
         facts: verified facts added for the rules, by rule name.
         rounds: rounds of insertion and saturation.
-        extracted: distinct whole programs built from the e-graph and costed.
+        extracted: choices of e-nodes priced by the extraction (each a whole program).
         rejected: extracted programs the final check dropped.
     """
 
@@ -115,7 +121,7 @@ def eqsat(program: Program, config: SearchConfig = SearchConfig(),
     opt = Optimizer(config, cost, mutants)
     start = time.perf_counter()
     base = opt.cost(program, original=True)
-    run = _Run(program, config, opt)
+    run = _Run(program, config, opt, base)
     to_insert, rounds = [program], 0
     for rounds in range(1, config.rounds + 1):
         run.insert(to_insert)
@@ -143,8 +149,8 @@ _Found = tuple[float, Program, list[Applied], list[str]]
 class _Run:
     """One eqsat search's state: the e-graph, its facts, the alternatives and what was found."""
 
-    def __init__(self, program: Program, config: SearchConfig, opt: Optimizer):
-        self.program, self.config, self.opt = program, config, opt
+    def __init__(self, program: Program, config: SearchConfig, opt: Optimizer, base: float):
+        self.program, self.config, self.opt, self.base = program, config, opt, base
         self.graph = ProgramEGraph(Registry(opt.keys))
         self.facts = Facts(self.graph)
         self.rules = rules_named(RULES)
@@ -216,9 +222,24 @@ class _Run:
         self.classes, self.nodes = len(snap.classes), snap.e_nodes
         roots = [snap.class_of(t) for t in self.roots]
         seed = cheapest(snap, NodeCosts(snap, self.opt.cost_model))
-        descent = descend(snap, seed, self.program, roots, self.alternatives, self.opt.cost,
-                          lambda p: canonical(p, self.opt.keys)[0], self.opt.out_of_time)
-        self.extracted += len(descent.seen)
+        model = self.opt.cost_model
+        args = (snap, roots, self.program, self.opt.cost)
+        start, first = seed, []
+        if getattr(model, "difference", None) is not None:
+            price = RegionPrice(*args, model, self.opt.keys)
+            # from the original, costed once: every move is a difference of its regions
+            start, first = self._original_choice(snap), [seed]
+            price.start = functools.partial(price.start, price=self.base)
+            if price.start(start) is None:  # not expected: the original is in the e-graph
+                raise PetError("the e-graph does not hold the program searched")
+        elif self.opt.additive:
+            price = AdditivePrice(*args, model)
+        else:
+            price = WholePrice(*args)
+        descent = descend(snap, start, self.program, roots, self.alternatives, price,
+                          lambda p: canonical(p, self.opt.keys)[0], self.opt.out_of_time,
+                          keep=max(self.config.topk, 1), first=first)
+        self.extracted += descent.priced
         ranked = sorted(descent.seen.items(), key=lambda kv: kv[1][0])
         for key, (c, prog, choice) in ranked[:max(self.config.topk, 1)]:
             if key not in self.found and math.isfinite(c):
@@ -226,6 +247,16 @@ class _Run:
                                    self._rules_in(snap, choice, roots))
         return [prog for key, (c, prog, _) in ranked[:self.config.topk]
                 if key not in self.inserted and math.isfinite(c)]
+
+    def _original_choice(self, snap: Snapshot) -> dict[int, ENode]:
+        """The e-node per e-class (argument lists included) of the program searched."""
+        choice: dict[int, ENode] = {}
+        terms = self.graph.terms
+        for t in self.original_terms | {terms[t].children[0] for t in self.original_terms
+                                        if terms[t].kind == "get"}:
+            node = snap.enode_of(t, choice)
+            choice[snap.index[node]] = node
+        return choice
 
     def _applied(self, snap: Snapshot, choice: dict[int, ENode], roots, c: float
                  ) -> list[Applied]:
@@ -273,6 +304,7 @@ def _checked_best(program: Program, base: float, ranked: list[_Found], opt: Opti
     cost model's ``spread`` above it; polished, checked, at most ``topk - 1``), and how many
     programs the check dropped."""
     original = canonical(program, opt.keys)[0]
+    reference: dict[int, dict] = {}  # the original's outputs, by seed, for every candidate
     best: _Found | None = None
     runners: list[Candidate] = []
     rejected = 0
@@ -283,7 +315,7 @@ def _checked_best(program: Program, base: float, ranked: list[_Found], opt: Opti
         if canonical(prog, opt.keys)[0] == original or not (
                 c < base or (c != base and c < base * opt.spread)):
             continue
-        if not checked(program, prog, config):
+        if not checked(program, prog, config, reference):
             rejected += 1
             continue
         if best is None and c < base:
@@ -293,8 +325,12 @@ def _checked_best(program: Program, base: float, ranked: list[_Found], opt: Opti
     return best or (base, program, [], []), runners, rejected
 
 
-def checked(original: Program, candidate: Program, config: SearchConfig) -> bool:
+def checked(original: Program, candidate: Program, config: SearchConfig,
+            reference: dict[int, dict] | None = None) -> bool:
     """Whether ``candidate`` computes what ``original`` computes.
+
+    ``reference``, when given, keeps the original's outputs on each random input between
+    calls (several candidates checked against one original).
 
     Multi-linear programs are compared by the verifier (Theorems 1 and 2, exact). Programs with
     non-linear operators, which the verifier does not take, are run in float64 on
@@ -311,7 +347,11 @@ def checked(original: Program, candidate: Program, config: SearchConfig) -> bool
         for seed in range(CHECK_SEEDS):
             rng = np.random.default_rng(config.seed + seed)
             x = {t.name: rng.standard_normal(t.shape) for t in original.inputs}
-            want = evaluate(original, x, np.float64)
+            want = None if reference is None else reference.get(seed)
+            if want is None:
+                want = evaluate(original, x, np.float64)
+                if reference is not None:
+                    reference[seed] = want
             got = evaluate(candidate, x, np.float64)
             for name in original.outputs:
                 if not _agree(want[name], got[name]):
