@@ -104,3 +104,20 @@ def test_random_env_reused_is_a_fresh_draw():
     for key in fresh:
         assert np.array_equal(again[key], fresh[key]) and not again[key].flags.writeable
     assert not np.array_equal(fresh[(0, "x")], verifier.random_env([p], 2, seed=6)[(0, "x")])
+
+
+def test_random_env_keeps_no_draw_of_large_tensors(monkeypatch):
+    from tvm_pet.verify import verifier
+    monkeypatch.setattr(verifier, "RANDOM_ENV_KEPT_ELEMENTS", 2 * 12)  # tests x elements of x
+    b = ProgramBuilder()
+    x = b.input("x", (3, 4))
+    w = b.weight("w", np.ones((4, 5), np.float32))
+    large = b.build([b.matmul(x, w)])
+    c = ProgramBuilder()
+    y = c.input("x", (3, 4))
+    small = c.build([c.add(y, y)])
+    verifier._drawn.clear()
+    verifier.random_env([large], 2, seed=5)  # 2 x (12 + 20) residues: drawn, not kept
+    assert not verifier._drawn
+    verifier.random_env([small], 2, seed=5)  # 2 x 12: kept
+    assert len(verifier._drawn) == 1

@@ -175,6 +175,9 @@ def degree_of(program: Program) -> int:
 #: The most draws :func:`random_env` keeps (a generator verifies every candidate of one
 #: subprogram on the same inputs and weights, so the same draws recur).
 RANDOM_ENV_CACHE = 4
+#: The most residues one kept draw holds (32 MB of int64): a larger one is drawn afresh each
+#: time, so that the kept draws never hold large tensors' residues alive.
+RANDOM_ENV_KEPT_ELEMENTS = 1 << 22
 _drawn: dict[tuple, dict] = {}
 
 
@@ -183,8 +186,9 @@ def random_env(programs: Sequence[Program], tests: int, seed: int) -> dict[str, 
 
     The residues are drawn in order, each distinct input and weight once, from one generator
     seeded with ``seed``: the same programs' leaves in the same order get the same residues.
-    The last :data:`RANDOM_ENV_CACHE` draws are kept (read-only) and reused for the same
-    sequence of leaves, seed and tests: the residues are those a fresh draw would give.
+    The last :data:`RANDOM_ENV_CACHE` draws (of at most :data:`RANDOM_ENV_KEPT_ELEMENTS`
+    residues each) are kept (read-only) and reused for the same sequence of leaves, seed and
+    tests: the residues are those a fresh draw would give.
 
     Raises:
         ShapeError: a tensor above :data:`~tvm_pet.verify.limits.MAX_TENSOR_ELEMENTS`.
@@ -210,7 +214,8 @@ def random_env(programs: Sequence[Program], tests: int, seed: int) -> dict[str, 
         for key, size in leaves.items():
             by_key[key] = rng.integers(0, P, (tests, size), np.int64)
             by_key[key].setflags(write=False)
-    _drawn[signature] = by_key  # the most recent last
+    if tests * sum(leaves.values()) <= RANDOM_ENV_KEPT_ELEMENTS:
+        _drawn[signature] = by_key  # the most recent last
     while len(_drawn) > RANDOM_ENV_CACHE:
         del _drawn[next(iter(_drawn))]
     return {(k, name): by_key[key] for k, name, key in names}  # type: ignore[return-value]

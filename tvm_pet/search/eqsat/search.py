@@ -166,6 +166,16 @@ class _Run:
     def full(self) -> bool:
         return self.graph.size() >= self.config.eqsat_nodes
 
+    def over_budget(self) -> bool:
+        """Whether the time limit or the e-node limit is reached (:attr:`stop` says which)."""
+        if self.opt.out_of_time():
+            self.stop = StopReason.TIME_LIMIT
+        elif self.full():
+            self.stop = StopReason.NODE_LIMIT
+        else:
+            return False
+        return True
+
     def insert(self, programs: list[Program]) -> None:
         """Insert each program and the verified mutants of each of its subsets."""
         for prog in programs:
@@ -173,11 +183,7 @@ class _Run:
             ids = self.graph.add_program(prog)
             for sub in partition(prog, max_merge=3):
                 for subset in operator_subsets(prog, sub, self.config.max_subset):
-                    if self.opt.out_of_time():
-                        self.stop = StopReason.TIME_LIMIT
-                        return
-                    if self.full():
-                        self.stop = StopReason.NODE_LIMIT
+                    if self.over_budget():
                         return
                     self._insert_subset(prog, ids, subset, sub.name)
 
@@ -201,11 +207,7 @@ class _Run:
             return
         self.facts.classify()
         for _ in range(self.config.eqsat_iterations):
-            if self.opt.out_of_time():
-                self.stop = StopReason.TIME_LIMIT
-                return
-            if self.full():
-                self.stop = StopReason.NODE_LIMIT
+            if self.over_budget():
                 return
             report = self.graph.egraph.run(self.rules.saturate())
             self.iterations += 1
