@@ -462,69 +462,95 @@ def descend(snap: Snapshot, start: dict[int, ENode], original: Program, roots: l
     started = price.start(start)
     if started is None:
         raise CyclicChoice("the descent's start has no program")
-    best, program = started
-    current = dict(start)
-    cheapest: list[tuple[float, int, dict[int, ENode]]] = []  # a max-heap by -price
-    tie = itertools.count()
-    seen: dict[tuple, tuple[float, Program, dict[int, ENode]]] = {
-        key(program): (best, program, dict(current))}
+    walk = _Walk(snap, roots, price, key, out_of_time, keep, dict(start), *started)
     moves = list(first) + [snap.choice_of(a) for a in alternatives]
-    priced, timed_out, improved = 0, False, True
+    improved = True
+    while improved and not walk.timed_out:
+        walk.used = reachable(snap, walk.current, roots)
+        singles = [{c: n} for c in sorted(walk.used) for n in snap.classes[c]
+                   if n != walk.current[c] and len(snap.classes[c]) > 1]
+        improved = walk.take(walk.price_all(moves + singles))
+    walk.build_cheapest(original)
+    return Descent(walk.current, walk.best, walk.program, walk.seen, walk.timed_out,
+                   walk.priced)
 
-    def applies(move, used) -> bool:
-        return any(c in used for c in move) and not all(current.get(c) == n
-                                                         for c, n in move.items())
 
-    while improved and not timed_out:
-        improved = False
-        used = reachable(snap, current, roots)
-        singles = [{c: n} for c in sorted(used) for n in snap.classes[c]
-                   if n != current[c] and len(snap.classes[c]) > 1]
-        better: list[tuple[float, int, dict[int, ENode]]] = []
-        for move in moves + singles:
-            if out_of_time():
-                timed_out = True
-                break
-            if not applies(move, used):
-                continue
-            trial = {**current, **move}
-            c = price(trial)
-            priced += 1
+class _Walk:
+    """The state of :func:`descend`: the current choice, its price and program, the choices
+    seen (by structural key), the ``keep`` cheapest choices priced, and the moves priced."""
+
+    def __init__(self, snap: Snapshot, roots: list[int], price, key, out_of_time, keep: int,
+                 current: dict[int, ENode], best: float, program: Program):
+        self.snap, self.roots, self.price, self.key = snap, roots, price, key
+        self.out_of_time, self.keep = out_of_time, keep
+        self.current, self.best, self.program = current, best, program
+        self.seen: dict[tuple, tuple[float, Program, dict[int, ENode]]] = {
+            key(program): (best, program, dict(current))}
+        self.cheapest: list[tuple[float, int, dict[int, ENode]]] = []  # a max-heap by -price
+        self.tie = itertools.count()
+        self.priced, self.timed_out = 0, False
+        #: the e-classes the current program reads
+        self.used: set = reachable(snap, current, roots)
+
+    def _moves(self, moves):
+        """``(k, move)`` of the moves that change what the current program reads (``k``: its
+        place in ``moves``), until the time runs out; what it reads is :attr:`used` as it is
+        when each move comes."""
+        for k, move in enumerate(moves):
+            if self.out_of_time():
+                self.timed_out = True
+                return
+            if any(c in self.used for c in move) and not all(self.current.get(c) == n
+                                                             for c, n in move.items()):
+                yield k, move
+
+    def _price(self, trial: dict[int, ENode]) -> float | None:
+        self.priced += 1
+        return self.price(trial)
+
+    def price_all(self, moves) -> list[tuple[float, int, dict[int, ENode]]]:
+        """Each move priced from the current choice (the cheapest kept); those below it."""
+        better = []
+        for _, move in self._moves(moves):
+            trial = {**self.current, **move}
+            c = self._price(trial)
             if c is None or not math.isfinite(c):
                 continue
-            if len(cheapest) < keep:
-                heapq.heappush(cheapest, (-c, next(tie), trial))
-            elif c < -cheapest[0][0]:
-                heapq.heapreplace(cheapest, (-c, next(tie), trial))
-            if c < best:
-                better.append((c, next(tie), move))
-        # the improving moves, cheapest first, each taken where it still improves the
-        # program the moves before it made
-        for k, (_, _, move) in enumerate(sorted(better)):
-            if out_of_time():
-                timed_out = True
-                break
-            if not applies(move, used):
-                continue
-            trial = {**current, **move}
+            if len(self.cheapest) < self.keep:
+                heapq.heappush(self.cheapest, (-c, next(self.tie), trial))
+            elif c < -self.cheapest[0][0]:
+                heapq.heapreplace(self.cheapest, (-c, next(self.tie), trial))
+            if c < self.best:
+                better.append((c, next(self.tie), move))
+        return better
+
+    def take(self, better) -> bool:
+        """The improving moves, cheapest first, each taken where it still improves the program
+        the moves before it made; whether one was taken."""
+        improved = False
+        for k, move in self._moves([m for _, _, m in sorted(better)]):
+            trial = {**self.current, **move}
             if k > 0:
-                c = price(trial)
-                priced += 1
-                if c is None or not c < best:
+                c = self._price(trial)
+                if c is None or not c < self.best:
                     continue
-            kept = price.accept(trial, best)
+            kept = self.price.accept(trial, self.best)
             if kept is not None:
-                current, (best, program) = trial, kept
-                seen.setdefault(key(program), (best, program, dict(current)))
-                used = reachable(snap, current, roots)
+                self.current, (self.best, self.program) = trial, kept
+                self.seen.setdefault(self.key(self.program),
+                                     (self.best, self.program, dict(self.current)))
+                self.used = reachable(self.snap, self.current, self.roots)
                 improved = True
-    for negative, _, choice in sorted(cheapest, key=lambda e: -e[0]):
-        if out_of_time():
-            break
-        if getattr(price, "relative", False):  # its price, from the program then current
-            found = (-negative, build(snap, choice, original, roots))
-        else:
-            found = price.accept(choice, math.inf)
-        if found is not None:
-            seen.setdefault(key(found[1]), (found[0], found[1], choice))
-    return Descent(current, best, program, seen, timed_out, priced)
+        return improved
+
+    def build_cheapest(self, original: Program) -> None:
+        """The ``keep`` cheapest choices priced, built into :attr:`seen`."""
+        for negative, _, choice in sorted(self.cheapest, key=lambda e: -e[0]):
+            if self.out_of_time():
+                break
+            if getattr(self.price, "relative", False):  # priced from the program then current
+                found = (-negative, build(self.snap, choice, original, self.roots))
+            else:
+                found = self.price.accept(choice, math.inf)
+            if found is not None:
+                self.seen.setdefault(self.key(found[1]), (found[0], found[1], choice))
