@@ -582,6 +582,7 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
 
 
 def main() -> int:
+    from tvm_pet.pipeline.options import LAYOUT_CHOICES
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help=f"{', '.join(QUICK)} at batch 1 with the shipped records")
@@ -605,7 +606,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0,
                         help="the tuning seed of both sides (default 0): several seeds give "
                              "several independent tunings of one model on fresh records")
-    parser.add_argument("--layout", choices=("auto", "NCHW", "NHWC"), default="auto",
+    parser.add_argument("--layout", choices=LAYOUT_CHOICES, default="auto",
                         help="the convolutions' layout on both sides (optimize --layout; auto: "
                              "the faster on the tuned original)")
     parser.add_argument("--fast-math", action="store_true",

@@ -8,6 +8,7 @@ import argparse
 from tvm_pet.cli import commands
 from tvm_pet.cli.options import (BASE_TIME_LIMIT, BUDGET_TIME_LIMIT_PER_MINUTE,
                                  DEFAULT_UNTUNED_MINUTES, DEFAULT_UNTUNED_TRIALS)
+from tvm_pet.pipeline.options import LAYOUT_CHOICES
 from tvm_pet.search.config import SEARCHES
 
 EXAMPLES = ("figure1", "figure3", "figure3-partial", "weight-changed", "off-by-one-slice",
@@ -118,7 +119,7 @@ def _build_flags(g) -> None:
                    help="the TVM target: llvm (this CPU, the default), e.g. "
                         "'llvm -mcpu=haswell', or cuda")
     _input_shape_flag(g)
-    g.add_argument("--layout", choices=("auto", "NCHW", "NHWC"), default="auto",
+    g.add_argument("--layout", choices=LAYOUT_CHOICES, default="auto",
                    help="the convolutions' layout on both sides: NCHW as imported, NHWC by "
                         "TVM's ConvertLayout; auto (the default) times the tuned original in "
                         "both and builds the faster")

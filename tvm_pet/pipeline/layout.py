@@ -35,10 +35,6 @@ from tvm_pet.pipeline.progress import Progress
 from tvm_pet.pipeline.toolchain import Toolchain
 from tvm_pet.verify.agree import outputs_agree
 
-#: The layouts ``--layout`` takes: ``auto`` measures the two others.
-LAYOUT_CHOICES = ("auto", "NCHW", "NHWC")
-
-
 @dataclasses.dataclass(frozen=True)
 class LayoutChoice:
     """The layout both sides were built in, and why.

@@ -54,6 +54,10 @@ class WholeBudget:
         return f"{self.minutes:g} minutes"
 
 
+#: The layouts ``--layout`` takes: ``auto`` times the two others (:mod:`tvm_pet.pipeline.layout`).
+LAYOUT_CHOICES = ("auto", "NCHW", "NHWC")
+
+
 @dataclasses.dataclass(frozen=True)
 class DriverOptions:
     """Options of :func:`~tvm_pet.pipeline.optimize.optimize` and
@@ -188,7 +192,7 @@ class DriverOptions:
         return min(self.time_limit * self.confirm_share, max(0.0, self.time_limit - elapsed_s))
 
     def __post_init__(self) -> None:
-        if self.layout not in ("auto", "NCHW", "NHWC"):
+        if self.layout not in LAYOUT_CHOICES:
             raise PetError(f"--layout {self.layout!r}: auto, NCHW or NHWC")
         if self.charge not in ("beside", "inside"):
             raise PetError(f"--charge {self.charge!r}: beside or inside")
