@@ -9,7 +9,9 @@ workloads and records join the destination's (``tvm_pet.tune.dbfile.merge``: a r
 there is not added twice), then every workload keeps its ``--keep`` fastest records
 (``dbfile.prune``), whose dropped records still count as trials, so a task tuned in three draws
 counts three draws' trials and is not tuned again. The sources' exhausted-search markers
-(``exhausted.json``: a task whose search ran out) join the destination's. The destination's
+(``exhausted.json``: a task whose search ran out) and what their tuned mutants showed of each
+kind of rewrite (``kinds.json``, :class:`tvm_pet.pipeline.kinds.Evidence`) join the
+destination's. The destination's
 record checks (``record_checks.json``) stay: a record is checked against its kernel when it is
 first applied, or by ``scripts/check_records.py``, which a merge into the shipped records needs
 (a test checks that every best record shipped has its verdict).
@@ -34,6 +36,7 @@ def main() -> int:
     parser.add_argument("--keep", type=int, default=4, help="records kept per workload")
     args = parser.parse_args()
 
+    from tvm_pet.pipeline.kinds import Evidence
     from tvm_pet.tune import dbfile, resolve_target
     from tvm_pet.tune.records import db_dir
 
@@ -51,6 +54,7 @@ def main() -> int:
         for shash, trials in dbfile.exhausted(folder).items():
             if trials > known.get(shash, -1):
                 dbfile.mark_exhausted(into, shash, trials)
+        Evidence.load(folder).save(into)  # the union, keyed by the kernels tuned
     print(f"{into}: pruned {dbfile.prune(into, keep=args.keep)} records, "
           f"{args.keep} kept per workload", flush=True)
     return 0

@@ -200,6 +200,12 @@ def test_records_of_other_tunings_merge_into_the_shipped_ones_fastest_first(
     dbfile.mark_exhausted(shared, "456", 7)
     assert script.main() == 0
     assert dbfile.exhausted(shared) == {"123": 5, "456": 7}
+    # what the draw's tuned mutants showed of each kind joins the destination's
+    from tvm_pet.pipeline.kinds import Evidence
+    Evidence({"a": ("merged", 0.8)}).save(draw_dir)
+    Evidence({"b": ("extents", 1.2)}).save(shared)
+    assert script.main() == 0
+    assert Evidence.load(shared).outcomes == {"a": ("merged", 0.8), "b": ("extents", 1.2)}
     monkeypatch.setattr(sys, "argv", ["merge_records.py", str(tmp_path / "none"), "--into",
                                       str(shared.parent)])
     assert script.main() == 2  # no records there: said, nothing merged

@@ -143,7 +143,20 @@ def _screen_line(tuning: dict) -> str:
     return (f"screen: {tuning['screened_mutants']} mutants compared from their fusion "
             f"regions ({tuning['screened_mutants'] - by_flops} timed untuned, {by_flops} by "
             f"FLOPs: kernels too large to time untuned, or Winograd and window forms)"
-            + _picked_line(picked))
+            + _picked_line(picked) + _evidence_words(tuning.get("evidence") or {}))
+
+
+def _evidence_words(evidence: dict) -> str:
+    """The kinds' record on this target that weighed the ranking.
+
+    >>> _evidence_words({"extents": {"won": 3, "tuned": 5, "odds": 0.571},
+    ...                  "space-to-batch": {"won": 0, "tuned": 4, "odds": 0.167}})
+    '; ranked by what each kind won tuned on this target: extents 3 of 5, space-to-batch 0 of 4'
+    """
+    if not evidence:
+        return ""
+    return ("; ranked by what each kind won tuned on this target: "
+            + ", ".join(f"{kind} {e['won']} of {e['tuned']}" for kind, e in evidence.items()))
 
 
 def _tuned_line(tuning: dict) -> str:

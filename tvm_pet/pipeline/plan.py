@@ -42,7 +42,7 @@ from tvm_pet.cost.model import CostModel, RewriteScreen
 from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
-from tvm_pet.pipeline.kinds import kind_of
+from tvm_pet.pipeline.kinds import Evidence, kind_of
 from tvm_pet.search.optimizer import combine
 from tvm_pet.search.partition import Subprogram
 
@@ -96,6 +96,8 @@ class Pick:
             (:func:`rank_mutants`).
         winograd: it took one of those places as a convolution by Winograd's algorithm.
         windows: it took one of those places as a convolution by a product over its windows.
+        evidence: what the kinds tuned before on this target say of its kind, in words (None
+            for a mutant tuned before and the combination).
     """
 
     subprogram: str
@@ -108,10 +110,14 @@ class Pick:
     aligns: bool = False
     winograd: bool = False
     windows: bool = False
+    evidence: str | None = None
 
     @property
     def reason(self) -> str:
-        """Why it is tuned, in words."""
+        """Why it is tuned, in words, with what its kind's record here says."""
+        return self._why() + ("" if self.evidence is None else f"; {self.evidence}")
+
+    def _why(self) -> str:
         if self.subprogram == COMBINED:
             return "the tuned mutants that improve, applied together"
         if self.tuned_before:
@@ -147,13 +153,15 @@ class Pick:
 class TuningPlan:
     """The mutants tuned besides the original, in the order they were chosen, how many the
     screen looked at, how many of those it compared by FLOPs (kernels too large to time
-    untuned), and per kind of rewrite how many were screened and tuned
-    (:func:`tvm_pet.pipeline.kinds.offered`)."""
+    untuned), per kind of rewrite how many were screened and tuned
+    (:func:`tvm_pet.pipeline.kinds.offered`), and per kind how many won of those tuned on this
+    target (:meth:`tvm_pet.pipeline.kinds.Evidence.to_json`, this run's included)."""
 
     picks: tuple[Pick, ...] = ()
     screened: int = 0
     by_flops: int = 0
     offered: dict = dataclasses.field(default_factory=dict)
+    evidence: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> list[dict]:
         """One entry per pick (``tuned_mutants`` of the tuning summary)."""
@@ -161,7 +169,7 @@ class TuningPlan:
 
 
 def rank_mutants(screened: Sequence[Screened], promising: int,
-                 screen_ratio: float) -> tuple[Pick, ...]:
+                 screen_ratio: float, evidence: Evidence | None = None) -> tuple[Pick, ...]:
     """Choose the mutants of the whole model to tune.
 
     Mutants the untuned screen cannot rank, and not tuned yet, take places of their own first:
@@ -171,7 +179,8 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     other mutants: asked for, it is tuned on the convolutions taking the most time), and as
     many of those computing a convolution as a product over its windows, for each order of the
     product (:attr:`Screened.windows`, :data:`tvm_pet.ir.im2col.ORDERS`), then up to half of
-    ``promising`` those aligning an awkward side (:attr:`Screened.aligns`). Of each kind
+    ``promising`` those aligning an awkward side (:attr:`Screened.aligns`; fewer where aligning
+    mutants seldom win here: ``promising`` times the odds of their kind, ``extents``). Of each kind
     (and order), one per subprogram, those whose new kernels replace the most time across the
     model first (:func:`reach_s`; then the one with fewer operators: the padding in the
     convolution, not a PAD that fuses into the kernel before it), less one place per subprogram
@@ -180,7 +189,9 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     rerun tunes nothing new): untuned, padding only adds work and Winograd's products are a
     naive loop nest, so their expected saving cannot rank them. Mutants tuned before come next,
     best tuned saving first; the remaining places go to the others in decreasing order of
-    expected saving. An untuned mutant takes a place only if its untuned ratio is at most
+    expected saving times the odds that their kind wins once tuned on this target
+    (:class:`~tvm_pet.pipeline.kinds.Evidence`: ``evidence``, with the mutants here whose
+    kernels hold records already). An untuned mutant takes a place only if its untuned ratio is at most
     ``screen_ratio``. A mutant whose new kernels are all among those of a mutant ranked above it
     takes no place (tuning that one tunes it: the same kernel in two layers, or a subset and the
     same subset with its bias).
@@ -189,40 +200,61 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
         screened: every mutant the screen measured, across the model.
         promising: mutants tuned in all, besides the Winograd and window places.
         screen_ratio: the screen's threshold.
+        evidence: the kinds' outcomes tuned before on this target (default: none).
 
     Returns:
         The picks: those in the reserved places, tuned-before ones, then the others from best
         to worst.
     """
     covered: set = set()  # new kernels of the mutants picked so far
-
-    def best_first(items):
-        """Best saving first, skipping a mutant whose new kernels a better one adds already."""
-        kept = []
-        for s in sorted(items, key=lambda s: (-s.screen.expected_saving_s, s.index)):
-            if not s.screen.new_kernels or not s.screen.new_kernels <= covered:
-                covered.update(s.screen.new_kernels)
-                kept.append(s)
-        return kept
-
     reach = reach_s(screened)
     by_reach = sorted(screened, key=lambda s: (-reach.get(s.screen.new_kernels, 0.0),
                                                len(s.mutant), s.index))
     orders = sorted({_order(s) for s in screened if _own_places(s)})
     kept, reserved = _own_kind_places(screened, by_reach, orders, promising, covered,
                                       screen_ratio)
-    reserved += _reserve([s for s in by_reach if _aligning(s)], promising // 2 - len(
+    evidence = (evidence or Evidence()).adding(outcomes(screened))
+    aligning = min(promising // 2, round(promising * evidence.odds("extents")))
+    reserved += _reserve([s for s in by_reach if _aligning(s)], aligning - len(
         {s.screen.new_kernels for s in screened if _aligning(s) and s.screen.tuned}),
         covered, screen_ratio)
     total = promising * (1 + len(orders))
     kept_at = {k.index for k in kept}
-    done = kept + best_first(s for s in screened if s.screen.tuned and s.index not in
-                             kept_at)[:total - len(reserved) - len(kept)]
+    done = kept + _best_first((s for s in screened if s.screen.tuned and s.index not in
+                               kept_at), covered)[:total - len(reserved) - len(kept)]
     covered = set().union(*(s.screen.new_kernels for s in reserved + done))
-    fresh = best_first(s for s in screened if not s.screen.tuned
-                       and s.screen.untuned_ratio <= screen_ratio)
-    return tuple([_pick(s, reserved=True) for s in reserved]
-                 + [_pick(s) for s in done + fresh[:total - len(reserved) - len(done)]])
+    fresh = _best_first((s for s in screened if not s.screen.tuned
+                         and s.screen.untuned_ratio <= screen_ratio), covered,
+                        lambda s: _weighted(s, evidence))
+    return tuple([_pick(s, evidence, reserved=True) for s in reserved] + [_pick(s) for s in done]
+                 + [_pick(s, evidence) for s in fresh[:total - len(reserved) - len(done)]])
+
+
+def _best_first(items, covered: set, saving=lambda s: s.screen.expected_saving_s) -> list:
+    """``items`` (screened mutants), best ``saving`` first, skipping a mutant whose new kernels
+    are all ``covered`` (updated) or added by a better one."""
+    kept = []
+    for s in sorted(items, key=lambda s: (-saving(s), s.index)):
+        if not s.screen.new_kernels or not s.screen.new_kernels <= covered:
+            covered.update(s.screen.new_kernels)
+            kept.append(s)
+    return kept
+
+
+def outcomes(screened: Sequence[Screened]) -> list[tuple[str, str, float]]:
+    """``(key, kind, tuned ratio)`` of each screened mutant whose new kernels all hold records
+    (:meth:`~tvm_pet.pipeline.kinds.Evidence.adding`): its tuned time over the replaced time."""
+    return [(Evidence.key(s.screen.new_kernels), kind_of(s.mutant),
+             s.screen.tuned_s / s.screen.replaced_s) for s in screened
+            if s.screen.tuned and s.screen.new_kernels and s.screen.replaced_s > 0]
+
+
+def _weighted(s: Screened, evidence: Evidence) -> float:
+    """``s``'s expected saving weighed by its kind's odds of winning once tuned: times the
+    odds where it saves, divided by them where it loses (a kind that seldom wins ranks lower
+    either way)."""
+    saving, odds = s.screen.expected_saving_s, evidence.odds(kind_of(s.mutant))
+    return saving * odds if saving > 0 else saving / odds
 
 
 def _own_kind_places(screened: Sequence[Screened], by_reach: list[Screened],
@@ -312,13 +344,15 @@ def reach_s(screened: Sequence[Screened]) -> dict[frozenset, float]:
     return {keys: sum(subs.values()) for keys, subs in per.items()}
 
 
-def _pick(s: Screened, reserved: bool = False) -> Pick:
+def _pick(s: Screened, evidence: Evidence | None = None, reserved: bool = False) -> Pick:
     """The pick of ``s``; ``reserved``: it took one of the places kept for mutants the untuned
-    screen cannot rank (aligning an awkward side, or by Winograd's algorithm)."""
+    screen cannot rank (aligning an awkward side, or by Winograd's algorithm); ``evidence``:
+    the kinds' outcomes that ranked it, for its reason."""
     saving = 1e3 * s.screen.expected_saving_s
     return Pick(s.subprogram, tuple(s.mutant), s.screen.untuned_ratio, s.index,
                 saving if math.isfinite(saving) else None, s.screen.tuned, s.screen.basis,
-                reserved and s.aligns, reserved and s.winograd, reserved and s.windows)
+                reserved and s.aligns, reserved and s.winograd, reserved and s.windows,
+                None if evidence is None else evidence.words(kind_of(s.mutant)))
 
 
 def combination(program: Program, tuned: Sequence[tuple[Subprogram, Program, Program]],

@@ -45,11 +45,11 @@ from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
-from tvm_pet.pipeline.kinds import offered
+from tvm_pet.pipeline.kinds import Evidence, kind_of, offered
 from tvm_pet.pipeline.mutant_budget import Allowance, MutantBudget
 from tvm_pet.pipeline.options import DriverOptions
-from tvm_pet.pipeline.plan import (Pick, Screened, TuningPlan, combination, combined_pick,
-                                   rank_mutants)
+from tvm_pet.pipeline.plan import (COMBINED, Pick, Screened, TuningPlan, combination,
+                                   combined_pick, outcomes, rank_mutants)
 from tvm_pet.pipeline.toolchain import Toolchain, Tuned, tvm_toolchain
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.moves import aligns_extents
@@ -119,6 +119,8 @@ class TuneSummary:
                 "screened_by_flops": self.plan.by_flops, "tuned_mutants": self.plan.to_json(),
                 # per kind of rewrite: mutants screened and tuned (tvm_pet.pipeline.kinds)
                 "offered": self.plan.offered,
+                # per kind: won and tuned on this target so far, and the odds ranking used
+                "evidence": self.plan.evidence,
                 "charge": "beside" if self.inside is None else "inside",
                 "inside_budget": self.inside, "original_s": self.original_s,
                 "mutants_s": self.mutants_s, "screen_s": self.screen_s}
@@ -162,7 +164,9 @@ def tune_model(program: Program, config: SearchConfig, options: DriverOptions,
     picked = tune_picks(stage, ranked, original.budget)
     tuned = tune_combination(stage, ranked, picked)
     topped_up = _top_up(stage, tuned.budget)
-    return _summary(stage, original, ranked, tuned, topped_up, time.perf_counter() - start)
+    evidence = learn_kinds(stage, ranked, picked)
+    return _summary(stage, original, ranked, tuned, topped_up, time.perf_counter() - start,
+                    evidence)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,8 +255,9 @@ def screen_and_rank(stage: Stage, options: DriverOptions) -> Ranked:
             screened.append(row)
             candidates.append((part, corrected))
         eta.update(done, f"{len(screened)} mutants screened")
+    evidence = Evidence.load(stage.toolchain.records_dir)
     return Ranked(tuple(screened), tuple(candidates),
-                  rank_mutants(screened, options.promising, options.screen_ratio))
+                  rank_mutants(screened, options.promising, options.screen_ratio, evidence))
 
 
 def _screen_subset(program: Program, cost, name: str, part, found: list[tuple], keep: int,
@@ -334,6 +339,29 @@ def tune_combination(stage: Stage, ranked: Ranked, picked: MutantsTuned) -> Muta
                         picked.calls + (call,), budget)
 
 
+def learn_kinds(stage: Stage, ranked: Ranked, picked: MutantsTuned) -> Evidence:
+    """Step 5: each mutant tuned, screened again on its new records, and how it compared (its
+    kind, tuned time over replaced time) kept in the records folder with the outcomes of the
+    mutants screened with records already (:class:`~tvm_pet.pipeline.kinds.Evidence`), so that
+    later runs on this target tune first the kinds that win here. Returns the evidence kept."""
+    cost, found = None, []
+    for pick in picked.picks:
+        if pick.subprogram == COMBINED:
+            continue
+        part, corrected = ranked.candidates[pick.index]
+        cost = stage.toolchain.cost_model() if cost is None else cost
+        screen = _screen(cost, fusion_region(stage.program, part), part, corrected,
+                         wino.uses(corrected) or im2col.uses(corrected))
+        if screen is not None and screen.tuned and screen.new_kernels and screen.replaced_s > 0:
+            found.append((Evidence.key(screen.new_kernels), kind_of(pick.mutant),
+                          screen.tuned_s / screen.replaced_s))
+    learned = Evidence().adding(outcomes(ranked.screened)).adding(found)
+    before = Evidence.load(stage.toolchain.records_dir)
+    if learned.outcomes:
+        learned.save(stage.toolchain.records_dir)
+    return Evidence({**before.outcomes, **learned.outcomes})
+
+
 def _top_up(stage: Stage, budget: MutantBudget) -> Tuned | None:
     """With ``--charge inside``: the original's tasks tuned up to the budget less what the
     mutants' new kernels hold (:meth:`~tvm_pet.pipeline.mutant_budget.Allowance.top_up`); else
@@ -344,8 +372,9 @@ def _top_up(stage: Stage, budget: MutantBudget) -> Tuned | None:
 
 
 def _summary(stage: Stage, original: OriginalTuned, ranked: Ranked, mutants: MutantsTuned,
-             topped_up: Tuned | None, seconds: float) -> TuneSummary:
-    """The stage's summary, from its steps' results and the ``seconds`` it took."""
+             topped_up: Tuned | None, seconds: float, evidence: Evidence) -> TuneSummary:
+    """The stage's summary, from its steps' results, the ``seconds`` it took and the kinds'
+    ``evidence`` on this target."""
     rest = [original.tuned] + ([] if topped_up is None else [topped_up])
     mutant_trials = sum(c.new_trials for c in mutants.calls)
     budget = mutants.budget
@@ -355,7 +384,8 @@ def _summary(stage: Stage, original: OriginalTuned, ranked: Ranked, mutants: Mut
                        trials_per_task=budget.trials,
                        plan=TuningPlan(mutants.picks, len(ranked.screened),
                                        sum(s.screen.basis == "flops" for s in ranked.screened),
-                                       offered(ranked.screened, mutants.picks)),
+                                       offered(ranked.screened, mutants.picks),
+                                       evidence.to_json()),
                        budget=None if budget.whole is None else str(budget.whole),
                        mutant_trials=mutant_trials,
                        inside=None if budget.allowance is None else budget.allowance.to_json(),

@@ -65,6 +65,9 @@ PRUNED_FILE = "pruned_counts.json"
 #: search space, such as a layout kernel's), so that a larger budget does not search them again
 #: (deleting the file has them searched again).
 EXHAUSTED_FILE = "exhausted.json"
+#: Per set of mutant kernels tuned on the target, the mutant's kind of rewrite and how its tuned
+#: kernels compared with those they replace (:class:`tvm_pet.pipeline.kinds.Evidence`).
+EVIDENCE_FILE = "kinds.json"
 #: Suffix of the compressed copy of a database file (``database_workload.json.xz``): what a
 #: repository ships, 20 to 40 times smaller than the plain files, which are made from it on first
 #: use (``unpack``) and kept beside it, out of version control.

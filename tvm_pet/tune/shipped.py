@@ -3,10 +3,11 @@
 The records ship inside the package, in ``tvm_pet/tuning_logs/<target>/`` (found with
 ``importlib.resources``, so a checkout, an editable install and a wheel find them alike), as
 the files of :data:`SHIPPED_FILES`: the database packed (``database_*.json.xz``), the verdicts
-of its records (``record_checks.json``) and its counts (``pruned_counts.json``,
-``exhausted.json``). Using them writes beside them: the plain database files are unpacked there
-on first use, costing caches its kernel times and verdicts there, and tuning a kernel of a
-shipped target adds its records there. So :func:`shipped_records_dir` returns the package's own
+of its records (``record_checks.json``), its counts (``pruned_counts.json``,
+``exhausted.json``) and what tuned mutants showed of each kind of rewrite (``kinds.json``).
+Using them writes beside them: the plain database files are unpacked there on first use,
+costing caches its kernel times and verdicts there, and tuning a kernel of a shipped target
+adds its records there. So :func:`shipped_records_dir` returns the package's own
 folder where it is writable (a checkout, an editable install, a virtualenv of the user's), and
 otherwise (a system-wide or read-only install, a zipped package) a copy in the user's cache
 (:func:`user_cache_dir`) that :func:`user_records_copy` keeps up to date with the package.
@@ -40,7 +41,7 @@ PACKAGE_FOLDER = "tuning_logs"
 PACKED_FILES = (dbfile.WORKLOAD_FILE + dbfile.PACKED_SUFFIX,
                 dbfile.RECORD_FILE + dbfile.PACKED_SUFFIX)
 #: The ``{key: value}`` tables that ship with a target's records.
-TABLE_FILES = (CHECKS_FILE, dbfile.PRUNED_FILE, dbfile.EXHAUSTED_FILE)
+TABLE_FILES = (CHECKS_FILE, dbfile.PRUNED_FILE, dbfile.EXHAUSTED_FILE, dbfile.EVIDENCE_FILE)
 #: The files of a target's folder that ship (``pyproject.toml`` lists the same as package data).
 SHIPPED_FILES = PACKED_FILES + TABLE_FILES
 #: ``{file name: SHA-1}`` of the shipped files a user copy was last brought up to date with.
