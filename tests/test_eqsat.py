@@ -71,6 +71,25 @@ def test_identical_subprograms_are_one_e_class():
     assert len(snap.classes) == 5 and len(program.shapes) == 8
 
 
+def test_a_long_rewrite_enters_the_e_graph_as_one_alternative():
+    """A rewrite hundreds of operators deep (EfficientNet-B0's chains) is handed to egglog in
+    let-bound pieces, not as one expression nested deeper than Python recurses."""
+    b = ProgramBuilder("one")
+    x = b.input("x", (2, 3))
+    original = b.build([b.transpose(x, (1, 0), out="y")])
+    b = ProgramBuilder("long")
+    t = b.input("x", (2, 3))
+    for k in range(401):  # an odd number of transposes: the same result
+        t = b.transpose(t, (1, 0), out="y" if k == 400 else None)
+    long = b.build([t])
+    graph = ProgramEGraph()
+    ids = graph.add_program(original)
+    outputs, terms = graph.add_alternative(ids, ["y"], long)
+    assert len(terms) == 401
+    snap = Snapshot(graph)
+    assert snap.class_of(outputs[0]) == snap.class_of(ids["y"])
+
+
 def test_identical_subprograms_are_searched_once():
     result = eqsat(two_blocks(parallel=False), SearchConfig(depth=2, rounds=1, time_limit=60))
     convs = [s for s in result.subsets if s.ops == ("Conv",)]

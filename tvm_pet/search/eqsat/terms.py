@@ -32,6 +32,9 @@ from egglog import EGraph, Expr, StringLike, i64Like, union
 from tvm_pet.ir.node import Attrs, Node, Program, Shape, WeightKeys, free_name
 from tvm_pet.ir.ops import Op
 
+#: the deepest an expression handed to egglog nests (deeper terms are let-bound)
+NEST_LIMIT = 48
+
 
 class Tensor(Expr):
     """A tensor (or, under ``get``, the tuple of an operator with several outputs)."""
@@ -240,6 +243,21 @@ class ProgramEGraph:
         if tid not in self._exprs:
             self._exprs[tid] = self.egraph.let(f"t{tid}", self.expr(tid))
 
+    def _bind_deep(self, tids) -> None:
+        """Let-bind every ``NEST_LIMIT``-th level of terms ``tids`` (in program order), so no
+        expression handed to egglog nests deeper than that (egglog converts expressions
+        recursively: a long rewrite, nested whole, exceeds Python's recursion limit)."""
+        depth: dict[int, int] = {}
+        for tid in tids:
+            if tid in self._exprs or tid in depth:
+                continue
+            d = 1 + max((depth.get(c, 0) for c in self.terms[tid].children
+                         if c not in self._exprs), default=0)
+            if d >= NEST_LIMIT:
+                self._bind(tid)
+            else:
+                depth[tid] = d
+
     def _tensor_terms(self, program: Program, known: Mapping[str, int],
                       own_names: bool) -> dict[str, int]:
         """Term ids of every tensor of ``program``; tensors in ``known`` keep their ids."""
@@ -283,6 +301,7 @@ class ProgramEGraph:
         """
         leaves = {n: ids[n] for n in rewrite.input_names}  # weights: by content
         local = self._tensor_terms(rewrite, leaves, own_names=False)
+        self._bind_deep(local[o] for n in rewrite.nodes for o in n.outputs)
         outs = tuple(local[o] for o in outputs)
         self.egraph.register(*[union(self._exprs[ids[o]]).with_(self.expr(t))
                                for o, t in zip(outputs, outs)])
