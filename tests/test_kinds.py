@@ -121,3 +121,9 @@ def test_tuning_keeps_each_tuned_mutant_s_outcome_beside_the_records(tmp_path):
                        Toolchain(options.records_dir)).to_json()
     assert json.loads((tmp_path / "records" / EVIDENCE_FILE).read_text()) == kept
     assert again["evidence"] == summary["evidence"]
+
+
+def test_the_evidence_file_ships_with_the_records():
+    from tvm_pet.tune import dbfile
+    from tvm_pet.tune.shipped import SHIPPED_FILES
+    assert dbfile.EVIDENCE_FILE == EVIDENCE_FILE and EVIDENCE_FILE in SHIPPED_FILES

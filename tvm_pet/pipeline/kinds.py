@@ -18,8 +18,6 @@ import json
 import pathlib
 from collections.abc import Iterable, Sequence
 
-from tvm_pet.tune.dbfile import EVIDENCE_FILE
-
 #: Each kind in words.
 KINDS = {
     "winograd": "a 3x3 convolution by Winograd's F(4x4, 3x3)",
@@ -68,6 +66,12 @@ def offered(screened: Iterable, picked: Iterable) -> dict[str, dict[str, int]]:
             for kind, c in sorted(counts.items())}
 
 
+
+
+#: The file in a target's records folder that keeps, per mutant tuned there, its kind and how
+#: its tuned kernels compared with those they replace (:class:`Evidence`; it ships with the
+#: records: ``tvm_pet.tune.dbfile.EVIDENCE_FILE`` names it for the package's TVM side).
+EVIDENCE_FILE = "kinds.json"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,7 +66,8 @@ PRUNED_FILE = "pruned_counts.json"
 #: (deleting the file has them searched again).
 EXHAUSTED_FILE = "exhausted.json"
 #: Per set of mutant kernels tuned on the target, the mutant's kind of rewrite and how its tuned
-#: kernels compared with those they replace (:class:`tvm_pet.pipeline.kinds.Evidence`).
+#: kernels compared with those they replace: :data:`tvm_pet.pipeline.kinds.EVIDENCE_FILE`, the
+#: same name (the pipeline imports without TVM, so it cannot import it from here).
 EVIDENCE_FILE = "kinds.json"
 #: Suffix of the compressed copy of a database file (``database_workload.json.xz``): what a
 #: repository ships, 20 to 40 times smaller than the plain files, which are made from it on first
