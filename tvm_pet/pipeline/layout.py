@@ -11,7 +11,8 @@ records, so ``layout="auto"`` (the default) measures it:
 2. with ``trials``, the original is tuned in both layouts first (a kernel with records costs no
    trial);
 3. where every kernel of the original has records in both layouts, both are built, their
-   outputs compared, and both timed interleaved; NHWC is chosen only when the keep-or-not rule
+   outputs compared, and both timed interleaved (as a first look is, within half the
+   confirmation's share of ``time_limit``); NHWC is chosen only when the keep-or-not rule
    of the confirm stage (:func:`tvm_pet.pipeline.confirm.decide`) keeps it over NCHW, so a tie
    stays as imported;
 4. where one layout's kernels lack records, the other is chosen untimed (NCHW where both lack
@@ -23,6 +24,7 @@ faster layout, not above its slower one. ``report.json`` holds the choice (``lay
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Mapping
 
@@ -89,7 +91,8 @@ def choose_layout(loaded: LoadedModel, options: DriverOptions, toolchain: Toolch
         loaded: the model as loaded (in NCHW for ``"auto"``).
         options: the run's options (``layout``, ``trials``, ``seed``, the timing's).
         toolchain: the compiler, before it lowers into the model
-            (:func:`~tvm_pet.pipeline.optimize.toolchain_for` is run here for each layout).
+            (:func:`~tvm_pet.pipeline.optimize.toolchain_for` is run here for each layout;
+            None: TVM's, made once for both).
         progress: where the steps' lines go.
         measure: time the layouts (off where the toolchain cannot run here: the records then
             decide, NCHW where both layouts have them).
@@ -97,7 +100,9 @@ def choose_layout(loaded: LoadedModel, options: DriverOptions, toolchain: Toolch
     Returns:
         The :class:`InLayout`.
     """
-    from tvm_pet.pipeline.optimize import toolchain_for
+    from tvm_pet.pipeline.optimize import base_toolchain, toolchain_for
+    if toolchain is None and options.layout == "auto":
+        toolchain = base_toolchain(options)  # one for both layouts: the records opened once
     first, first_base = toolchain_for(loaded, options, toolchain, progress)
     if options.layout != "auto":
         return InLayout(loaded, first, first_base,
@@ -166,11 +171,13 @@ def _timed(sides: Mapping[str, InLayout], modules: Mapping, options: DriverOptio
     if not all(outputs_agree(a, b) for a, b in zip(outputs["NCHW"], outputs["NHWC"])):
         return _because(sides["NCHW"], "NHWC's build computes other values than NCHW's: NCHW "
                                        "kept (a compiler fault: please report it)", **spent)
-    with progress.step(f"timing the original in NCHW and NHWC: {options.timing_rounds} rounds"):
+    start = time.perf_counter()
+    sides["NCHW"].toolchain.run(built["NCHW"], inputs)
+    plan = layout_timing(options, time.perf_counter() - start)
+    with progress.step(f"timing the original in NCHW and NHWC: {plan.rounds} rounds"):
         timings = sides["NCHW"].toolchain.time(
             {"baseline": built["NCHW"], "optimized": built["NHWC"]}, inputs,
-            rounds=options.timing_rounds, number=options.timing_number,
-            repeat=options.timing_repeat)
+            rounds=plan.rounds, number=plan.number, repeat=plan.repeat)
     decision = decide(timings)
     times = {"NCHW": timings["baseline"].median * 1e3, "NHWC": timings["optimized"].median * 1e3}
     name = "NHWC" if decision.keep else "NCHW"
@@ -182,3 +189,21 @@ def _timed(sides: Mapping[str, InLayout], modules: Mapping, options: DriverOptio
         reason = (f"NHWC timed x{decision.ratio:.2f} faster on the tuned original, but not "
                   f"surely: p = {decision.p_value:.2g}")
     return _because(sides[name], reason, times_ms=times, ratio=decision.ratio, **spent)
+
+
+def layout_timing(options: DriverOptions, call_s: float):
+    """How the two layouts are timed: as a first look is (``timing_rounds``, ``_number``,
+    ``_repeat``), within half the confirmation's share of ``time_limit`` where one is set
+    (:func:`~tvm_pet.pipeline.confirm.plan_timing`: fewer calls per sample, then fewer rounds,
+    never fewer samples than the rule needs), given ``call_s``, the seconds of one call.
+
+    >>> layout_timing(DriverOptions(), 2.0)  # no time limit: the first look's timing
+    TimingPlan(rounds=5, number=3, repeat=3)
+    >>> layout_timing(DriverOptions(time_limit=120), 2.0)  # 15 s for two 2-second modules
+    TimingPlan(rounds=2, number=1, repeat=3)
+    """
+    from tvm_pet.pipeline.confirm import ALPHA, fewest_samples, plan_timing
+    budget = options.confirm_budget(0.0)
+    return plan_timing(call_s, math.inf if budget is None else budget / 2,
+                       options.timing_rounds, options.timing_number, options.timing_repeat,
+                       fewest=fewest_samples(ALPHA))

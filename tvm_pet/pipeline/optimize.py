@@ -190,17 +190,19 @@ def random_inputs(program: Program, seed: int) -> dict[str, np.ndarray]:
     return LoadedModel.from_program(program).random_inputs(seed)
 
 
+def base_toolchain(options: DriverOptions) -> Toolchain:
+    """TVM's toolchain for the run's target, records, RPC, timing processes and prepacking."""
+    return tvm_toolchain(options.target, options.records_dir, options.rpc,
+                         timing_processes=options.timing_processes, prepack=options.prepack)
+
+
 def toolchain_for(loaded: LoadedModel, options: DriverOptions, toolchain: Toolchain | None,
                   progress: Progress = Progress()
                   ) -> tuple[Toolchain, BaselineLowering | None]:
     """The toolchain (TVM's by default) lowering into the loaded model's module, checked on the
     original before any tuning or search; and, where the original is lowered as its candidates
     are (:func:`~tvm_pet.pipeline.baseline.align_baseline`), how."""
-    if toolchain is None:
-        toolchain = tvm_toolchain(options.target, options.records_dir, options.rpc,
-                                  timing_processes=options.timing_processes,
-                                  prepack=options.prepack)
-    toolchain = toolchain.with_lowering(loaded.lower)
+    toolchain = (toolchain or base_toolchain(options)).with_lowering(loaded.lower)
     try:
         toolchain.lower(loaded.program)
     except UnsupportedOperator as e:
