@@ -161,10 +161,11 @@ def _verdict(program, chosen, config: SearchConfig) -> str:
     return "NO"
 
 
-def end_to_end(name: str, work: pathlib.Path) -> dict:
-    """``optimize_model`` of model ``name`` once per search: the shipped records, no tuning,
-    NCHW, the measured cost, timing over 2 fresh processes; the CPU share other processes
-    used meanwhile (:class:`~tvm_pet.tune.contention.CpuWatch`)."""
+def end_to_end(name: str, work: pathlib.Path, records: str | None = None) -> dict:
+    """``optimize_model`` of model ``name`` once per search: the records (``records``, a
+    target's folder, or the shipped ones), no tuning, NCHW, the measured cost, timing over 2
+    fresh processes; the CPU share other processes used meanwhile
+    (:class:`~tvm_pet.tune.contention.CpuWatch`)."""
     from tvm_pet.pipeline import DriverOptions
     from tvm_pet.pipeline.optimize import optimize_model
     from tvm_pet.tune.contention import CpuWatch
@@ -174,7 +175,8 @@ def end_to_end(name: str, work: pathlib.Path) -> dict:
             start = time.perf_counter()
             report = optimize_model(build_model(name), work / f"{name}-{search}",
                                     SearchConfig(search=search),
-                                    DriverOptions(trials=0, layout="NCHW", timing_processes=2))
+                                    DriverOptions(trials=0, layout="NCHW", timing_processes=2,
+                                                  records_dir=records))
             seconds = time.perf_counter() - start
         search_report = report.get("search") or {}
         row[search] = {"baseline_time_s": report["baseline_time_s"],
@@ -182,7 +184,8 @@ def end_to_end(name: str, work: pathlib.Path) -> dict:
                        "kept": report["kept"], "applied": len(report.get("applied") or []),
                        "run_s": seconds, "others_cpu_share": watch.share,
                        "search_time_s": search_report.get("search_time_s"),
-                       "stop": search_report.get("stop")}
+                       "stop": search_report.get("stop"),
+                       "egraph": search_report.get("egraph")}
     return row
 
 
@@ -242,30 +245,46 @@ def _on_one_timing(row: dict) -> str:
     return f" x{a:.3f} / x{e:.3f} |"
 
 
+def _baseline_spread(rows: list[dict]) -> str:
+    """How far apart the runs timed the same original (the same build from the same records)."""
+    ratios = [max(r[s]["baseline_time_s"] for s in SEARCH_NAMES)
+              / min(r[s]["baseline_time_s"] for s in SEARCH_NAMES) for r in rows]
+    return (f"Both runs of a model build the same original from the same records; their "
+            f"baselines lie x{min(ratios):.2f}-x{max(ratios):.2f} apart, so compare each row's "
+            f"optimized time with its own baseline, not rows with rows.")
+
+
 def end_to_end_table(rows: list[dict]) -> str:
     """The Markdown of ``--end-to-end``: per model and search, the timed original and result."""
-    lines = ["| model | search | baseline | optimized | kept | applied | run | others' CPU |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | search | baseline | optimized | speed-up | kept | applied | search time "
+             "| e-graph (classes / nodes / stop) | run | others' CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         for search in SEARCH_NAMES:
             r = row[search]
             share = "-" if r["others_cpu_share"] is None else f"{r['others_cpu_share']:.0%}"
+            g = r.get("egraph")
+            graph = f"{g['classes']} / {g['nodes']} / {g['stop']}" if g else "-"
+            took = "-" if r.get("search_time_s") is None else f"{r['search_time_s']:.0f} s"
             lines.append(f"| {row['graph']} | {search} | {r['baseline_time_s'] * 1e3:.2f} ms | "
-                         f"{r['optimized_time_s'] * 1e3:.2f} ms | {'yes' if r['kept'] else 'no'} "
-                         f"| {r['applied']} | {r['run_s']:.0f} s | {share} |")
+                         f"{r['optimized_time_s'] * 1e3:.2f} ms | "
+                         f"x{r['baseline_time_s'] / r['optimized_time_s']:.3f} | "
+                         f"{'yes' if r['kept'] else 'no'} | {r['applied']} | {took} | {graph} "
+                         f"| {r['run_s']:.0f} s | {share} |")
     return "\n".join(lines) + "\n"
 
 
-def _measured_cost_for(name: str):
+def _measured_cost_for(name: str, records: str | None = None):
     """The program of model ``name`` as ``optimize`` loads it (TVM's import, NCHW), and a
-    maker of measured cost models lowering into it, on the shipped records, each with a
-    toolchain of its own (neither search reuses kernels the other compiled or timed)."""
+    maker of measured cost models lowering into it, on the records (``records``, a target's
+    folder, or the shipped ones), each with a toolchain of its own (neither search reuses
+    kernels the other compiled or timed)."""
     from tvm_pet.pipeline.load import load
     from tvm_pet.pipeline.toolchain import tvm_toolchain
     loaded = load(build_model(name))
 
     def make_cost():  # a toolchain of its own: the records opened afresh for each search
-        return tvm_toolchain("llvm").with_lowering(loaded.lower).cost_model()
+        return tvm_toolchain("llvm", records).with_lowering(loaded.lower).cost_model()
     make_cost().cost(loaded.program)  # TVM's first compilation, before either search is timed
     return loaded.program, make_cost
 
@@ -275,7 +294,8 @@ def search_main(args) -> int:
     measured = args.cost == "measured"
     out = pathlib.Path(args.out or f"benchmarks/results/eqsat_{args.cost}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    machine = {"cpu": _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    machine = {"cpu": _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
+               "load": args.load}
     settings = {"cost_model": args.cost, "depth": args.depth, "rounds": args.rounds,
                 "time_limit_s": args.time_limit, "eqsat_iterations": config.eqsat_iterations,
                 "eqsat_nodes": config.eqsat_nodes, "topk": config.topk,
@@ -298,7 +318,7 @@ def search_main(args) -> int:
         base = name.removesuffix(" (real)")
         try:
             if measured:
-                program, make_cost = _measured_cost_for(base)
+                program, make_cost = _measured_cost_for(base, args.records)
             else:
                 program, make_cost = (real_program(base) if real
                                       else import_model(build_model(base))), None
@@ -319,7 +339,7 @@ def search_main(args) -> int:
         import tempfile
         with tempfile.TemporaryDirectory() as work:
             try:
-                row = end_to_end(name, pathlib.Path(work))
+                row = end_to_end(name, pathlib.Path(work), args.records)
             except Exception as e:  # noqa: BLE001 - one model's failure is reported
                 print(f"{name:24s} end to end failed: {type(e).__name__}: {e}", flush=True)
                 continue
@@ -343,8 +363,8 @@ def _write(out: pathlib.Path, data: dict, args, before: dict) -> None:
             "untuned kernels set aside; models imported through TVM, NCHW)" if measured
             else "the analytic cost")
     header = [f"# Algorithm 2 and equality saturation, {settings['cost_model']} cost", "",
-              f"{data['date']}, {machine['cpu']} ({machine['cpus']} cores, shared with other "
-              f"work: two tuning jobs ran throughout), Python {machine['python']}. Both searches "
+              f"{data['date']}, {machine['cpu']} ({machine['cpus']} cores, "
+              f"{machine.get('load') or 'no other work'}), Python {machine['python']}. Both searches "
               f"with {what}, depth {settings['depth']}, {settings['rounds']} round(s), time "
               f"limit {settings['time_limit_s']:g} s; eqsat with at most "
               f"{settings['eqsat_iterations']} iterations and {settings['eqsat_nodes']} e-nodes. "
@@ -374,9 +394,12 @@ def _write(out: pathlib.Path, data: dict, args, before: dict) -> None:
         text += ("\n## End to end: PET + TVM, measured\n\n`optimize_model(model, out, "
                  "SearchConfig(search=...), DriverOptions(trials=0, layout=\"NCHW\", "
                  "timing_processes=2))` once per search (the default budgets: depth 3, 3 rounds, "
-                 "60 s), on the shipped records (no new tuning), NCHW on both sides. Baseline and optimized are the end-to-end medians the run "
-                 "timed; kept says whether the run kept the optimized model. Others' CPU is the "
-                 "share of the machine other processes used during the run.\n\n"
+                 "60 s), on the shipped records (no new tuning), NCHW on both sides. Baseline "
+                 "and optimized are the end-to-end medians the run timed; kept says whether the "
+                 "run kept the optimized model. Others' CPU is the share of the machine other "
+                 "processes used during the run (the machine's load "
+                 "in the header above is the searches' table's). "
+                 + _baseline_spread(data["end_to_end"]) + "\n\n"
                  + end_to_end_table(data["end_to_end"]))
     out.with_suffix(".md").write_text(text)
 
@@ -409,6 +432,12 @@ def main() -> int:
     parser.add_argument("--end-to-end", nargs="*", default=[], metavar="MODEL",
                         help="--search: also optimize these models end to end once per search "
                              "(measured cost, no tuning, NCHW)")
+    parser.add_argument("--records", default=None,
+                        help="--search --cost measured / --end-to-end: a target's records "
+                             "folder (default: the shipped records of this machine's target)")
+    parser.add_argument("--load", default=None,
+                        help="--search: what else ran on the machine, as the result says it "
+                             "(default: no other work)")
     parser.add_argument("--resume", action="store_true",
                         help="--search: keep the graphs the output file has, run the others")
     parser.add_argument("--before", default=None,
