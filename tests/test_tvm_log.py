@@ -52,17 +52,15 @@ def test_nothing_left_out_adds_no_line():
 
 
 def test_a_left_out_warning_leaves_out_its_indented_lines_too():
-    # MetaSchedule's warning for a pooling kernel, as it came once per kernel on Inception-v3
+    # a warning whose text continues on indented lines, once per kernel
     import io
 
     from tvm_pet.tvm_log import filter_lines
-    head = ('[05:39:{:02d}] /project/src/s_tir/meta_schedule/schedule_rule/apply_custom_rule.cc:'
-            '64: Warning: Unknown schedule rule "meta_schedule.pool_{}" for target keys '
-            '"("cpu",)". Checked ffi::Functions:\n')
+    head = ('[05:39:{:02d}] /project/src/relax/transform/legalize_ops.cc:77: Warning: no '
+            'legalization of "{}"; tried:\n')
     lines = []
     for second, kind in enumerate(("max", "avg", "avg", "max", "avg")):
-        lines += [head.format(second, kind),
-                  f"  s_tir.meta_schedule.cpu.meta_schedule.pool_{kind}\n"]
+        lines += [head.format(second, kind), f"  relax.op.{kind}\n"]
     lines += ["tvm-pet: tuning 0 trials\n", "  an indented line of the run's own\n"]
     out = io.BytesIO()
     assert filter_lines(io.BytesIO("".join(lines).encode()), out) == 3
@@ -72,3 +70,19 @@ def test_a_left_out_warning_leaves_out_its_indented_lines_too():
     assert shown[4:] == ["tvm-pet: tuning 0 trials", "  an indented line of the run's own",
                          "tvm-pet: TVM repeated its warnings above 3 times more (each is shown "
                          "once)"]
+
+
+def test_tvm_s_note_that_pooling_has_no_custom_schedule_rule_is_left_out_and_counted():
+    import io
+    from tvm_pet.tvm_log import filter_lines
+    pool = ('[12:52:14] /project/src/s_tir/meta_schedule/schedule_rule/apply_custom_rule.cc:64: '
+            'Warning: Unknown schedule rule "meta_schedule.pool_max" for target keys '
+            '"("cpu",)". Checked ffi::Functions:\n'
+            '  s_tir.meta_schedule.cpu.meta_schedule.pool_max\n')
+    out = io.BytesIO()
+    assert filter_lines(io.BytesIO((pool + "tvm-pet: tuning task 2/9\n" + pool).encode()),
+                        out) == 2
+    assert out.getvalue().decode().splitlines() == [
+        "tvm-pet: tuning task 2/9",
+        "tvm-pet: left out 2 TVM warnings that a pooling kernel has no custom schedule rule "
+        "(its default rules schedule it)"]

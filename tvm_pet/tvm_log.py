@@ -24,12 +24,17 @@ from typing import BinaryIO, Iterator
 
 # ``[15:16:49] /project/include/tvm/topi/transform.h:1261: Warning: Fast mode ...``
 _TVM_WARNING = re.compile(rb"^\[\d\d:\d\d:\d\d\] (\S+:\d+: Warning: .*?)\r?\n?$")
+#: TVM warnings that say nothing a user can act on, left out from the first: MetaSchedule looks
+#: for a custom schedule rule of each pooling kernel, finds none on CPUs, and schedules the
+#: kernel with its default rules.
+_HARMLESS = re.compile(rb'Warning: Unknown schedule rule "meta_schedule\.pool_')
 
 
 def filter_lines(lines: BinaryIO, out: BinaryIO) -> int:
     """Copy ``lines`` to ``out`` line by line, leaving out a TVM warning already passed on (the
     same source line and text; the time stamp may differ) with the indented lines that continue
-    it; then, if any was left out, one line that says how many. Returns that count.
+    it, and the warnings of :data:`_HARMLESS` from the first; then, if any was left out, one
+    line that says how many. Returns that count.
 
     >>> out = io.BytesIO()
     >>> warn = b"] /tvm/topi/transform.h:1261: Warning: Fast mode segfaults\\n"
@@ -41,9 +46,12 @@ def filter_lines(lines: BinaryIO, out: BinaryIO) -> int:
     tvm-pet: TVM repeated its warnings above 1 time more (each is shown once)
     """
     seen: set[bytes] = set()
-    left_out, dropping = 0, False
+    left_out, harmless, dropping = 0, 0, False
     for line in iter(lines.readline, b""):
         match = _TVM_WARNING.match(line)
+        if match is not None and _HARMLESS.search(match.group(1)):
+            harmless, dropping = harmless + 1, True
+            continue
         if match is not None:
             dropping = match.group(1) in seen
             if dropping:
@@ -60,8 +68,12 @@ def filter_lines(lines: BinaryIO, out: BinaryIO) -> int:
         times = "time" if left_out == 1 else "times"
         out.write(f"tvm-pet: TVM repeated its warnings above {left_out} {times} more "
                   "(each is shown once)\n".encode())
-        out.flush()
-    return left_out
+    if harmless:
+        warnings = "warning" if harmless == 1 else "warnings"
+        out.write(f"tvm-pet: left out {harmless} TVM {warnings} that a pooling kernel has no "
+                  "custom schedule rule (its default rules schedule it)\n".encode())
+    out.flush()
+    return left_out + harmless
 
 
 class _Stderr(io.TextIOWrapper):
