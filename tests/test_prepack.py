@@ -279,3 +279,26 @@ def test_a_record_tuned_in_the_prepacked_form_is_applied_and_packs_its_weight(tm
     x = np.random.default_rng(0).standard_normal((1, 48, 38, 38)).astype("float32")
     np.testing.assert_allclose(_run(build_applied(applied, TARGET), x),
                                _run(build_with_records(mod, TARGET), x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_module_built_again_from_the_same_records_is_compiled_once(tmp_path):
+    """The original, built to choose the layout and again to confirm, is compiled once; a
+    module of other content, or records opened again after tuning added some, builds anew."""
+    toolchain = TVMToolchain(TARGET, records_dir=str(tmp_path))
+    first = toolchain.build(matmul_module(8, 8, 8))
+    assert toolchain.build(matmul_module(8, 8, 8)) is first  # equal content, same records
+    other = toolchain.build(matmul_module(8, 8, 16))
+    assert other is not first and toolchain.build(matmul_module(8, 8, 8)) is first
+    x = np.ones((8, 8), "float32")
+    np.testing.assert_array_equal(toolchain.run(first, [x])[0],
+                                  toolchain.run(toolchain.with_lowering(None).build(
+                                      matmul_module(8, 8, 8)), [x])[0])
+
+
+@pytest.mark.tuning
+def test_a_module_is_built_anew_once_tuning_added_records(tmp_path):
+    toolchain = TVMToolchain(TARGET, records_dir=str(tmp_path))
+    mod = matmul_module(8, 8, 8)
+    first = toolchain.build(mod)
+    assert toolchain.tune(mod, 2, seed=0).new_trials > 0
+    assert toolchain.build(mod) is not first
