@@ -364,7 +364,8 @@ def _write(out: pathlib.Path, data: dict, args, before: dict) -> None:
             else "the analytic cost")
     header = [f"# Algorithm 2 and equality saturation, {settings['cost_model']} cost", "",
               f"{data['date']}, {machine['cpu']} ({machine['cpus']} cores, "
-              f"{machine.get('load') or 'no other work'}), Python {machine['python']}. Both searches "
+              f"{machine.get('load') or 'no other work'}), Python {machine['python']}. "
+              f"Both searches "
               f"with {what}, depth {settings['depth']}, {settings['rounds']} round(s), time "
               f"limit {settings['time_limit_s']:g} s; eqsat with at most "
               f"{settings['eqsat_iterations']} iterations and {settings['eqsat_nodes']} e-nodes. "

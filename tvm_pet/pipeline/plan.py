@@ -191,10 +191,10 @@ def rank_mutants(screened: Sequence[Screened], promising: int,
     best tuned saving first; the remaining places go to the others in decreasing order of
     expected saving times the odds that their kind wins once tuned on this target
     (:class:`~tvm_pet.pipeline.kinds.Evidence`: ``evidence``, with the mutants here whose
-    kernels hold records already). An untuned mutant takes a place only if its untuned ratio is at most
-    ``screen_ratio``. A mutant whose new kernels are all among those of a mutant ranked above it
-    takes no place (tuning that one tunes it: the same kernel in two layers, or a subset and the
-    same subset with its bias).
+    kernels hold records already). An untuned mutant takes a place only if its untuned ratio
+    is at most ``screen_ratio``. A mutant whose new kernels are all among those of a mutant
+    ranked above it takes no place (tuning that one tunes it: the same kernel in two layers, or
+    a subset and the same subset with its bias).
 
     Args:
         screened: every mutant the screen measured, across the model.
