@@ -66,8 +66,6 @@ def offered(screened: Iterable, picked: Iterable) -> dict[str, dict[str, int]]:
             for kind, c in sorted(counts.items())}
 
 
-
-
 #: The file in a target's records folder that keeps, per mutant tuned there, its kind and how
 #: its tuned kernels compared with those they replace (:class:`Evidence`; it ships with the
 #: records: ``tvm_pet.tune.dbfile.EVIDENCE_FILE`` names it for the package's TVM side).
@@ -109,14 +107,17 @@ class Evidence:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return cls()
 
-    def save(self, records_dir) -> None:
-        """Write the evidence into ``records_dir``, merged with what the file holds."""
-        merged = {**Evidence.load(records_dir).outcomes, **self.outcomes}
+    def save(self, records_dir) -> "Evidence":
+        """Write the evidence into ``records_dir``, merged with what the file holds; returns
+        the merged evidence."""
+        merged = Evidence.load(records_dir).adding((k, kind, r)
+                                                   for k, (kind, r) in self.outcomes.items())
         path = pathlib.Path(records_dir)
         path.mkdir(parents=True, exist_ok=True)
         (path / EVIDENCE_FILE).write_text(json.dumps(
             {k: {"kind": kind, "ratio": round(ratio, 4)}
-             for k, (kind, ratio) in sorted(merged.items())}, indent=1) + "\n")
+             for k, (kind, ratio) in sorted(merged.outcomes.items())}, indent=1) + "\n")
+        return merged
 
     def adding(self, outcomes: Iterable[tuple[str, str, float]]) -> "Evidence":
         """The evidence with ``(key, kind, tuned ratio)`` outcomes added (replacing a key's)."""

@@ -241,12 +241,19 @@ def _best_first(items, covered: set, saving=lambda s: s.screen.expected_saving_s
     return kept
 
 
+def outcome(screen: RewriteScreen, mutant) -> tuple[str, str, float] | None:
+    """``(key, kind, tuned ratio)`` of a mutant (its operators) screened with its new kernels'
+    records (:meth:`~tvm_pet.pipeline.kinds.Evidence.adding`): its tuned time over the replaced
+    time; None where they have none."""
+    if screen.tuned and screen.new_kernels and screen.replaced_s > 0:
+        return (Evidence.key(screen.new_kernels), kind_of(mutant),
+                screen.tuned_s / screen.replaced_s)
+    return None
+
+
 def outcomes(screened: Sequence[Screened]) -> list[tuple[str, str, float]]:
-    """``(key, kind, tuned ratio)`` of each screened mutant whose new kernels all hold records
-    (:meth:`~tvm_pet.pipeline.kinds.Evidence.adding`): its tuned time over the replaced time."""
-    return [(Evidence.key(s.screen.new_kernels), kind_of(s.mutant),
-             s.screen.tuned_s / s.screen.replaced_s) for s in screened
-            if s.screen.tuned and s.screen.new_kernels and s.screen.replaced_s > 0]
+    """The :func:`outcome` of each screened mutant whose new kernels all hold records."""
+    return [o for s in screened if (o := outcome(s.screen, s.mutant)) is not None]
 
 
 def _weighted(s: Screened, evidence: Evidence) -> float:

@@ -45,11 +45,11 @@ from tvm_pet.cost.analytic import AnalyticCost
 from tvm_pet.ir import im2col
 from tvm_pet.ir import winograd as wino
 from tvm_pet.ir.node import Program
-from tvm_pet.pipeline.kinds import Evidence, kind_of, offered
+from tvm_pet.pipeline.kinds import Evidence, offered
 from tvm_pet.pipeline.mutant_budget import Allowance, MutantBudget
 from tvm_pet.pipeline.options import DriverOptions
 from tvm_pet.pipeline.plan import (COMBINED, Pick, Screened, TuningPlan, combination,
-                                   combined_pick, outcomes, rank_mutants)
+                                   combined_pick, outcome, outcomes, rank_mutants)
 from tvm_pet.pipeline.toolchain import Toolchain, Tuned, tvm_toolchain
 from tvm_pet.search.config import SearchConfig
 from tvm_pet.search.moves import aligns_extents
@@ -352,14 +352,12 @@ def learn_kinds(stage: Stage, ranked: Ranked, picked: MutantsTuned) -> Evidence:
         cost = stage.toolchain.cost_model() if cost is None else cost
         screen = _screen(cost, fusion_region(stage.program, part), part, corrected,
                          wino.uses(corrected) or im2col.uses(corrected))
-        if screen is not None and screen.tuned and screen.new_kernels and screen.replaced_s > 0:
-            found.append((Evidence.key(screen.new_kernels), kind_of(pick.mutant),
-                          screen.tuned_s / screen.replaced_s))
+        if screen is not None and (o := outcome(screen, pick.mutant)) is not None:
+            found.append(o)
     learned = Evidence().adding(outcomes(ranked.screened)).adding(found)
-    before = Evidence.load(stage.toolchain.records_dir)
     if learned.outcomes:
-        learned.save(stage.toolchain.records_dir)
-    return Evidence({**before.outcomes, **learned.outcomes})
+        return learned.save(stage.toolchain.records_dir)
+    return Evidence.load(stage.toolchain.records_dir)
 
 
 def _top_up(stage: Stage, budget: MutantBudget) -> Tuned | None:
