@@ -200,20 +200,25 @@ class TVMToolchain:
         """Compile with the tuned schedules where the records have them (a module this
         toolchain built last, or the one before, from the same records opened: that build)."""
         sources = self._records()
-        for built, opened, counts, executable in self._executables:
-            if opened is sources and tvm_ffi.structural_equal(built, module):
-                self._built = [(module, sources, counts), *self._built[:BUILDS_COUNTED - 1]]
-                return executable
-        applied, counts = self._apply(module)
+        found = next(((counts, executable) for built, opened, counts, executable
+                      in self._executables
+                      if opened is sources and tvm_ffi.structural_equal(built, module)), None)
+        if found is None:
+            found = self._compile(module)
+            self._executables = [(module, sources, *found), *self._executables[:1]]
+        counts, executable = found
         self._built = [(module, sources, counts), *self._built[:BUILDS_COUNTED - 1]]
+        return executable
+
+    def _compile(self, module: tvm.IRModule) -> tuple[tuple[int, int], relax.VMExecutable]:
+        """``module`` with the records applied and compiled: its kernel counts, executable."""
+        applied, counts = self._apply(module)
         try:
-            executable = build_applied(applied, self.target)
+            return counts, build_applied(applied, self.target)
         except PetError:
             raise
         except Exception as e:  # TVM's own error types: its code generation failed
             raise KernelBuildError.compiling(self.target.kind.name, e) from None
-        self._executables = [(module, sources, counts, executable), *self._executables[:1]]
-        return executable
 
     def compiled_form(self, module: tvm.IRModule) -> tvm.IRModule:
         """``module`` as ``tvm.compile(mod, target)`` takes it after a tuning pipeline:
