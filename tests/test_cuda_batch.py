@@ -273,7 +273,10 @@ def test_run_cuda_checks_and_times_a_folder_of_builds(tmp_path):
                                   "bert_encoder", "resnet18", "inception_v3", "resnet3d_18"])
 def test_torch_eager_computes_what_onnxruntime_does(name):
     """torch_eager.py's interpreter of the models' ONNX graphs (PyTorch's column on the GPU),
-    here on the CPU against onnxruntime."""
+    here on the CPU against onnxruntime. Two libraries' float32 results differ by rounding,
+    which grows with the outputs' magnitude and depends on the CPU's kernels (up to 1.9e-4 on
+    BERT's layer, outputs up to 5, on one CPU; 3e-6 on another), so the absolute tolerance is
+    scaled by the largest output; a wrong rule differs by far more."""
     torch = pytest.importorskip("torch")
     ort = pytest.importorskip("onnxruntime")
     from tvm_pet.models import build_model
@@ -286,7 +289,8 @@ def test_torch_eager_computes_what_onnxruntime_does(name):
         None, {model.graph.input[0].name: x})
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-4,
+                                   atol=1e-4 * max(1.0, float(np.abs(w).max())))
 
 
 def test_the_cuda_table_pairs_default_and_tuned_builds_of_a_model():
