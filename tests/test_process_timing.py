@@ -120,3 +120,37 @@ def test_a_look_spread_over_processes_plans_their_start_out_of_the_time_left():
     assert bench(1, 25).plan(0.2, 5, 1).number == 3 and bench(2, 25).plan(0.2, 5, 1).number < 3
     # the smallest useful look of 0.5 s calls (9.5 s) fits 12 s in this process, not in two
     assert not _cannot_pay(bench(1, 12), 0.5, 1) and _cannot_pay(bench(2, 12), 0.5, 1)
+
+
+def _load_messages(path) -> str:
+    """What loading the library at ``path`` prints, in a fresh process (TVM's native log)."""
+    import subprocess
+    import sys
+    code = f"import tvm; tvm.runtime.load_module({str(path)!r})"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stderr
+
+
+def test_a_build_run_here_is_written_without_tvms_memory_scope_warnings(tmp_path):
+    """A VM started on an executable adds an empty memory scope per constant, and a library
+    exported from it afterwards prints "Scope Loaded" per constant on every load; the
+    toolchain runs its builds from their exported libraries, so the written ones load
+    quietly."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 16), F32))
+    w = np.random.default_rng(2).standard_normal((16, 8)).astype(np.float32)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(x, relax.const(w)))
+        bb.emit_func_output(out)
+    toolchain = TVMToolchain("llvm", str(tmp_path / "records"))
+    executable = toolchain.build(bb.finalize())
+    xs = np.ones((4, 16), np.float32)
+    (got,) = toolchain.run(executable, [xs])
+    np.testing.assert_allclose(got, xs @ w, rtol=1e-5, atol=1e-5)
+    toolchain.export(executable, str(tmp_path / "written.so"))
+    assert "Scope Loaded" not in _load_messages(tmp_path / "written.so")
+    # the same executable exported after a VM ran on it: what the toolchain avoids
+    relax.VirtualMachine(executable, tvm.cpu())
+    executable.export_library(str(tmp_path / "after_a_vm.so"))
+    assert "Scope Loaded" in _load_messages(tmp_path / "after_a_vm.so")
