@@ -82,7 +82,7 @@ def test_the_toolchain_exports_each_executable_once_and_times_in_processes(pair,
     libraries = list(spread._libraries)
     again = spread.time({"baseline": executables[0], "optimized": executables[1]}, [x],
                         rounds=2, number=1, repeat=2)
-    assert spread._libraries == libraries  # exported once, timed twice
+    assert list(spread._libraries) == libraries  # exported once, timed twice
     # writing the kept executable out copies its library rather than exporting it again
     spread.export(executables[0], str(tmp_path / "baseline.so"))
     kept = dict((id(ex), path) for ex, path in libraries)[id(executables[0])]
@@ -154,3 +154,21 @@ def test_a_build_run_here_is_written_without_tvms_memory_scope_warnings(tmp_path
     relax.VirtualMachine(executable, tvm.cpu())
     executable.export_library(str(tmp_path / "after_a_vm.so"))
     assert "Scope Loaded" in _load_messages(tmp_path / "after_a_vm.so")
+
+
+def test_a_toolchain_and_its_copies_never_write_two_builds_to_one_library(pair, tmp_path):
+    """A copy made after the first export (``with_lowering``) exports into the same folder
+    with the same count: each executable keeps its own library, and each runs as itself."""
+    executables, _ = pair
+    other = tvm.compile(matmul_module(8), target=resolve_target("llvm"))
+    toolchain = TVMToolchain("llvm", str(tmp_path / "records"))
+    toolchain.run(executables[0], [np.ones((4, 16), np.float32)])
+    copy = toolchain.with_lowering(None)
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    (got,) = copy.run(other, [x])
+    np.testing.assert_allclose(got, x @ x.T, rtol=1e-6)
+    (first,) = toolchain.run(executables[1], [np.ones((4, 16), np.float32)])
+    np.testing.assert_allclose(first, np.full((4, 4), 16.0), rtol=1e-6)
+    paths = [path for _, path in toolchain._libraries]
+    assert len(set(paths)) == len(paths) == 3
+    assert [path for _, path in copy._libraries] == paths

@@ -51,7 +51,7 @@ from tvm_pet.tune.tuner import TuneStats, tune, tune_budget, tune_minutes
 
 #: Builds whose kernel counts a toolchain remembers (:meth:`TVMToolchain.kernel_records`).
 BUILDS_COUNTED = 4
-#: Executables a toolchain keeps exported for timing in fresh processes (:meth:`TVMToolchain.time`).
+#: Executables a toolchain keeps exported, to time and run (:class:`Libraries`).
 LIBRARIES_KEPT = 4
 
 
@@ -115,12 +115,9 @@ class TVMToolchain:
         self._executables: list[tuple[tvm.IRModule, tuple, tuple[int, int],
                                       relax.VMExecutable]] = []
         self.timing_processes = timing_processes
-        # (executable, its shared library) of the latest executables timed in fresh processes
-        # or run here
-        self._libraries: list[tuple[relax.VMExecutable, str]] = []
-        self._loaded: dict[str, tvm.runtime.Module] = {}  # the kept libraries, loaded
-        self._library_dir: tempfile.TemporaryDirectory | None = None
-        self._exported = 0
+        # the latest executables timed in fresh processes or run here, exported; shared with
+        # this toolchain's copies (with_lowering)
+        self._libraries = Libraries()
 
     @property
     def device(self) -> tvm.runtime.Device:
@@ -277,13 +274,14 @@ class TVMToolchain:
     def time(self, executables: Mapping[str, relax.VMExecutable], inputs: Sequence[np.ndarray],
              *, rounds: int, number: int, repeat: int) -> dict[str, Timing]:
         """Time the executables interleaved on this machine's device: on a CPU, two or more of
-        them with their rounds spread over ``timing_processes`` fresh processes (each exported
-        once, :meth:`_library`), else in this process. Each timing carries the share of the CPU
-        that other processes used meanwhile (``Timing.others_share``)."""
+        them with their rounds spread over ``timing_processes`` fresh processes, else in this
+        process (on a CPU each from its library, exported once: :class:`Libraries`). Each
+        timing carries the share of the CPU that other processes used meanwhile
+        (``Timing.others_share``)."""
         with CpuWatch() as watch:
             if (self.timing_processes > 1 and len(executables) > 1
                     and self.target.kind.name == "llvm"):
-                libraries = {name: self._library(ex) for name, ex in executables.items()}
+                libraries = {name: self._libraries.path(ex) for name, ex in executables.items()}
                 timings = time_in_processes(libraries, inputs, processes=self.timing_processes,
                                             rounds=rounds, number=number, repeat=repeat)
             else:
@@ -292,24 +290,6 @@ class TVMToolchain:
                                            number=number, repeat=repeat)
         share = watch.share if self.target.kind.name == "llvm" else None  # a GPU's: not told
         return {name: dataclasses.replace(t, others_share=share) for name, t in timings.items()}
-
-    def _library(self, executable: relax.VMExecutable) -> str:
-        """``executable`` as a shared library in a folder of this toolchain's, exported on first
-        use; the latest :data:`LIBRARIES_KEPT` are kept."""
-        kept = self._kept_library(executable)
-        if kept is not None:
-            return kept
-        if self._library_dir is None:
-            self._library_dir = tempfile.TemporaryDirectory(prefix="tvm-pet-libraries-")
-        self._exported += 1
-        path = os.path.join(self._library_dir.name, f"{self._exported}.so")
-        _export_library(executable, path)
-        self._libraries = [(executable, path), *self._libraries]
-        for _, dropped in self._libraries[LIBRARIES_KEPT:]:
-            os.remove(dropped)
-            self._loaded.pop(dropped, None)
-        self._libraries = self._libraries[:LIBRARIES_KEPT]
-        return path
 
     def run(self, executable: relax.VMExecutable,
             inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -325,24 +305,16 @@ class TVMToolchain:
         constant each time it is loaded; exporting first keeps the written builds clean."""
         if self.target.kind.name != "llvm":
             return executable
-        path = self._library(executable)
-        loaded = self._loaded.get(path)
-        if loaded is None:
-            loaded = self._loaded[path] = tvm.runtime.load_module(path)
-        return loaded
+        return self._libraries.loaded(executable)
 
     def export(self, executable: relax.VMExecutable, path: str) -> None:
         """Write a shared library (TVM's per-function export warnings silenced); one already
         exported for timing in fresh processes is copied."""
-        kept = self._kept_library(executable)
+        kept = self._libraries.kept(executable)
         if kept is not None:
             shutil.copyfile(kept, path)
         else:
             _export_library(executable, path)
-
-    def _kept_library(self, executable: relax.VMExecutable) -> str | None:
-        """The shared library :meth:`_library` exported ``executable`` to, if it is kept."""
-        return next((path for kept, path in self._libraries if kept is executable), None)
 
     def script(self, module: tvm.IRModule) -> str:
         """The module as TVMScript."""
@@ -361,6 +333,50 @@ class TVMToolchain:
         """The measured cost: record times where they exist, from the records opened once."""
         return MeasuredCost(self.target, self.records_dir, lower=self._lower,
                             sources=self._records(), prepack=self.prepack)
+
+
+class Libraries:
+    """Executables exported as shared libraries in one temporary folder, the latest
+    :data:`LIBRARIES_KEPT` kept, each loaded once when run here. One instance serves a
+    toolchain and its copies, so that no two builds are written to one path."""
+
+    def __init__(self):
+        self._kept: list[tuple[relax.VMExecutable, str]] = []  # newest first
+        self._loaded: dict[str, tvm.runtime.Module] = {}
+        self._folder: tempfile.TemporaryDirectory | None = None
+        self._count = 0
+
+    def __iter__(self):
+        """(executable, library path) of the kept ones, newest first."""
+        return iter(list(self._kept))
+
+    def kept(self, executable: relax.VMExecutable) -> str | None:
+        """The library ``executable`` was exported to, if it is kept."""
+        return next((path for kept, path in self._kept if kept is executable), None)
+
+    def path(self, executable: relax.VMExecutable) -> str:
+        """The library of ``executable``, exported on first use."""
+        kept = self.kept(executable)
+        if kept is not None:
+            return kept
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="tvm-pet-libraries-")
+        self._count += 1
+        path = os.path.join(self._folder.name, f"{self._count}.so")
+        _export_library(executable, path)
+        self._kept.insert(0, (executable, path))
+        for _, dropped in self._kept[LIBRARIES_KEPT:]:
+            os.remove(dropped)
+            self._loaded.pop(dropped, None)
+        del self._kept[LIBRARIES_KEPT:]
+        return path
+
+    def loaded(self, executable: relax.VMExecutable) -> tvm.runtime.Module:
+        """The library of ``executable``, loaded into this process."""
+        path = self.path(executable)
+        if path not in self._loaded:
+            self._loaded[path] = tvm.runtime.load_module(path)
+        return self._loaded[path]
 
 
 def _export_library(executable: relax.VMExecutable, path: str) -> None:
