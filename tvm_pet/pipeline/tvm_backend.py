@@ -309,7 +309,7 @@ class TVMToolchain:
 
     def export(self, executable: relax.VMExecutable, path: str) -> None:
         """Write a shared library (TVM's per-function export warnings silenced); one already
-        exported for timing in fresh processes is copied."""
+        exported to be timed or run is copied."""
         kept = self._libraries.kept(executable)
         if kept is not None:
             shutil.copyfile(kept, path)
