@@ -343,11 +343,44 @@ def test_the_table_names_the_layout_chosen_and_states_the_aims_as_measured(tmp_p
     text = run.write_results(rows, RUN, tmp_path).with_suffix(".md").read_text()
     assert f"| {run.WHOLE[0]} | 1 | optimized | NHWC (NCHW/NHWC ×1.40) |" in text
     assert f"| {run.WHOLE[2]} | 1 | original | NCHW (NCHW/NHWC ×0.90) |" in text
-    assert "- TVM best / TVM default, geo-mean ×1.200 (aim ≥ ×1.3)" in text
+    assert "- TVM best / TVM default, geo-mean ×1.200 (aim ≥ ×1.3: missed)" in text
     pet = (1.1 ** 2) ** (1 / len(run.WHOLE))  # x1 where the original was kept
-    assert f"- PET + TVM best / TVM best, geo-mean ×{pet:.3f} (aim ≥ ×1.05" in text
+    assert f"- PET + TVM best / TVM best, geo-mean ×{pet:.3f} (aim ≥ ×1.05: missed" in text
     assert f"{run.WHOLE[0]} ×{1.1 / 2.0:.3f}" in text  # PET + TVM best over onnxruntime
+    # every model ran at 0.55 or 0.505 of onnxruntime's speed: not within x1.3, ahead on none
+    assert "(aim: each ≥ ×0.769: missed; at least one > ×1: missed)" in text
 
+
+
+def test_the_aims_say_met_where_the_measured_figures_reach_them():
+    rows = []
+    for i, model in enumerate(run.WHOLE):  # PET x1.1 over TVM best; ahead of onnxruntime on one
+        row = _row(model, "optimized", 1.1)
+        row["speedup_tvm_best_vs_default"] = 1.5
+        row["speedup_pet_vs_onnxruntime"] = 1.2 if i == 0 else 0.8
+        rows.append(row)
+    text = "\n".join(run.aims_lines(rows))
+    assert "geo-mean ×1.500 (aim ≥ ×1.3: met)" in text
+    assert "(aim: each ≥ ×0.769: met; at least one > ×1: met)" in text
+    assert "geo-mean ×1.100 (aim ≥ ×1.05: met;" in text
+    assert "only" not in text  # all five measured
+
+
+def test_a_run_of_record_rendered_or_updated_elsewhere_keeps_naming_its_own_machine(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(run, "plot", lambda rows, path: None)
+    monkeypatch.setattr(run, "_peak", lambda target: run_peak(100.0))
+    monkeypatch.setattr(run, "_machine", lambda target: "the machine of record")
+    path = run.write_results([_row("conv5x5", "optimized", 1.2)], RUN, tmp_path)
+    monkeypatch.setattr(run, "_peak", lambda target: run_peak(300.0))  # another machine now
+    monkeypatch.setattr(run, "_machine", lambda target: "another machine")
+    earlier = json.loads(path.read_text())
+    run.write_results(earlier["rows"], earlier["run"], tmp_path, machine=earlier)  # --render
+    run.update(path, [_row("dilated_conv", "original", 1.0)], "a row added.")
+    result = json.loads(path.read_text())
+    assert result["machine"] == "the machine of record"
+    assert result["peak"].startswith("100 GFLOP/s")
+    assert "Peak: 100 GFLOP/s" in path.with_suffix(".md").read_text()
 
 def run_peak(gflops: float):
     from tvm_pet.tune.peak import Peak
