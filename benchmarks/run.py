@@ -19,7 +19,8 @@ a wall-clock timer around the call:
   weights prepacked into the layouts the tuned kernels read);
 - ``pet``: ``optimized.so``, what PET kept (the baseline itself when it kept the original);
 - ``onnxruntime``: the same ONNX model in onnxruntime's CPU provider (all graph optimizations,
-  the same threads).
+  the same threads), on a CPU timed alone in a fresh process after each of TVM's: beside TVM's
+  thread pool it drew a ×1.9 slower speed in some processes.
 
 Each contender's share of the machine's peak FLOP/s is the model's linear FLOPs over its median
 time (:mod:`tvm_pet.tune.peak` says how the peak is computed).
@@ -206,18 +207,27 @@ def _time_row(folder: str, args, processes: int) -> tuple[list[dict], float | No
     from tvm_pet.tune.contention import CpuWatch
     with CpuWatch() as watch:
         if processes > 1:
-            groups = [_time_in_fresh_process(folder, args, math.ceil(args.rounds / processes))
+            rounds = math.ceil(args.rounds / processes)
+            groups = [_time_in_fresh_process(folder, args, rounds, "tvm")
+                      | _time_in_fresh_process(folder, args, rounds, "onnxruntime")
                       for _ in range(processes)]
         else:
             groups = [time_contenders(folder, args.target, args.rounds, args.number)]
     return groups, watch.share
 
 
-def time_contenders(folder: str, target: str, rounds: int, number: int) -> dict[str, list]:
+def time_contenders(folder: str, target: str, rounds: int, number: int,
+                    which: str = "all") -> dict[str, list]:
     """Time the contenders of the row in ``folder`` (``model.onnx``, ``feeds.npz``,
-    ``out/baseline.so`` and ``out/optimized.so``) interleaved in this process."""
+    ``out/baseline.so`` and ``out/optimized.so``) interleaved in this process: ``which`` is
+    ``"all"``, ``"tvm"`` (TVM's builds alone) or ``"onnxruntime"`` (onnxruntime alone, its
+    threads spinning between operators as by default: no other contender shares the process).
+
+    In one process with TVM's thread pool, onnxruntime ran ResNet-18 ×1.9 slower in some
+    processes (17 ms against 9 ms on a 2-core Zen 5), a draw that onnxruntime alone never made;
+    so the benchmarks time it in a process of its own beside each of TVM's.
+    """
     import numpy as np
-    import onnxruntime as ort
     import tvm
     from tvm import relax
 
@@ -226,35 +236,43 @@ def time_contenders(folder: str, target: str, rounds: int, number: int) -> dict[
     device = tvm.cpu() if on_cpu else tvm.cuda(0)
     with np.load(folder / "feeds.npz") as npz:
         feeds = {name: npz[name] for name in npz.files}
-    args_tvm = [tvm.runtime.tensor(v, device) for v in feeds.values()]
+    args_tvm = ([] if which == "onnxruntime"
+                else [tvm.runtime.tensor(v, device) for v in feeds.values()])
+    builds = (("tvm_default", "default.so"), ("tvm", "baseline.so"), ("pet", "optimized.so"))
     vms = {k: relax.VirtualMachine(tvm.runtime.load_module(str(folder / "out" / f)), device)
-           for k, f in (("tvm_default", "default.so"), ("tvm", "baseline.so"),
-                        ("pet", "optimized.so")) if (folder / "out" / f).exists()}
-    options_ort = ort.SessionOptions()
-    # onnxruntime's idle threads spin after a run by default and would steal the next
-    # contender's cores on this 2-core machine
-    options_ort.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options_ort.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if on_cpu:  # the threads TVM's build runs on
-        from tvm_pet.tune.targets import resolve_target
-        cores = resolve_target(target).attrs.get("num-cores")
-        options_ort.intra_op_num_threads = int(cores) if cores else 0
-    session = ort.InferenceSession(str(folder / "model.onnx"), options_ort,
-                                   providers=["CPUExecutionProvider"])
+           for k, f in builds if which != "onnxruntime" and (folder / "out" / f).exists()}
     calls = {k: (lambda vm=vm: vm["main"](*args_tvm)) for k, vm in vms.items()}
-    calls["onnxruntime"] = lambda: session.run(None, feeds)
+    if which != "tvm":
+        calls["onnxruntime"] = _onnxruntime_call(folder, target, feeds, spin=which != "all")
     if not on_cpu:  # GPU calls are asynchronous: wait for each
         calls = {k: (lambda f=f: (f(), device.sync())) for k, f in calls.items()}
     return time_interleaved(calls, rounds, number)
 
 
-def _time_in_fresh_process(folder: str, args, rounds: int) -> dict[str, list]:
+def _onnxruntime_call(folder: pathlib.Path, target: str, feeds: dict, spin: bool):
+    """A call of the model on onnxruntime (``ORT_ENABLE_ALL``, on the target's cores)."""
+    import onnxruntime as ort
+    options_ort = ort.SessionOptions()
+    if not spin:  # idle threads spinning after a run would steal the next contender's cores
+        options_ort.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options_ort.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if target.split()[0] == "llvm":  # the threads TVM's build runs on
+        from tvm_pet.tune.targets import resolve_target
+        cores = resolve_target(target).attrs.get("num-cores")
+        options_ort.intra_op_num_threads = int(cores) if cores else 0
+    session = ort.InferenceSession(str(folder / "model.onnx"), options_ort,
+                                   providers=["CPUExecutionProvider"])
+    return lambda: session.run(None, feeds)
+
+
+def _time_in_fresh_process(folder: str, args, rounds: int, which: str = "all"
+                           ) -> dict[str, list]:
     """:func:`time_contenders` in a fresh process: one draw of the address layout, which sets
     some binaries' speed for a whole process (the CSRNet back end's TVM binary: 25 ms in some
     processes, 31-37 ms in others; :mod:`tvm_pet.tune.process_timing`)."""
     samples, error = _run_json([sys.executable, __file__, "--time-folder", folder, "--target",
                                 args.target, "--rounds", str(rounds), "--number",
-                                str(args.number)])
+                                str(args.number), "--time-which", which])
     if samples is None:
         raise RuntimeError(f"a timing process failed: {error}")
     return samples
@@ -324,6 +342,25 @@ def _run_child(name: str, batch: int, args) -> dict:
     return row
 
 
+def timing_words(run: dict) -> str:
+    """How the run timed each row, in words."""
+    apart = run.get("onnxruntime_apart")
+    words = (f"{run['rounds']} interleaved rounds of TVM default, TVM best, PET + TVM best"
+             + ("" if apart else " and onnxruntime")
+             + f", the order rotating every round, after {SETTLE_S:.0f} s of untimed rounds; "
+             f"each sample the mean of {run['number']} calls (1 for the slow models); wall-clock "
+             "timer")
+    if run.get("timing_processes", 1) > 1:
+        words += (f"; the rounds spread over {run['timing_processes']} fresh processes (a "
+                  "binary's speed can be drawn once per process); times are their pooled "
+                  "samples, ratios the geometric mean of each process's ratio of medians")
+    if apart:
+        words += ("; onnxruntime timed as many rounds alone, in a fresh process after each of "
+                  "TVM's (beside TVM's thread pool it drew a ×1.9 slower speed in some "
+                  "processes)")
+    return words
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
@@ -352,14 +389,7 @@ def write_results(rows: list[dict], run: dict, out_dir: pathlib.Path,
         "budget_held_equal": budget_words(run, ok),
         "peak": (_peak(run["target"]).describe() if run["target"].split()[0] == "llvm"
                  else None),
-        "timing": f"{run['rounds']} interleaved rounds of TVM default, TVM best, PET + TVM best "
-                  f"and onnxruntime, the order "
-                  f"rotating every round, after {SETTLE_S:.0f} s of untimed rounds; each sample "
-                  f"the mean of {run['number']} calls (1 for the slow models); wall-clock timer"
-                  + (f"; the rounds spread over {run['timing_processes']} fresh processes (a "
-                     f"binary's speed can be drawn once per process); times are their pooled "
-                     f"samples, ratios the geometric mean of each process's ratio of medians"
-                     if run.get("timing_processes", 1) > 1 else ""),
+        "timing": timing_words(run),
         "decision": (f"optimize's own keep-or-not timing: {run['decision_rounds']} rounds of 3 "
                      f"samples of 3 calls a side, as `tvm-pet optimize` times"
                      + (f", spread over {run['timing_processes']} fresh processes"
@@ -643,12 +673,13 @@ def main() -> int:
                              "fresh processes (default 3; 1: the optimizing process times them)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--time-folder", help=argparse.SUPPRESS)
+    parser.add_argument("--time-which", default="all", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.time_folder:
         from tvm_pet.tune.threads import size_thread_pool
         size_thread_pool()  # as the optimizing child sized it, before TVM starts its pool
         print(json.dumps(time_contenders(args.time_folder, args.target, args.rounds,
-                                         args.number)), flush=True)
+                                         args.number, args.time_which)), flush=True)
         return 0
     if args.one:
         print(json.dumps(_child(args)), flush=True)
@@ -665,7 +696,8 @@ def main() -> int:
            "rounds": args.rounds, "number": args.number, "records": args.records,
            "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes,
            "seed": args.seed, "layout": args.layout, "fast_math": args.fast_math,
-           "winograd": args.winograd, "im2col": args.im2col, "promising": args.promising}
+           "winograd": args.winograd, "im2col": args.im2col, "promising": args.promising,
+           "onnxruntime_apart": args.timing_processes > 1 and args.target.split()[0] == "llvm"}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)

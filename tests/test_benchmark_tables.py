@@ -382,6 +382,27 @@ def test_a_run_of_record_rendered_or_updated_elsewhere_keeps_naming_its_own_mach
     assert result["peak"].startswith("100 GFLOP/s")
     assert "Peak: 100 GFLOP/s" in path.with_suffix(".md").read_text()
 
+
+def test_onnxruntime_is_timed_alone_in_a_fresh_process_after_each_of_tvms(monkeypatch):
+    calls = []
+
+    def fresh(folder, args, rounds, which="all"):
+        calls.append((which, rounds))
+        if which == "tvm":
+            return {"tvm": [0.01] * rounds, "pet": [0.009] * rounds}
+        return {"onnxruntime": [0.02 + len(calls)] * rounds}
+
+    monkeypatch.setattr(run, "_time_in_fresh_process", fresh)
+    args = type("Args", (), {"rounds": 9, "number": 1, "target": "llvm"})()
+    groups, _ = run._time_row("folder", args, 3)
+    assert calls == [("tvm", 3), ("onnxruntime", 3)] * 3
+    assert [sorted(g) for g in groups] == [["onnxruntime", "pet", "tvm"]] * 3
+    assert [g["onnxruntime"][0] for g in groups] == [2.02, 4.02, 6.02]  # each its own process
+    apart = run.timing_words(dict(RUN, timing_processes=3, onnxruntime_apart=True))
+    assert "TVM best, PET + TVM best, the order" in apart
+    assert "onnxruntime timed as many rounds alone, in a fresh process" in apart
+    assert "PET + TVM best and onnxruntime, the order" in run.timing_words(RUN)
+
 def run_peak(gflops: float):
     from tvm_pet.tune.peak import Peak
     return Peak(1, gflops / 64, 64, "a test CPU")
