@@ -113,7 +113,7 @@ def _child(args) -> dict:
         feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
                  .astype(np.float32) for i in model.graph.input}
         np.savez(pathlib.Path(tmp) / "feeds.npz", **feeds)
-        processes = args.timing_processes if args.target.split()[0] == "llvm" else 1
+        processes = timing_processes(args)
         groups, others_share = _time_row(tmp, args, processes)
     timed = [k for k in CONTENDERS if k in groups[0]]
     samples = {k: [v for g in groups for v in g[k]] for k in timed}
@@ -198,6 +198,12 @@ def _peak(target: str):
     from tvm_pet.tune.targets import resolve_target
     cores = resolve_target(target).attrs.get("num-cores")
     return machine_peak(None if cores is None else int(cores))
+
+
+def timing_processes(args) -> int:
+    """The fresh processes a row's timing spreads over: ``--timing-processes`` on a CPU, one on
+    a GPU (where onnxruntime then shares TVM's process)."""
+    return args.timing_processes if args.target.split()[0] == "llvm" else 1
 
 
 def _time_row(folder: str, args, processes: int) -> tuple[list[dict], float | None]:
@@ -697,7 +703,7 @@ def main() -> int:
            "decision_rounds": args.decision_rounds, "timing_processes": args.timing_processes,
            "seed": args.seed, "layout": args.layout, "fast_math": args.fast_math,
            "winograd": args.winograd, "im2col": args.im2col, "promising": args.promising,
-           "onnxruntime_apart": args.timing_processes > 1 and args.target.split()[0] == "llvm"}
+           "onnxruntime_apart": timing_processes(args) > 1}
     # with --update the rows join the run of record at the end; the files written after each row
     # (kept if a later one fails) go to a scratch folder, not over that run (its other rows)
     out = pathlib.Path(tempfile.mkdtemp(prefix="run-")) if args.update else pathlib.Path(args.out)

@@ -351,7 +351,6 @@ def test_the_table_names_the_layout_chosen_and_states_the_aims_as_measured(tmp_p
     assert "(aim: each ≥ ×0.769: missed; at least one > ×1: missed)" in text
 
 
-
 def test_the_aims_say_met_where_the_measured_figures_reach_them():
     rows = []
     for i, model in enumerate(run.WHOLE):  # PET x1.1 over TVM best; ahead of onnxruntime on one
@@ -402,6 +401,7 @@ def test_onnxruntime_is_timed_alone_in_a_fresh_process_after_each_of_tvms(monkey
     assert "TVM best, PET + TVM best, the order" in apart
     assert "onnxruntime timed as many rounds alone, in a fresh process" in apart
     assert "PET + TVM best and onnxruntime, the order" in run.timing_words(RUN)
+
 
 def run_peak(gflops: float):
     from tvm_pet.tune.peak import Peak
